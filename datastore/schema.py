@@ -1,0 +1,85 @@
+"""The state file's schema and its migrations.
+
+The schema version lives in `PRAGMA user_version`; `PRAGMA application_id` marks the file as ipamd's so a
+foreign SQLite file is refused rather than written into. Migration N turns version N-1 into version N;
+a file whose version is newer than `SCHEMA_VERSION` was written by a newer ipamd and is refused.
+"""
+
+from __future__ import annotations
+
+APPLICATION_ID = 0x69706D64  # "ipmd"
+SCHEMA_VERSION = 1
+
+_V1 = (
+    """CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT""",
+    """CREATE TABLE enis (
+        eni_id       TEXT PRIMARY KEY,
+        device_index INTEGER NOT NULL,
+        subnet_id    TEXT NOT NULL,
+        is_primary   INTEGER NOT NULL CHECK (is_primary IN (0, 1)),
+        added_at     REAL NOT NULL
+    ) STRICT""",
+    """CREATE TABLE units (
+        cidr       TEXT PRIMARY KEY,
+        eni_id     TEXT NOT NULL,
+        kind       TEXT NOT NULL CHECK (kind IN ('ip', 'prefix')),
+        state      TEXT NOT NULL CHECK (state IN ('active', 'releasing', 'lost')),
+        changed_at REAL NOT NULL
+    ) STRICT""",
+    """CREATE TABLE released_units (
+        cidr        TEXT PRIMARY KEY,
+        eni_id      TEXT NOT NULL,
+        released_at REAL NOT NULL
+    ) STRICT""",
+    """CREATE TABLE allocations (
+        id            INTEGER PRIMARY KEY,
+        network       TEXT NOT NULL,
+        container_id  TEXT NOT NULL,
+        ifname        TEXT NOT NULL,
+        eni_id        TEXT NOT NULL,
+        created_at    REAL NOT NULL,
+        pod_namespace TEXT NOT NULL,
+        pod_name      TEXT NOT NULL,
+        pod_uid       TEXT NOT NULL,
+        UNIQUE (network, container_id, ifname)
+    ) STRICT""",
+    "CREATE INDEX allocations_by_container ON allocations (container_id)",
+    # One row per owned address. The UNIQUE index on `address` is what makes two owners of one
+    # address impossible on disk: a second claim fails the transaction instead of being written.
+    """CREATE TABLE allocation_addresses (
+        allocation_id INTEGER NOT NULL REFERENCES allocations (id) ON DELETE CASCADE,
+        position      INTEGER NOT NULL,
+        address       TEXT NOT NULL,
+        unit_cidr     TEXT NOT NULL,
+        PRIMARY KEY (allocation_id, position)
+    ) STRICT""",
+    "CREATE UNIQUE INDEX one_owner_per_address ON allocation_addresses (address)",
+    """CREATE TABLE delete_intents (
+        container_id TEXT PRIMARY KEY,
+        first_del_at REAL NOT NULL
+    ) STRICT""",
+    "CREATE INDEX delete_intents_by_age ON delete_intents (first_del_at)",
+    """CREATE TABLE cooldowns (
+        address     TEXT PRIMARY KEY,
+        released_at REAL NOT NULL
+    ) STRICT""",
+    "CREATE INDEX cooldowns_by_age ON cooldowns (released_at)",
+    """CREATE TABLE quarantine (
+        network        TEXT NOT NULL,
+        container_id   TEXT NOT NULL,
+        ifname         TEXT NOT NULL,
+        addresses      TEXT NOT NULL,
+        reason         TEXT NOT NULL,
+        quarantined_at REAL NOT NULL,
+        PRIMARY KEY (network, container_id, ifname)
+    ) STRICT""",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1}
+"""Statements that bring a file from version N-1 to version N."""
+
+REQUIRED_INDEXES = frozenset({"one_owner_per_address"})
+"""Indexes whose absence means the file's guarantees cannot be trusted (checked at open)."""

@@ -1,0 +1,199 @@
+"""The SQLite state file: open with integrity checks, load everything, commit one mutation per transaction.
+
+WAL mode with `synchronous=FULL`: a commit is on disk when `commit()` returns. Each `Mutation` is one
+transaction covering every table it touches, so there is never an order between two stores to get wrong.
+A `Store` is used by one thread at a time (the engine serializes its calls); it must not be shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from datastore import codec
+from datastore.errors import CommitError, OwnershipConflict, StateFileError
+from datastore.records import Mutation, StateImage
+from datastore.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_INDEXES, SCHEMA_VERSION
+
+STATE_FILE_NAME = "ipamd.db"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class Store:
+    """An open, verified state file."""
+
+    def __init__(
+        self, path: Path, conn: sqlite3.Connection, missing_indexes: frozenset[str]
+    ) -> None:
+        self.path = path
+        self._conn = conn
+        self._inode = os.stat(path).st_ino
+        self.missing_indexes = missing_indexes
+        """Required indexes the file lacked at open (a hand-edited or damaged file); see `restore_indexes`."""
+
+    @classmethod
+    def open(cls, path: Path) -> Store:
+        """Open `path`, creating a new state file if none exists; raise `StateFileError` if it is unusable."""
+        fresh = not path.exists()
+        if not fresh:
+            _check_header(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as err:
+            raise StateFileError(path, f"cannot open: {err}") from err
+        try:
+            _configure(conn)
+            if fresh:
+                _migrate(conn, 0)
+            else:
+                _verify(path, conn)
+            missing = _missing_indexes(conn)
+        except sqlite3.Error as err:
+            conn.close()
+            raise StateFileError(path, f"unreadable ({err})") from err
+        except StateFileError:
+            conn.close()
+            raise
+        return cls(path, conn, missing)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def load(self) -> StateImage:
+        """Read every record. Raises `StateFileError` if a row cannot be decoded."""
+        try:
+            return codec.load_image(self._conn)
+        except (sqlite3.Error, ValueError) as err:
+            raise StateFileError(self.path, f"unreadable records ({err})") from err
+
+    def commit(self, mutation: Mutation) -> None:
+        """Apply `mutation` in one durable transaction, or raise `CommitError` having written nothing."""
+        self._check_still_ours()
+        with self._transaction():
+            codec.write_mutation(self._conn, mutation)
+
+    def set_instance_id(self, instance_id: str) -> None:
+        with self._transaction():
+            self._conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('instance_id', ?)", (instance_id,)
+            )
+
+    def restore_indexes(self) -> None:
+        """Recreate required indexes the file lacked; raises `OwnershipConflict` while duplicates remain."""
+        if not self.missing_indexes:
+            return
+        with self._transaction():
+            for statement in MIGRATIONS[SCHEMA_VERSION]:
+                if any(name in statement for name in self.missing_indexes):
+                    self._conn.execute(statement)
+        self.missing_indexes = frozenset()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise CommitError(f"cannot begin a transaction on {self.path}: {err}") from err
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except sqlite3.IntegrityError as err:
+            self._rollback()
+            raise OwnershipConflict(f"{self.path}: {err}") from err
+        except sqlite3.Error as err:
+            self._rollback()
+            raise CommitError(f"write to {self.path} failed: {err}") from err
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            # SQLite rolls back by itself on some errors (e.g. SQLITE_FULL); then nothing is left to undo.
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+
+    def _check_still_ours(self) -> None:
+        # A removed or replaced state file keeps accepting writes through the open descriptor and loses
+        # them all at the next start. Refuse instead, so the caller's operation is not acknowledged.
+        try:
+            inode = os.stat(self.path).st_ino
+        except OSError as err:
+            raise CommitError(f"state file {self.path} is gone: {err}") from err
+        if inode != self._inode:
+            raise CommitError(f"state file {self.path} was replaced while open")
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as err:
+        raise StateFileError(path, f"cannot read: {err}") from err
+    if not header:
+        raise StateFileError(path, "the file is empty (0 bytes) but a state file was expected")
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        raise StateFileError(path, "not a SQLite database (bad header; truncated or overwritten?)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    size = path.stat().st_size
+    if page_size and pages and size < page_size * pages and not _has_wal(path):
+        raise StateFileError(path, f"truncated: {size} bytes, header promises {page_size * pages}")
+
+
+def _has_wal(path: Path) -> bool:
+    wal = path.with_name(path.name + "-wal")
+    return wal.exists() and wal.stat().st_size > 0
+
+
+def _configure(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA busy_timeout = 5000")
+
+
+def _verify(path: Path, conn: sqlite3.Connection) -> None:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if app_id != APPLICATION_ID:
+        raise StateFileError(path, "not an ipamd state file (application_id mismatch)")
+    if version > SCHEMA_VERSION:
+        raise StateFileError(
+            path, f"schema version {version} is newer than this ipamd supports ({SCHEMA_VERSION})"
+        )
+    if version < 1:
+        raise StateFileError(path, f"unknown schema version {version}")
+    problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+    if problems != ["ok"]:
+        raise StateFileError(path, "integrity check failed: " + "; ".join(problems[:5]))
+    if version < SCHEMA_VERSION:
+        _migrate(conn, version)
+
+
+def _migrate(conn: sqlite3.Connection, from_version: int) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for version in range(from_version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _missing_indexes(conn: sqlite3.Connection) -> frozenset[str]:
+    present = {
+        row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+    }
+    return frozenset(REQUIRED_INDEXES - present)

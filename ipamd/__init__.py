@@ -1,0 +1,1 @@
+"""ipamd: a node IP-address daemon for Kubernetes on AWS."""

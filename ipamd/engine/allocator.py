@@ -1,0 +1,178 @@
+"""Decisions for ADD and DEL: which addresses a new allocation takes, what a DEL releases.
+
+Pure functions of (node state, now, settings) returning the `Mutation` to commit and the answer to give
+once it has committed. They never change the state themselves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from datastore.records import (
+    AllocationKey,
+    AllocationRecord,
+    CooldownRecord,
+    IntentRecord,
+    Mutation,
+)
+from ipamd.engine.state import NodeState
+from ipamd.errors import DeleteIntentActive, NoAddressAvailable
+from ipamd.model import PodRef
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    cooldown_s: float = 30.0
+    """IP_COOLDOWN_PERIOD: a released address is not handed out again for this long."""
+    intent_ttl_s: float = 600.0
+    """How long a DEL keeps refusing ADDs for its container ID."""
+    prune_batch: int = 32
+    """Expired intents and cooldowns removed per mutation at most: the cost of a DEL stays flat."""
+
+
+def plan_assign(
+    state: NodeState,
+    key: AllocationKey,
+    pod: PodRef,
+    count: int,
+    now: float,
+    settings: EngineSettings,
+) -> tuple[Mutation, AllocationRecord]:
+    first_del = state.intents.get(key.container_id)
+    if first_del is not None and now < first_del + settings.intent_ttl_s:
+        raise DeleteIntentActive(key.container_id, first_del, first_del + settings.intent_ttl_s)
+    existing = state.allocations.get(key)
+    if existing is not None:
+        return Mutation(), existing
+    picked = pick_addresses(state, count, now, settings.cooldown_s)
+    if picked is None:
+        raise NoAddressAvailable(f"no {count} free address(es) on one ENI; the pool is growing")
+    eni_id, pairs = picked
+    record = AllocationRecord(
+        key=key,
+        addresses=tuple(a for a, _ in pairs),
+        unit_cidrs=tuple(c for _, c in pairs),
+        eni_id=eni_id,
+        created_at=now,
+        pod_namespace=pod.namespace,
+        pod_name=pod.name,
+        pod_uid=pod.uid,
+    )
+    # Taking an address ends whatever (expired) cooldown row it still had.
+    stale = tuple(a for a, _ in pairs if a in state.cooldowns)
+    return Mutation(put_allocations=(record,), delete_cooldowns=stale), record
+
+
+def pick_addresses(
+    state: NodeState, count: int, now: float, cooldown_s: float
+) -> tuple[str, list[tuple[str, str]]] | None:
+    """Pack: the fullest ENI that can serve `count` addresses, and on it the fullest units first.
+
+    "Full" counts assigned and cooling addresses, so freshly emptied units stay empty and can go back
+    to EC2 whole. Ties go to the lower device index and the lower CIDR, so the choice is deterministic.
+    """
+    # The hot loop of ADD: locals, an inlined cooling test (released_at > horizon) and no per-unit
+    # lists keep it to a few dictionary lookups per unit.
+    owner, cooldowns, units = state.owner, state.cooldowns, state.units
+    addresses_of, owned_in_unit = state.addresses_of, state.owned_in_unit
+    horizon = now - cooldown_s
+
+    def is_free(address: str) -> bool:
+        return address not in owner and cooldowns.get(address, horizon) <= horizon
+
+    best: tuple[int, str, list[tuple[int, str]]] | None = None
+    for eni_id, cidrs in state.units_by_eni.items():
+        occupied = available = 0
+        candidates: list[tuple[int, str]] = []
+        for cidr in cidrs:
+            if units[cidr].state != "active":
+                continue
+            addresses = addresses_of[cidr]
+            size = len(addresses)
+            if owned_in_unit[cidr] == size:
+                occupied += size
+                continue
+            if size == 1:
+                a = addresses[0]
+                free = 0 if a in owner or cooldowns.get(a, horizon) > horizon else 1
+            else:
+                free = sum(1 for a in addresses if is_free(a))
+            occupied += size - free
+            if free:
+                available += free
+                candidates.append((free - size, cidr))
+        if available >= count and (best is None or occupied > best[0]):
+            best = (occupied, eni_id, candidates)
+    if best is None:
+        return None
+    _, eni_id, candidates = best
+    # Fullest unit first (fewest free), then the lower CIDR.
+    chosen = [min(candidates)] if count == 1 else sorted(candidates)
+    pairs: list[tuple[str, str]] = []
+    for _, cidr in chosen:
+        pairs.extend((a, cidr) for a in addresses_of[cidr] if is_free(a))
+        if len(pairs) >= count:
+            break
+    return eni_id, pairs[:count]
+
+
+def plan_release(
+    state: NodeState, container_id: str, now: float, settings: EngineSettings
+) -> tuple[Mutation, tuple[AllocationRecord, ...]]:
+    """DEL: release every allocation of the container ID (any network, any ifname) and record the
+    delete intent. The intent keeps the time of the first DEL; only an expired one is replaced."""
+    keys = sorted(state.by_container.get(container_id, ()), key=lambda k: (k.network, k.ifname))
+    released = tuple(state.allocations[k] for k in keys)
+    first_del = state.intents.get(container_id)
+    intent_active = first_del is not None and now < first_del + settings.intent_ttl_s
+    if not released and intent_active:
+        return Mutation(), ()
+    cooling: list[CooldownRecord] = []
+    released_from: Counter[str] = Counter()
+    for alloc in released:
+        released_from.update(alloc.unit_cidrs)
+        if settings.cooldown_s > 0:
+            cooling.extend(CooldownRecord(address, now) for address in alloc.addresses)
+    # A lost unit leaves the inventory with its last owner.
+    gone = tuple(
+        cidr
+        for cidr, n in released_from.items()
+        if (unit := state.units.get(cidr)) is not None
+        and unit.state == "lost"
+        and state.owned_in_unit.get(cidr, 0) == n
+    )
+    return (
+        Mutation(
+            delete_allocations=tuple(keys),
+            delete_intents=(container_id,) if first_del is not None and not intent_active else (),
+            put_intents=() if intent_active else (IntentRecord(container_id, now),),
+            put_cooldowns=tuple(cooling),
+            delete_units=gone,
+        ),
+        released,
+    )
+
+
+def plan_pruning(state: NodeState, m: Mutation, now: float, settings: EngineSettings) -> Mutation:
+    """Add to `m` the removal of up to `prune_batch` expired intents and cooldowns, oldest first.
+
+    Both maps are insertion-ordered by time, so this looks at O(batch) entries whatever their number.
+    """
+    intents: list[str] = []
+    for cid, first_del in state.intents.items():
+        if len(intents) >= settings.prune_batch or first_del + settings.intent_ttl_s > now:
+            break
+        intents.append(cid)
+    cooldowns: list[str] = []
+    for address, released_at in state.cooldowns.items():
+        if len(cooldowns) >= settings.prune_batch or released_at + settings.cooldown_s > now:
+            break
+        cooldowns.append(address)
+    if not intents and not cooldowns:
+        return m
+    return replace(
+        m,
+        delete_intents=(*m.delete_intents, *intents),
+        delete_cooldowns=(*m.delete_cooldowns, *cooldowns),
+    )

@@ -1,0 +1,90 @@
+"""Decisions that change the inventory: ENIs and units arriving, leaving, and being returned to EC2.
+
+Every inventory change rests on evidence from EC2 (a Describe result or the answer to ipamd's own
+mutation); callers pass that evidence in. Pure functions returning the mutation to commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from datastore.records import EniRecord, Mutation, ReleasedUnitRecord, UnitKind, UnitRecord
+from ipamd.engine.state import NodeState
+from ipamd.errors import InventoryError
+
+
+def plan_add_eni(state: NodeState, eni: EniRecord) -> Mutation:
+    if eni.eni_id in state.enis:
+        return Mutation()
+    return Mutation(put_enis=(eni,))
+
+
+def plan_add_units(
+    state: NodeState, eni_id: str, cidrs: Iterable[str], kind: UnitKind, now: float
+) -> Mutation:
+    """EC2 lists these units on `eni_id`: new ones become free; a lost one is found again.
+
+    A unit ipamd is releasing is left alone (the unassign call decides its fate), and a unit that
+    was returned to EC2 and comes back is allocatable again.
+    """
+    if eni_id not in state.enis:
+        raise InventoryError(f"unknown ENI {eni_id}")
+    puts: list[UnitRecord] = []
+    for cidr in dict.fromkeys(cidrs):
+        unit = state.units.get(cidr)
+        if unit is not None and unit.eni_id != eni_id:
+            raise InventoryError(f"{cidr} is on {unit.eni_id}, not {eni_id}")
+        if unit is None or unit.state == "lost":
+            puts.append(UnitRecord(cidr, eni_id, kind, "active", now))
+    returned = tuple(u.cidr for u in puts if u.cidr in state.released)
+    return Mutation(put_units=tuple(puts), delete_released=returned)
+
+
+def plan_begin_release(
+    state: NodeState, cidrs: Iterable[str], now: float, cooldown_s: float
+) -> tuple[Mutation, tuple[str, ...]]:
+    """Mark for return to EC2 those of `cidrs` that are whole and free: no address assigned or cooling.
+
+    Marked units are never handed out; the caller calls EC2 after this commit, outside the lock.
+    """
+    chosen: list[UnitRecord] = []
+    for cidr in dict.fromkeys(cidrs):
+        unit = state.units.get(cidr)
+        if unit is None or unit.state != "active" or state.owned_in_unit.get(cidr, 0):
+            continue
+        if any(state.is_cooling(a, now, cooldown_s) for a in state.addresses_of[cidr]):
+            continue
+        chosen.append(UnitRecord(cidr, unit.eni_id, unit.kind, "releasing", now))
+    return Mutation(put_units=tuple(chosen)), tuple(u.cidr for u in chosen)
+
+
+def plan_finish_release(state: NodeState, cidrs: Iterable[str], now: float) -> Mutation:
+    """EC2 confirmed the unassign: the units leave the inventory, remembered for the grace window."""
+    gone = [u for c in dict.fromkeys(cidrs) if (u := state.units.get(c)) and u.state == "releasing"]
+    return Mutation(
+        delete_units=tuple(u.cidr for u in gone),
+        put_released=tuple(ReleasedUnitRecord(u.cidr, u.eni_id, now) for u in gone),
+    )
+
+
+def plan_abort_release(state: NodeState, cidrs: Iterable[str], now: float) -> Mutation:
+    """The unassign failed or the units are needed again: they become free."""
+    back = [u for c in dict.fromkeys(cidrs) if (u := state.units.get(c)) and u.state == "releasing"]
+    return Mutation(
+        put_units=tuple(UnitRecord(u.cidr, u.eni_id, u.kind, "active", now) for u in back)
+    )
+
+
+def plan_units_gone(state: NodeState, cidrs: Iterable[str], now: float) -> Mutation:
+    """EC2 no longer lists these units. Unowned ones leave; owned ones become lost, never free."""
+    drop: list[str] = []
+    lost: list[UnitRecord] = []
+    for cidr in dict.fromkeys(cidrs):
+        unit = state.units.get(cidr)
+        if unit is None or unit.state == "lost":
+            continue
+        if state.owned_in_unit.get(cidr, 0):
+            lost.append(UnitRecord(cidr, unit.eni_id, unit.kind, "lost", now))
+        else:
+            drop.append(cidr)
+    return Mutation(delete_units=tuple(drop), put_units=tuple(lost))

@@ -1,0 +1,78 @@
+"""Start-up: decide which loaded allocations can be trusted.
+
+A file written by ipamd cannot hold two owners of one address (a UNIQUE index forbids it), but a file
+that lost that index, was edited by hand, or was restored from elsewhere can. Failing forever on such a
+file is what turns one bad record into a node that never serves again; instead, the claim that cannot
+be trusted is set aside in quarantine, reported, and left to `ipamctl repair`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from datastore.records import (
+    AllocationKey,
+    AllocationRecord,
+    Mutation,
+    QuarantineRecord,
+    StateImage,
+)
+from ipamd.engine.state import unit_addresses
+
+
+def plan_quarantine(
+    image: StateImage, now: float, live_containers: frozenset[str] | None
+) -> tuple[Mutation, StateImage]:
+    """Return the mutation that sets untrusted allocations aside, and the image without them.
+
+    Duplicate owners: the claim backed by a live sandbox is kept when the runtime's list is known;
+    without that evidence the newest claim is kept (an address is only handed out when ipamd saw it
+    free, so the older claim is the one whose DEL went missing). Unexplained owners: an address on no
+    unit of the inventory.
+    """
+    set_aside = _duplicate_owners(image.allocations, live_containers)
+    known = {u.cidr for u in image.units}
+    for alloc in image.allocations:
+        for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
+            if cidr not in known or address not in unit_addresses(cidr):
+                set_aside.setdefault(
+                    alloc.key, (alloc, f"unexplained owner: {address} is on no unit")
+                )
+    if not set_aside:
+        return Mutation(), image
+    records = tuple(
+        QuarantineRecord(alloc.key, alloc.addresses, reason, now)
+        for alloc, reason in set_aside.values()
+    )
+    trusted = tuple(a for a in image.allocations if a.key not in set_aside)
+    mutation = Mutation(delete_allocations=tuple(set_aside), put_quarantine=records)
+    return mutation, replace(image, allocations=trusted, quarantine=(*image.quarantine, *records))
+
+
+def _duplicate_owners(
+    allocations: tuple[AllocationRecord, ...], live_containers: frozenset[str] | None
+) -> dict[AllocationKey, tuple[AllocationRecord, str]]:
+    claims: dict[str, list[AllocationRecord]] = defaultdict(list)
+    for alloc in allocations:
+        for address in alloc.addresses:
+            claims[address].append(alloc)
+    set_aside: dict[AllocationKey, tuple[AllocationRecord, str]] = {}
+    for address, allocs in claims.items():
+        if len(allocs) < 2:
+            continue
+        keeper = _keeper(allocs, live_containers)
+        kept = keeper.key.container_id if keeper else "none"
+        for alloc in allocs:
+            if alloc is not keeper:
+                set_aside[alloc.key] = (alloc, f"duplicate owner of {address} (kept: {kept})")
+    return set_aside
+
+
+def _keeper(
+    allocs: list[AllocationRecord], live_containers: frozenset[str] | None
+) -> AllocationRecord | None:
+    if live_containers is not None:
+        live = [a for a in allocs if a.key.container_id in live_containers]
+        return live[0] if len(live) == 1 else None
+    return max(allocs, key=lambda a: a.created_at)

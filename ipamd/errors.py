@@ -1,0 +1,63 @@
+"""Domain errors of ipamd. Each carries a stable `code` and the HTTP status the API maps it to; callers
+match on the type, never on the message."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class IpamdError(Exception):
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    retryable: ClassVar[bool] = False
+
+
+class BadRequest(IpamdError):
+    code = "bad_request"
+    status = 400
+
+
+class DeleteIntentActive(IpamdError):
+    """ADD for a container ID whose DEL already arrived: the runtime has given up on that sandbox."""
+
+    code = "delete_intent"
+    status = 409
+
+    def __init__(self, container_id: str, first_del_at: float, expires_at: float) -> None:
+        self.container_id = container_id
+        self.first_del_at = first_del_at
+        self.expires_at = expires_at
+        super().__init__(
+            f"container {container_id} was deleted at {first_del_at:.3f}; "
+            f"ADD for it is refused until {expires_at:.3f}"
+        )
+
+
+class NoAddressAvailable(IpamdError):
+    """The warm pool has no free address right now; the pool grows and the runtime retries."""
+
+    code = "no_address"
+    status = 503
+    retryable = True
+
+
+class StateUnavailable(IpamdError):
+    """The state file is unusable; ipamd fails closed instead of starting empty."""
+
+    code = "state_unavailable"
+    status = 503
+
+
+class StoreWriteFailed(IpamdError):
+    """The change could not be made durable, so it was not made at all."""
+
+    code = "store_write_failed"
+    status = 503
+    retryable = True
+
+
+class InventoryError(IpamdError):
+    """An inventory change that contradicts the current view (unknown ENI, unit already present)."""
+
+    code = "inventory_conflict"
+    status = 409

@@ -1,0 +1,59 @@
+"""Domain values shared across the daemon: address states, pod references, pool snapshots.
+
+Pure values: no I/O, no asyncio.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class AddressState(enum.StrEnum):
+    FREE = "free"
+    """On an ENI per EC2, no owner: assignable, and returnable to EC2 once its whole unit is free."""
+    ASSIGNED = "assigned"
+    """Owned by exactly one allocation."""
+    COOLING = "cooling"
+    """Released by a pod less than IP_COOLDOWN_PERIOD ago: neither assignable nor returnable."""
+    RELEASING = "releasing"
+    """Chosen to go back to EC2; the unassign call is in flight. Never handed out."""
+    LOST = "lost"
+    """Owned, but EC2 no longer lists it. Never handed out; the owner's DEL clears it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnitView:
+    cidr: str
+    kind: str
+    state: str
+    addresses: tuple[tuple[str, AddressState], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EniView:
+    eni_id: str
+    device_index: int
+    subnet_id: str
+    is_primary: bool
+    units: tuple[UnitView, ...]
+    counts: dict[AddressState, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """One consistent view of the node's pool, taken at `taken_at` without interleaving any change."""
+
+    taken_at: float
+    enis: tuple[EniView, ...]
+    counts: dict[AddressState, int]
+    allocations: int
+    intents: int
+    quarantined: int
