@@ -1,0 +1,286 @@
+"""Configuration: every ipamd setting, parsed and validated once, from an environment mapping.
+
+This module owns the settings: their names, types, defaults, units, meanings and VPC CNI equivalents
+(each declared once, on its `Config` field), how each is parsed and checked, the rules between them,
+and the Markdown table in docs/configuration.md generated from the same declarations. It is the only
+code that interprets environment variables: `ipamd.main` passes `os.environ` to `Config.from_env` at
+start and hands the frozen `Config` to everything else.
+
+It must not do I/O other than reading the mapping it is given (no files, sockets, clocks or logging)
+and must not import asyncio. It never falls back silently: a value that does not parse is an error,
+reported together with every other bad value in one `ConfigError`. An empty value counts as unset,
+because Kubernetes manifests often set variables to "".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+from ipamd.config_kinds import (
+    BOOL,
+    COUNT,
+    GRACE,
+    INSTANCE_TYPE,
+    INTERVAL,
+    REGION,
+    SOCKET,
+    HostPort,
+    Kind,
+    Tags,
+    choice,
+    integer,
+    parse_endpoint,
+    parse_host_port,
+    parse_tags,
+    show_tags,
+)
+
+LogFormat = Literal["auto", "json", "text"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+_SETTING_KEY = "ipamd.setting"
+
+
+class ConfigError(ValueError):
+    """Every problem found in the configuration; `str()` gives one per line."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        super().__init__(self.problems)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One environment variable and the `Config` field it fills."""
+
+    env: str
+    kind: Kind
+    default: str  # in environment form; "" = unset
+    unit: str
+    vpc_cni: str  # the VPC CNI equivalent (Markdown)
+    doc: str  # meaning (Markdown)
+    embedded_default: str | None = None  # default under `ipamd run --embedded`
+    field: str = ""  # filled in from the Config field that declares it
+
+    def default_for(self, embedded: bool) -> str:
+        if embedded and self.embedded_default is not None:
+            return self.embedded_default
+        return self.default
+
+
+def _setting(
+    env: str, kind: Kind, default: str, unit: str, vpc: str, doc: str, embedded: str | None = None
+) -> dict[str, Setting]:
+    """Field metadata declaring one setting (`embedded` is the default under --embedded)."""
+    return {_SETTING_KEY: Setting(env, kind, default, unit, vpc, doc, embedded)}
+
+
+# --- the settings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The effective configuration. Each field's metadata declares its environment variable,
+    default, unit, meaning and VPC CNI equivalent; `SETTINGS` lists them in this order and
+    docs/configuration.md shows them. Durations are float seconds, except where VPC CNI takes
+    integer seconds."""
+
+    # fmt: off
+    # VPC CNI knobs, with VPC CNI's meanings.
+    warm_eni_target: int = field(metadata=_setting(
+        "WARM_ENI_TARGET", COUNT, "1", "ENIs", "`WARM_ENI_TARGET` (invalid values become 1)",
+        "Keep this many ENIs' worth of free addresses. Ignored when WARM_IP_TARGET or "
+        "MINIMUM_IP_TARGET is set."))
+    warm_ip_target: int = field(metadata=_setting(
+        "WARM_IP_TARGET", COUNT, "0", "addresses", "`WARM_IP_TARGET` (invalid values become 0)",
+        "Free addresses to keep; 0 = unset. When set, WARM_ENI_TARGET and WARM_PREFIX_TARGET "
+        "are ignored."))
+    minimum_ip_target: int = field(metadata=_setting(
+        "MINIMUM_IP_TARGET", COUNT, "0", "addresses", "`MINIMUM_IP_TARGET`",
+        "Floor on the addresses held by the node; 0 = unset. Set without WARM_IP_TARGET, the pool "
+        "stays at this floor, as in VPC CNI."))
+    warm_prefix_target: int = field(metadata=_setting(
+        "WARM_PREFIX_TARGET", COUNT, "1", "prefixes",
+        "`WARM_PREFIX_TARGET` (code default 0, manifest 1)",
+        "Prefix mode: free /28 prefixes to keep. Ignored when WARM_IP_TARGET or "
+        "MINIMUM_IP_TARGET is set."))
+    enable_prefix_delegation: bool = field(metadata=_setting(
+        "ENABLE_PREFIX_DELEGATION", BOOL, "false", "", "`ENABLE_PREFIX_DELEGATION`",
+        "Assign /28 prefixes (16 addresses each) instead of secondary IPs. Needs WARM_IP_TARGET, "
+        "WARM_PREFIX_TARGET or MINIMUM_IP_TARGET > 0, as VPC CNI's entrypoint does."))
+    max_eni: int | None = field(metadata=_setting(
+        "MAX_ENI", integer(1, none="-1", hint=", or -1 for no cap"), "-1", "ENIs",
+        "`MAX_ENI` (values < 1 ignored)",
+        "Cap on the node's ENIs below the instance type's limit; -1 = no cap."))
+    ip_cooldown_period_s: int = field(metadata=_setting(
+        "IP_COOLDOWN_PERIOD", COUNT, "30", "s (integer)", "`IP_COOLDOWN_PERIOD`",
+        "A released address is not handed to another pod for this long, so that kube-proxy and "
+        "network policy forget it first; an ENI with cooling addresses is not freed."))
+    cluster_name: str = field(metadata=_setting(
+        "CLUSTER_NAME", Kind(str), "", "", "`CLUSTER_NAME`",
+        "Cluster name, written as a tag on the ENIs ipamd creates."))
+    aws_region: str | None = field(metadata=_setting(
+        "AWS_REGION", REGION, "", "", "none (region from IMDS)",
+        "EC2 region; unset = the instance's region, from IMDS."))
+    ec2_endpoint: str | None = field(metadata=_setting(
+        "AWS_EC2_ENDPOINT", Kind(parse_endpoint, lambda value: value or ""), "", "",
+        "`AWS_EC2_ENDPOINT`", "EC2 endpoint URL (http:// or https://); unset = the region's."))
+    ec2_http_timeout_s: int = field(metadata=_setting(
+        "HTTP_TIMEOUT", integer(10), "10", "s (integer)", "`HTTP_TIMEOUT` (values < 10 become 10)",
+        "Timeout of each HTTP request to EC2; at least 10."))
+    additional_eni_tags: Tags = field(metadata=_setting(
+        "ADDITIONAL_ENI_TAGS", Kind(parse_tags, show_tags), "{}", "",
+        "`ADDITIONAL_ENI_TAGS` (reserved keys dropped silently)",
+        "JSON object of extra tags for the ENIs ipamd creates. Keys containing "
+        "`k8s.amazonaws.com` or starting with `aws:` are errors."))
+    disable_leaked_eni_cleanup: bool = field(metadata=_setting(
+        "DISABLE_LEAKED_ENI_CLEANUP", BOOL, "false", "", "`DISABLE_LEAKED_ENI_CLEANUP`",
+        "Turn off ENI GC (deleting detached ENIs that ipamd created for this instance)."))
+    disable_metrics: bool = field(metadata=_setting(
+        "DISABLE_METRICS", BOOL, "false", "", "`DISABLE_METRICS`",
+        "Do not serve Prometheus metrics."))
+
+    # ipamd's own settings.
+    socket_path: str = field(metadata=_setting(
+        "IPAMD_SOCKET", SOCKET, "/run/ipamd/ipamd.sock", "", "none (gRPC on its own socket)",
+        "Unix socket of the local HTTP API used by ipamd-cni and ipamctl.", "./.run/ipamd.sock"))
+    state_dir: str = field(metadata=_setting(
+        "IPAMD_STATE_DIR", Kind(str), "/var/lib/ipamd", "",
+        "`AWS_VPC_K8S_CNI_BACKING_STORE` (a JSON file)",
+        "Directory of the SQLite state file.", "./.run/state"))
+    metrics_addr: HostPort = field(metadata=_setting(
+        "IPAMD_METRICS_ADDR", Kind(parse_host_port), "127.0.0.1:61678", "",
+        "none (`:61678` on all interfaces)",
+        "Listen address of the Prometheus metrics endpoint: host:port, `[::1]:61678` for IPv6."))
+    cri_socket_path: str = field(metadata=_setting(
+        "IPAMD_CRI_SOCKET", SOCKET, "/run/containerd/containerd.sock", "", "none",
+        "CRI socket of the container runtime; the runtime leak GC lists pod sandboxes there."))
+    embedded_instance_type: str = field(metadata=_setting(
+        "IPAMD_EMBEDDED_INSTANCE_TYPE", INSTANCE_TYPE, "m5.large", "", "none",
+        "Instance type of the simulated instance under `ipamd run --embedded`."))
+    max_pods_override: int | None = field(metadata=_setting(
+        "IPAMD_MAX_PODS", integer(1, none=""), "", "pods", "none (node's pod capacity)",
+        "Max pods of the node; unset = computed from the instance type's limits "
+        "(ENIs * (IPv4 per ENI - 1) + 2, or the prefix-mode equivalent)."))
+    log_format: LogFormat = field(metadata=_setting(
+        "IPAMD_LOG_FORMAT", choice("auto", "json", "text"), "auto", "", "none (always JSON)",
+        "Log format: `json`, `text`, or `auto` (text on a terminal, JSON otherwise)."))
+    log_level: LogLevel = field(metadata=_setting(
+        "IPAMD_LOG_LEVEL", choice("debug", "info", "warning", "error"), "info", "",
+        "`AWS_VPC_K8S_CNI_LOGLEVEL` (default Debug)",
+        "Log level: debug, info, warning or error, in any case."))
+    prefix_fallback_to_ips: bool = field(metadata=_setting(
+        "IPAMD_PREFIX_FALLBACK_TO_IPS", BOOL, "false", "", "none (growth stops)",
+        "Prefix mode: when the subnet has no free /28 left, grow with secondary IPs instead."))
+
+    # Grace windows and intervals.
+    delete_intent_ttl_s: float = field(metadata=_setting(
+        "IPAMD_DELETE_INTENT_TTL", INTERVAL, "600", "s", "none",
+        "Lifetime of a delete intent. Until it expires, an ADD for a deleted container is "
+        "refused, so a late or retried ADD cannot take an address for a sandbox that is gone."))
+    pool_interval_s: float = field(metadata=_setting(
+        "IPAMD_POOL_INTERVAL", INTERVAL, "5", "s", "`ipPoolMonitorInterval` (5 s, fixed)",
+        "Period of the pool check (grow or shrink). An empty pool grows at once, not on the "
+        "next tick."))
+    shrink_interval_s: float = field(metadata=_setting(
+        "IPAMD_SHRINK_INTERVAL", INTERVAL, "30", "s", "`decreaseIPPoolInterval` (30 s, fixed)",
+        "Least time between two shrinks, so that a burst of DELs before ADDs does not send "
+        "addresses back to EC2 only to request them again."))
+    ec2_reconcile_interval_s: float = field(metadata=_setting(
+        "IPAMD_EC2_RECONCILE_INTERVAL", INTERVAL, "60", "s",
+        "`nodeIPPoolReconcileInterval` (60 s, fixed)",
+        "Period of the EC2 drift reconcile, which also runs whenever the IMDS hint disagrees."))
+    imds_hint_interval_s: float = field(metadata=_setting(
+        "IPAMD_IMDS_HINT_INTERVAL", INTERVAL, "5", "s", "none",
+        "Period of the cheap IMDS comparison, which can only trigger an EC2 reconcile."))
+    reconcile_grace_s: float = field(metadata=_setting(
+        "IPAMD_RECONCILE_GRACE", GRACE, "60", "s", "`ipReconcileCooldown` (60 s, fixed)",
+        "Units ipamd added or released within this window are left alone by drift reconcile: "
+        "EC2 and IMDS are eventually consistent and may still show the old state."))
+    leak_gc_interval_s: float = field(metadata=_setting(
+        "IPAMD_LEAK_GC_INTERVAL", INTERVAL, "60", "s", "none",
+        "Period of the runtime leak GC, which compares allocations with the runtime's sandboxes."))
+    leak_grace_s: float = field(metadata=_setting(
+        "IPAMD_LEAK_GRACE", GRACE, "120", "s", "none",
+        "An allocation younger than this is never treated as leaked: its sandbox may not be "
+        "listed by the runtime yet."))
+    eni_gc_interval_s: float = field(metadata=_setting(
+        "IPAMD_ENI_GC_INTERVAL", INTERVAL, "3600", "s", "leaked-ENI sweep (1 h, fixed)",
+        "Period of ENI GC, which deletes detached ENIs that ipamd created for this instance."))
+    eni_gc_grace_s: float = field(metadata=_setting(
+        "IPAMD_ENI_GC_GRACE", GRACE, "300", "s", "`eniDeleteCooldownTime` (5 min, fixed)",
+        "A detached ENI younger than this is kept: it may be between create and attach."))
+    min_eni_lifetime_s: float = field(metadata=_setting(
+        "IPAMD_MIN_ENI_LIFETIME", GRACE, "60", "s", "`minENILifeTime` (60 s, fixed)",
+        "An ENI attached less than this long ago is not freed, so a short dip in demand does "
+        "not undo a fresh attach."))
+    subnet_exhausted_cooldown_s: float = field(metadata=_setting(
+        "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
+        "`insufficientCidrErrorCooldown` (2 min, fixed)",
+        "After EC2 reports the subnet out of addresses, growth waits this long before retrying."))
+    ec2_call_timeout_s: float = field(metadata=_setting(
+        "IPAMD_EC2_CALL_TIMEOUT", INTERVAL, "10", "s", "none",
+        "Deadline on each EC2 call ipamd awaits, so a hung call cannot stall a task."))
+    # fmt: on
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], *, embedded: bool = False) -> Config:
+        """Parse every setting from `environ`; raise `ConfigError` listing every problem found.
+
+        `embedded` selects the defaults of `ipamd run --embedded`; a value in `environ` always wins.
+        """
+        values: dict[str, Any] = {}
+        texts: dict[str, str] = {}
+        problems: list[str] = []
+        for setting in SETTINGS:
+            text = environ.get(setting.env) or setting.default_for(embedded)
+            texts[setting.env] = text
+            try:
+                values[setting.field] = setting.kind.parse(text)
+            except ValueError as exc:
+                problems.append(f"{setting.env}={text!r}: {exc}")
+        problems += _cross_field_problems(values, texts)
+        if problems:
+            raise ConfigError(problems)
+        return cls(**values)
+
+    def describe(self) -> dict[str, str]:
+        """The effective configuration by variable name, in a form `from_env` accepts back."""
+        return {s.env: s.kind.show(getattr(self, s.field)) for s in SETTINGS}
+
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    replace(f.metadata[_SETTING_KEY], field=f.name) for f in fields(Config)
+)
+
+
+def _cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) -> list[str]:
+    """Rules between settings, checked only when the settings involved parsed."""
+    targets = ("warm_ip_target", "warm_prefix_target", "minimum_ip_target")
+    if values.get("enable_prefix_delegation") is True and all(values.get(t) == 0 for t in targets):
+        # VPC CNI's entrypoint refuses this too: prefix mode with no target never grows the pool.
+        text = texts["ENABLE_PREFIX_DELEGATION"]
+        return [
+            f"ENABLE_PREFIX_DELEGATION={text!r}: prefix mode needs WARM_PREFIX_TARGET, "
+            "WARM_IP_TARGET or MINIMUM_IP_TARGET > 0 (all are 0)"
+        ]
+    return []
+
+
+def render_settings_table() -> str:
+    """The Markdown table of all settings, as docs/configuration.md carries it."""
+    rows = [
+        ("Variable", "Default", "Unit", "Meaning", "VPC CNI equivalent"),
+        ("---",) * 5,
+    ]
+    for s in SETTINGS:
+        default = f"`{s.default}`" if s.default else "unset"
+        if s.embedded_default is not None:
+            default += f" (embedded: `{s.embedded_default}`)"
+        rows.append((f"`{s.env}`", default, s.unit, s.doc, s.vpc_cni))
+    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |\n" for row in rows)

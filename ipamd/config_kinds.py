@@ -1,0 +1,207 @@
+"""Kinds of setting values: how environment text becomes a typed value and back.
+
+Owns the parsers and checks for counts, booleans, durations, socket paths, endpoints, listen addresses
+and ENI tags. Each parser raises `ValueError("must be ...")` saying what is expected. No I/O, no asyncio.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlsplit
+
+SUN_PATH_MAX = 107  # bytes in sockaddr_un.sun_path, less the terminating NUL
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A TCP listen address; an IPv6 host is kept without brackets."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How a setting's text becomes a value (`parse`) and back (`show`, which `parse` accepts)."""
+
+    parse: Callable[[str], Any]  # raises ValueError("must be ...") saying what is expected
+    show: Callable[[Any], str] = str
+
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # Go's strconv.ParseBool
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def _parse_bool(text: str) -> bool:
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ValueError("must be a boolean: true/false, True/False, TRUE/FALSE, t/f, T/F or 1/0")
+
+
+BOOL = Kind(_parse_bool, lambda value: "true" if value else "false")
+_INT = re.compile(r"[+-]?[0-9]{1,18}")
+
+
+def integer(low: int, *, none: str | None = None, hint: str = "") -> Kind:
+    """An integer >= `low`; the text `none` (if given) stands for None."""
+    expected = f"must be an integer >= {low}{hint}"
+
+    def parse(text: str) -> int | None:
+        if text == none:
+            return None
+        if not _INT.fullmatch(text) or int(text) < low:
+            raise ValueError(expected)
+        return int(text)
+
+    return Kind(parse, lambda value: str(none) if value is None else str(value))
+
+
+_DURATION = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<unit>ms|s|m|h)?")
+_UNIT_SECONDS = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
+
+
+def _show_seconds(value: float) -> str:
+    text = format(Decimal(repr(value)), "f")  # positional, so that _DURATION accepts it back
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _duration(*, positive: bool) -> Kind:
+    """Seconds as a float, from `30`, `2.5`, `500ms`, `10s`, `10m` or `1h`."""
+    expected = (
+        f"must be a duration {'> 0' if positive else '>= 0'}: "
+        "seconds (30, 2.5) or a number with unit ms, s, m or h (10m)"
+    )
+
+    def parse(text: str) -> float:
+        match = _DURATION.fullmatch(text)
+        if match is None:
+            raise ValueError(expected)
+        seconds = float(Decimal(match["number"]) * _UNIT_SECONDS[match["unit"] or "s"])
+        if not math.isfinite(seconds) or (positive and seconds == 0):
+            raise ValueError(expected)
+        return seconds
+
+    return Kind(parse, _show_seconds)
+
+
+def choice(*options: str) -> Kind:
+    expected = f"must be one of {', '.join(options)} (any case)"
+
+    def parse(text: str) -> str:
+        if text.lower() not in options:
+            raise ValueError(expected)
+        return text.lower()
+
+    return Kind(parse)
+
+
+def _matching(pattern: str, expected: str, *, optional: bool = False) -> Kind:
+    """Text matching `pattern`; if `optional`, empty text is None."""
+    regex = re.compile(pattern)
+
+    def parse(text: str) -> str | None:
+        if optional and not text:
+            return None
+        if not regex.fullmatch(text):
+            raise ValueError(expected)
+        return text
+
+    return Kind(parse, lambda value: value or "")
+
+
+def _parse_socket_path(text: str) -> str:
+    if len(text.encode()) > SUN_PATH_MAX:
+        raise ValueError(f"must be a unix socket path of at most {SUN_PATH_MAX} bytes")
+    return text
+
+
+def parse_endpoint(text: str) -> str | None:
+    if not text:
+        return None
+    try:
+        parts = urlsplit(text)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a malformed IPv6 host or port
+        valid = False
+    if not valid:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return text
+
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+def parse_host_port(text: str) -> HostPort:
+    expected = "must be host:port with port 1..65535 (an IPv6 host in brackets: [::1]:61678)"
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(expected) from None
+    elif not _HOSTNAME.fullmatch(host):
+        raise ValueError(expected)
+    if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+        raise ValueError(expected)
+    return HostPort(host, int(port))
+
+
+Tags = tuple[tuple[str, str], ...]
+
+
+def _tag_problem(key: str, value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"the value of tag {key!r} must be a string"
+    if "k8s.amazonaws.com" in key:
+        return f"tag key {key!r} is reserved: keys containing k8s.amazonaws.com are set by ipamd"
+    if key.lower().startswith("aws:"):
+        return f"tag key {key!r} is reserved: the aws: prefix belongs to AWS"
+    if not 1 <= len(key) <= 128 or len(value) > 256:
+        return f"tag {key!r} is too long: keys take 1..128 characters, values up to 256"
+    return None
+
+
+def parse_tags(text: str) -> Tags:
+    expected = 'must be a JSON object of string keys to string values, like {"team": "net"}'
+    try:
+        pairs = json.loads(text, object_pairs_hook=tuple)  # objects become pair tuples
+    except json.JSONDecodeError:
+        raise ValueError(expected) from None
+    if not isinstance(pairs, tuple):
+        raise ValueError(expected)
+    keys = [key for key, _ in pairs]
+    for key, value in pairs:
+        problem = _tag_problem(key, value)
+        if problem is None and keys.count(key) > 1:
+            problem = f"tag key {key!r} appears twice"
+        if problem is not None:
+            raise ValueError(problem)
+    return tuple(pairs)
+
+
+def show_tags(tags: Tags) -> str:
+    return json.dumps(dict(tags), separators=(",", ":"), ensure_ascii=False)
+
+
+COUNT = integer(0)
+SOCKET = Kind(_parse_socket_path)
+INTERVAL = _duration(positive=True)
+GRACE = _duration(positive=False)
+REGION = _matching(
+    r"[a-z]+(?:-[a-z]+)*-[0-9]+", "must be an AWS region like us-east-1", optional=True
+)
+INSTANCE_TYPE = _matching(
+    r"[a-z][a-z0-9-]*\.[a-z0-9-]+", "must be an EC2 instance type like m5.large (family.size)"
+)

@@ -1,0 +1,338 @@
+"""Tests for ipamd.config: defaults, parsing of each kind of value, error collection, docs in sync."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ipamd.config import SETTINGS, Config, ConfigError, render_settings_table
+from ipamd.config_kinds import HostPort
+
+TAGS = (("team", "net"), ("env", "x"))
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def problems_of(environ: dict[str, str]) -> tuple[str, ...]:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env(environ)
+    return caught.value.problems
+
+
+def test_defaults_from_an_empty_mapping() -> None:
+    config = Config.from_env({})
+
+    assert config == Config(
+        warm_eni_target=1,
+        warm_ip_target=0,
+        minimum_ip_target=0,
+        warm_prefix_target=1,
+        enable_prefix_delegation=False,
+        max_eni=None,
+        ip_cooldown_period_s=30,
+        cluster_name="",
+        aws_region=None,
+        ec2_endpoint=None,
+        ec2_http_timeout_s=10,
+        additional_eni_tags=(),
+        disable_leaked_eni_cleanup=False,
+        disable_metrics=False,
+        socket_path="/run/ipamd/ipamd.sock",
+        state_dir="/var/lib/ipamd",
+        metrics_addr=HostPort("127.0.0.1", 61678),
+        cri_socket_path="/run/containerd/containerd.sock",
+        embedded_instance_type="m5.large",
+        max_pods_override=None,
+        log_format="auto",
+        log_level="info",
+        prefix_fallback_to_ips=False,
+        delete_intent_ttl_s=600.0,
+        pool_interval_s=5.0,
+        shrink_interval_s=30.0,
+        ec2_reconcile_interval_s=60.0,
+        imds_hint_interval_s=5.0,
+        reconcile_grace_s=60.0,
+        leak_gc_interval_s=60.0,
+        leak_grace_s=120.0,
+        eni_gc_interval_s=3600.0,
+        eni_gc_grace_s=300.0,
+        min_eni_lifetime_s=60.0,
+        subnet_exhausted_cooldown_s=120.0,
+        ec2_call_timeout_s=10.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "text", "field", "expected"),
+    [
+        ("WARM_ENI_TARGET", "3", "warm_eni_target", 3),
+        ("WARM_ENI_TARGET", "0", "warm_eni_target", 0),
+        ("WARM_IP_TARGET", "5", "warm_ip_target", 5),
+        ("MINIMUM_IP_TARGET", "+10", "minimum_ip_target", 10),
+        ("WARM_PREFIX_TARGET", "2", "warm_prefix_target", 2),
+        ("ENABLE_PREFIX_DELEGATION", "true", "enable_prefix_delegation", True),
+        ("MAX_ENI", "4", "max_eni", 4),
+        ("MAX_ENI", "-1", "max_eni", None),
+        ("IP_COOLDOWN_PERIOD", "0", "ip_cooldown_period_s", 0),
+        ("IP_COOLDOWN_PERIOD", "45", "ip_cooldown_period_s", 45),
+        ("CLUSTER_NAME", "prod-eu", "cluster_name", "prod-eu"),
+        ("AWS_REGION", "eu-west-1", "aws_region", "eu-west-1"),
+        ("AWS_REGION", "us-gov-west-1", "aws_region", "us-gov-west-1"),
+        ("AWS_EC2_ENDPOINT", "https://ec2.example.com", "ec2_endpoint", "https://ec2.example.com"),
+        ("AWS_EC2_ENDPOINT", "http://127.0.0.1:5000", "ec2_endpoint", "http://127.0.0.1:5000"),
+        ("HTTP_TIMEOUT", "30", "ec2_http_timeout_s", 30),
+        ("ADDITIONAL_ENI_TAGS", '{"team": "net", "env": "x"}', "additional_eni_tags", TAGS),
+        ("DISABLE_LEAKED_ENI_CLEANUP", "1", "disable_leaked_eni_cleanup", True),
+        ("DISABLE_METRICS", "TRUE", "disable_metrics", True),
+    ],
+)
+def test_vpc_cni_knobs_are_parsed(env: str, text: str, field: str, expected: object) -> None:
+    config = Config.from_env({env: text})
+
+    assert getattr(config, field) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "text", "field", "expected"),
+    [
+        ("IPAMD_METRICS_ADDR", "0.0.0.0:9100", "metrics_addr", HostPort("0.0.0.0", 9100)),
+        ("IPAMD_METRICS_ADDR", "[::1]:61678", "metrics_addr", HostPort("::1", 61678)),
+        ("IPAMD_METRICS_ADDR", "localhost:1", "metrics_addr", HostPort("localhost", 1)),
+        ("IPAMD_CRI_SOCKET", "/run/crio/crio.sock", "cri_socket_path", "/run/crio/crio.sock"),
+        (
+            "IPAMD_EMBEDDED_INSTANCE_TYPE",
+            "c7gn.16xlarge",
+            "embedded_instance_type",
+            "c7gn.16xlarge",
+        ),
+        ("IPAMD_MAX_PODS", "110", "max_pods_override", 110),
+        ("IPAMD_LOG_FORMAT", "JSON", "log_format", "json"),
+        ("IPAMD_LOG_LEVEL", "Debug", "log_level", "debug"),
+        ("IPAMD_PREFIX_FALLBACK_TO_IPS", "t", "prefix_fallback_to_ips", True),
+    ],
+)
+def test_ipamd_settings_are_parsed(env: str, text: str, field: str, expected: object) -> None:
+    assert getattr(Config.from_env({env: text}), field) == expected
+
+
+def test_metrics_addr_renders_ipv6_in_brackets() -> None:
+    assert str(HostPort("::1", 61678)) == "[::1]:61678"
+    assert str(HostPort("127.0.0.1", 61678)) == "127.0.0.1:61678"
+
+
+@pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
+def test_booleans_accept_go_true_forms(text: str) -> None:
+    assert Config.from_env({"DISABLE_METRICS": text}).disable_metrics is True
+
+
+@pytest.mark.parametrize("text", ["0", "f", "F", "FALSE", "false", "False"])
+def test_booleans_accept_go_false_forms(text: str) -> None:
+    assert Config.from_env({"DISABLE_METRICS": text}).disable_metrics is False
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 30.0),
+        ("2.5", 2.5),
+        (".5", 0.5),
+        ("500ms", 0.5),
+        ("100ms", 0.1),
+        ("10s", 10.0),
+        ("10m", 600.0),
+        ("1.5m", 90.0),
+        ("2h", 7200.0),
+    ],
+)
+def test_duration_forms(text: str, seconds: float) -> None:
+    assert Config.from_env({"IPAMD_DELETE_INTENT_TTL": text}).delete_intent_ttl_s == seconds
+
+
+def test_grace_windows_may_be_zero_but_intervals_may_not() -> None:
+    config = Config.from_env({"IPAMD_LEAK_GRACE": "0", "IPAMD_RECONCILE_GRACE": "0s"})
+    assert (config.leak_grace_s, config.reconcile_grace_s) == (0.0, 0.0)
+
+    problems = problems_of({"IPAMD_POOL_INTERVAL": "0", "IPAMD_DELETE_INTENT_TTL": "0ms"})
+    assert [p.split("=")[0] for p in problems] == ["IPAMD_DELETE_INTENT_TTL", "IPAMD_POOL_INTERVAL"]
+    assert all("> 0" in p for p in problems)
+
+
+def test_embedded_mode_changes_socket_and_state_defaults_only() -> None:
+    plain = Config.from_env({})
+    embedded = Config.from_env({}, embedded=True)
+
+    assert (embedded.socket_path, embedded.state_dir) == ("./.run/ipamd.sock", "./.run/state")
+    rest = dataclasses.replace(embedded, socket_path=plain.socket_path, state_dir=plain.state_dir)
+    assert rest == plain
+
+
+def test_explicit_values_win_over_embedded_defaults() -> None:
+    environ = {"IPAMD_SOCKET": "/tmp/x/ipamd.sock", "IPAMD_STATE_DIR": "/tmp/x/state"}
+
+    config = Config.from_env(environ, embedded=True)
+
+    assert (config.socket_path, config.state_dir) == ("/tmp/x/ipamd.sock", "/tmp/x/state")
+
+
+def test_all_bad_values_are_reported_in_one_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({"WARM_IP_TARGET": "-3", "MAX_ENI": "abc"})
+
+    error = caught.value
+    assert isinstance(error, ValueError)
+    assert error.problems == (
+        "WARM_IP_TARGET='-3': must be an integer >= 0",
+        "MAX_ENI='abc': must be an integer >= 1, or -1 for no cap",
+    )
+    assert str(error).splitlines() == list(error.problems)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"WARM_ENI_TARGET": "abc"}, "WARM_ENI_TARGET='abc': must be an integer >= 0"),
+        ({"WARM_PREFIX_TARGET": "1.5"}, "WARM_PREFIX_TARGET='1.5': must be an integer >= 0"),
+        ({"IP_COOLDOWN_PERIOD": "30s"}, "IP_COOLDOWN_PERIOD='30s': must be an integer >= 0"),
+        ({"ENABLE_PREFIX_DELEGATION": "yes"}, "ENABLE_PREFIX_DELEGATION='yes': must be a boolean"),
+        ({"DISABLE_METRICS": " true"}, "DISABLE_METRICS=' true': must be a boolean"),
+        ({"IPAMD_LEAK_GRACE": "-1"}, "IPAMD_LEAK_GRACE='-1': must be a duration >= 0"),
+        ({"IPAMD_LEAK_GRACE": "10d"}, "IPAMD_LEAK_GRACE='10d': must be a duration >= 0"),
+        ({"IPAMD_LEAK_GRACE": "9" * 400}, "must be a duration >= 0"),
+        ({"IPAMD_POOL_INTERVAL": "0"}, "IPAMD_POOL_INTERVAL='0': must be a duration > 0"),
+        ({"IPAMD_METRICS_ADDR": "127.0.0.1:0"}, "IPAMD_METRICS_ADDR='127.0.0.1:0': must be host"),
+        ({"IPAMD_METRICS_ADDR": "127.0.0.1:65536"}, "port 1..65535"),
+        ({"IPAMD_METRICS_ADDR": "61678"}, "IPAMD_METRICS_ADDR='61678': must be host:port"),
+        ({"IPAMD_METRICS_ADDR": "::1:61678"}, "an IPv6 host in brackets"),
+        ({"IPAMD_METRICS_ADDR": "[nope]:61678"}, "IPAMD_METRICS_ADDR='[nope]:61678'"),
+        ({"ADDITIONAL_ENI_TAGS": "{bad"}, "ADDITIONAL_ENI_TAGS='{bad': must be a JSON object"),
+        ({"ADDITIONAL_ENI_TAGS": '["a"]'}, "must be a JSON object of string keys"),
+        ({"ADDITIONAL_ENI_TAGS": '{"a": 1}'}, "the value of tag 'a' must be a string"),
+        ({"ADDITIONAL_ENI_TAGS": '{"a": {"b": "c"}}'}, "the value of tag 'a' must be a string"),
+        ({"ADDITIONAL_ENI_TAGS": '{"node.k8s.amazonaws.com/x": "y"}'}, "is reserved"),
+        ({"ADDITIONAL_ENI_TAGS": '{"aws:owner": "me"}'}, "the aws: prefix belongs to AWS"),
+        ({"ADDITIONAL_ENI_TAGS": '{"a": "1", "a": "2"}'}, "tag key 'a' appears twice"),
+        ({"ADDITIONAL_ENI_TAGS": '{"a": "' + "v" * 257 + '"}'}, "is too long"),
+        ({"HTTP_TIMEOUT": "5"}, "HTTP_TIMEOUT='5': must be an integer >= 10"),
+        ({"MAX_ENI": "0"}, "MAX_ENI='0': must be an integer >= 1, or -1 for no cap"),
+        ({"MAX_ENI": "-2"}, "MAX_ENI='-2': must be an integer >= 1"),
+        ({"IPAMD_MAX_PODS": "0"}, "IPAMD_MAX_PODS='0': must be an integer >= 1"),
+        ({"AWS_EC2_ENDPOINT": "ec2.example.com"}, "must be an http:// or https:// URL"),
+        ({"AWS_EC2_ENDPOINT": "https://"}, "must be an http:// or https:// URL with a host"),
+        ({"AWS_EC2_ENDPOINT": "https://h:port"}, "must be an http:// or https:// URL"),
+        ({"AWS_REGION": "US-EAST-1"}, "AWS_REGION='US-EAST-1': must be an AWS region"),
+        ({"IPAMD_EMBEDDED_INSTANCE_TYPE": "large"}, "must be an EC2 instance type"),
+        ({"IPAMD_LOG_FORMAT": "xml"}, "IPAMD_LOG_FORMAT='xml': must be one of auto, json, text"),
+        ({"IPAMD_LOG_LEVEL": "trace"}, "must be one of debug, info, warning, error"),
+        ({"IPAMD_SOCKET": "/" + "s" * 200}, "must be a unix socket path of at most 107 bytes"),
+        (
+            {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "0"},
+            "ENABLE_PREFIX_DELEGATION='true': prefix mode needs WARM_PREFIX_TARGET, "
+            "WARM_IP_TARGET or MINIMUM_IP_TARGET > 0 (all are 0)",
+        ),
+    ],
+)
+def test_each_kind_of_bad_value_is_reported(environ: dict[str, str], expected: str) -> None:
+    problems = problems_of(environ)
+
+    assert len(problems) == 1
+    assert expected in problems[0]
+
+
+@pytest.mark.parametrize("target", ["WARM_IP_TARGET", "WARM_PREFIX_TARGET", "MINIMUM_IP_TARGET"])
+def test_prefix_mode_starts_with_any_one_target(target: str) -> None:
+    environ = {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "0", target: "1"}
+
+    assert Config.from_env(environ).enable_prefix_delegation is True
+
+
+def test_cross_field_rule_is_skipped_when_a_target_did_not_parse() -> None:
+    environ = {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "0", "WARM_IP_TARGET": "x"}
+
+    assert [p.split("=")[0] for p in problems_of(environ)] == ["WARM_IP_TARGET"]
+
+
+def test_minimum_ip_target_without_warm_ip_target_is_allowed() -> None:
+    config = Config.from_env({"MINIMUM_IP_TARGET": "10"})
+
+    assert (config.minimum_ip_target, config.warm_ip_target) == (10, 0)
+
+
+def test_empty_string_counts_as_unset() -> None:
+    everything_empty = {s.env: "" for s in SETTINGS}
+
+    assert Config.from_env(everything_empty) == Config.from_env({})
+    assert Config.from_env(everything_empty, embedded=True) == Config.from_env({}, embedded=True)
+
+
+def test_unrelated_variables_are_ignored() -> None:
+    environ = {"PATH": "/bin", "IPAMD_SERVICE_HOST": "10.0.0.1"}
+
+    assert Config.from_env(environ) == Config.from_env({})
+
+
+def test_describe_names_every_variable_and_round_trips() -> None:
+    environ = {
+        "WARM_IP_TARGET": "7",
+        "MAX_ENI": "3",
+        "ENABLE_PREFIX_DELEGATION": "T",
+        "AWS_REGION": "eu-central-1",
+        "AWS_EC2_ENDPOINT": "http://127.0.0.1:5000",
+        "ADDITIONAL_ENI_TAGS": '{"team": "net", "cost-centre": "42"}',
+        "IPAMD_METRICS_ADDR": "[::1]:9100",
+        "IPAMD_MAX_PODS": "58",
+        "IPAMD_LOG_LEVEL": "ERROR",
+        "IPAMD_LEAK_GRACE": "0.01ms",
+        "IPAMD_POOL_INTERVAL": "2.5",
+        "IPAMD_ENI_GC_INTERVAL": "2h",
+    }
+    for config in (Config.from_env({}), Config.from_env(environ, embedded=True)):
+        described = config.describe()
+
+        assert list(described) == [s.env for s in SETTINGS]
+        assert Config.from_env(described) == config
+
+
+def test_describe_shows_values_in_environment_form() -> None:
+    described = Config.from_env({"IPAMD_LEAK_GRACE": "500ms", "MAX_ENI": "-1"}).describe()
+
+    assert described["IPAMD_LEAK_GRACE"] == "0.5"
+    assert described["IPAMD_ENI_GC_INTERVAL"] == "3600"
+    assert described["MAX_ENI"] == "-1"
+    assert described["ENABLE_PREFIX_DELEGATION"] == "false"
+    assert described["IPAMD_METRICS_ADDR"] == "127.0.0.1:61678"
+
+
+def test_config_is_frozen() -> None:
+    config = Config.from_env({})
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.warm_ip_target = 5  # type: ignore[misc]
+    with pytest.raises((AttributeError, TypeError)):
+        config.extra = 1  # type: ignore[attr-defined]
+
+
+def test_settings_cover_every_field_once() -> None:
+    assert [s.field for s in SETTINGS] == [f.name for f in dataclasses.fields(Config)]
+    assert len({s.env for s in SETTINGS}) == len(SETTINGS)
+
+
+def test_every_setting_is_documented() -> None:
+    for setting in SETTINGS:
+        assert setting.doc and setting.vpc_cni, setting.env
+
+
+def test_docs_table_matches_the_settings() -> None:
+    begin, end = "<!-- settings:begin -->", "<!-- settings:end -->"
+    text = DOCS.read_text(encoding="utf-8")
+    assert text.count(begin) == 1 and text.count(end) == 1
+
+    table = text.split(begin, 1)[1].split(end, 1)[0]
+
+    assert table.strip() == render_settings_table().strip()
+
+
+def test_settings_table_has_one_row_per_setting() -> None:
+    rows = render_settings_table().splitlines()[2:]
+
+    assert [row.split(" | ")[0].strip("| `") for row in rows] == [s.env for s in SETTINGS]
