@@ -48,11 +48,13 @@ class Store:
         except sqlite3.Error as err:
             raise StateFileError(path, f"cannot open: {err}") from err
         try:
-            _configure(conn)
-            if fresh:
-                _migrate(conn, 0)
-            else:
+            # Verify before configuring: a foreign or damaged file must be left byte for byte as found.
+            if not fresh:
                 _verify(path, conn)
+            _configure(conn)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version < SCHEMA_VERSION:
+                _migrate(conn, version)
             missing = _missing_indexes(conn)
         except sqlite3.Error as err:
             conn.close()
@@ -174,8 +176,6 @@ def _verify(path: Path, conn: sqlite3.Connection) -> None:
     problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
     if problems != ["ok"]:
         raise StateFileError(path, "integrity check failed: " + "; ".join(problems[:5]))
-    if version < SCHEMA_VERSION:
-        _migrate(conn, version)
 
 
 def _migrate(conn: sqlite3.Connection, from_version: int) -> None:

@@ -7,6 +7,7 @@ once it has committed. They never change the state themselves.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from datastore.records import (
@@ -72,36 +73,10 @@ def pick_addresses(
     "Full" counts assigned and cooling addresses, so freshly emptied units stay empty and can go back
     to EC2 whole. Ties go to the lower device index and the lower CIDR, so the choice is deterministic.
     """
-    # The hot loop of ADD: locals, an inlined cooling test (released_at > horizon) and no per-unit
-    # lists keep it to a few dictionary lookups per unit.
-    owner, cooldowns, units = state.owner, state.cooldowns, state.units
-    addresses_of, owned_in_unit = state.addresses_of, state.owned_in_unit
-    horizon = now - cooldown_s
-
-    def is_free(address: str) -> bool:
-        return address not in owner and cooldowns.get(address, horizon) <= horizon
-
+    horizon = now - cooldown_s  # an address released after this instant is still cooling
     best: tuple[int, str, list[tuple[int, str]]] | None = None
     for eni_id, cidrs in state.units_by_eni.items():
-        occupied = available = 0
-        candidates: list[tuple[int, str]] = []
-        for cidr in cidrs:
-            if units[cidr].state != "active":
-                continue
-            addresses = addresses_of[cidr]
-            size = len(addresses)
-            if owned_in_unit[cidr] == size:
-                occupied += size
-                continue
-            if size == 1:
-                a = addresses[0]
-                free = 0 if a in owner or cooldowns.get(a, horizon) > horizon else 1
-            else:
-                free = sum(1 for a in addresses if is_free(a))
-            occupied += size - free
-            if free:
-                available += free
-                candidates.append((free - size, cidr))
+        occupied, available, candidates = _scan_eni(state, cidrs, horizon)
         if available >= count and (best is None or occupied > best[0]):
             best = (occupied, eni_id, candidates)
     if best is None:
@@ -111,10 +86,45 @@ def pick_addresses(
     chosen = [min(candidates)] if count == 1 else sorted(candidates)
     pairs: list[tuple[str, str]] = []
     for _, cidr in chosen:
-        pairs.extend((a, cidr) for a in addresses_of[cidr] if is_free(a))
+        pairs.extend((a, cidr) for a in state.addresses_of[cidr] if _is_free(state, a, horizon))
         if len(pairs) >= count:
             break
     return eni_id, pairs[:count]
+
+
+def _is_free(state: NodeState, address: str, horizon: float) -> bool:
+    return address not in state.owner and state.cooldowns.get(address, horizon) <= horizon
+
+
+def _scan_eni(
+    state: NodeState, cidrs: Iterable[str], horizon: float
+) -> tuple[int, int, list[tuple[int, str]]]:
+    """(occupied, available, [(-used, cidr) for units with a free address]) for one ENI.
+
+    The hot loop of ADD: locals and an inlined test for single-address units keep it to a few
+    dictionary lookups per unit."""
+    owner, cooldowns, units = state.owner, state.cooldowns, state.units
+    addresses_of, owned_in_unit = state.addresses_of, state.owned_in_unit
+    occupied = available = 0
+    candidates: list[tuple[int, str]] = []
+    for cidr in cidrs:
+        if units[cidr].state != "active":
+            continue
+        addresses = addresses_of[cidr]
+        size = len(addresses)
+        if owned_in_unit[cidr] == size:
+            occupied += size
+            continue
+        if size == 1:
+            a = addresses[0]
+            free = 0 if a in owner or cooldowns.get(a, horizon) > horizon else 1
+        else:
+            free = sum(1 for a in addresses if _is_free(state, a, horizon))
+        occupied += size - free
+        if free:
+            available += free
+            candidates.append((free - size, cidr))
+    return occupied, available, candidates
 
 
 def plan_release(

@@ -1,0 +1,71 @@
+"""Stores with real faults, for tests: SQLite's own errors (read-only, a transaction aborted
+half-way), a removed file, and a commit that waits at a gate so a test can hold a write mid-flight."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from datastore.records import Mutation
+from datastore.store import Store
+
+
+class FaultyStore(Store):
+    """A real store that can be told to fail its next commits the way a sick disk does."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.faults: list[str] = []
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
+        self.commits = 0
+        self.last_mutation: Mutation | None = None
+
+    def fail_next(self, *kinds: str) -> None:
+        """Queue faults for the next commits: `read_only` (SQLite refuses writes), `removed` (the
+        file was moved away) or `half_way` (the transaction breaks off after some statements)."""
+        self.faults.extend(kinds)
+
+    def commit(self, mutation: Mutation) -> None:
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        fault = self.faults.pop(0) if self.faults else None
+        if fault is None:
+            super().commit(mutation)
+            self.last_mutation = mutation
+            self.commits += 1
+            return
+        with self._fault(fault):
+            super().commit(mutation)
+
+    @contextlib.contextmanager
+    def _fault(self, kind: str):  # type: ignore[no-untyped-def]
+        conn = self._conn
+        if kind == "half_way":
+            # Fails the transaction after its first statements ran: at the second address an
+            # allocation writes (a write that breaks off half-way must leave nothing behind).
+            conn.execute(
+                "CREATE TEMP TRIGGER half_way BEFORE INSERT ON allocation_addresses"
+                " WHEN NEW.position = 1 BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            )
+            try:
+                yield
+            finally:
+                conn.execute("DROP TRIGGER half_way")
+        elif kind == "read_only":
+            conn.execute("PRAGMA query_only = ON")
+            try:
+                yield
+            finally:
+                conn.execute("PRAGMA query_only = OFF")
+        elif kind == "removed":
+            moved = self.path.with_name(self.path.name + ".moved")
+            os.rename(self.path, moved)
+            try:
+                yield
+            finally:
+                os.rename(moved, self.path)
+        else:
+            raise ValueError(kind)
