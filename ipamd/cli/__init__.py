@@ -1,0 +1,1 @@
+"""`ipamctl`, the operator's command line."""

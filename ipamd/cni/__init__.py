@@ -1,0 +1,1 @@
+"""The CNI IPAM plugin `ipamd-cni`: standard library and `ipamd.wire` only."""

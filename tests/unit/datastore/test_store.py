@@ -1,0 +1,75 @@
+"""The state file itself: schema, version, constraints, durability of one transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from datastore.errors import CommitError, OwnershipConflict
+from datastore.records import AllocationKey, AllocationRecord, IntentRecord, Mutation
+from datastore.schema import APPLICATION_ID, SCHEMA_VERSION
+from datastore.store import Store
+
+
+def _alloc(cid: str, address: str) -> AllocationRecord:
+    return AllocationRecord(
+        AllocationKey("net", cid, "eth0"), (address,), (f"{address}/32",), "eni-1", 1.0
+    )
+
+
+def test_new_file_is_marked_versioned_and_in_wal_mode(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.db")
+    store.close()
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_second_owner_of_an_address_is_refused_by_the_constraint(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.db")
+    store.commit(Mutation(put_allocations=(_alloc("a", "10.0.0.1"),)))
+    with pytest.raises(OwnershipConflict):
+        store.commit(
+            Mutation(
+                put_intents=(IntentRecord("z", 1.0),),
+                put_allocations=(_alloc("b", "10.0.0.1"),),
+            )
+        )
+    image = store.load()
+    assert [a.key.container_id for a in image.allocations] == ["a"]
+    assert image.intents == (), "the whole transaction was rolled back"
+    store.close()
+
+
+def test_first_delete_time_is_never_refreshed(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.db")
+    store.commit(Mutation(put_intents=(IntentRecord("x", 1.0),)))
+    store.commit(Mutation(put_intents=(IntentRecord("x", 99.0),)))
+    assert store.load().intents == (IntentRecord("x", 1.0),)
+    store.close()
+
+
+def test_a_replaced_state_file_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = Store.open(path)
+    path.rename(tmp_path / "elsewhere.db")
+    path.write_bytes(b"")
+    with pytest.raises(CommitError):
+        store.commit(Mutation(put_intents=(IntentRecord("x", 1.0),)))
+    store.close()
+
+
+def test_reopen_reads_back_exactly_what_was_committed(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.db")
+    m = Mutation(put_allocations=(_alloc("a", "10.0.0.1"),), put_intents=(IntentRecord("x", 2.0),))
+    store.commit(m)
+    store.set_instance_id("i-0123456789abcdef0")
+    store.close()
+    again = Store.open(tmp_path / "s.db")
+    image = again.load()
+    assert image.allocations == m.put_allocations and image.intents == m.put_intents
+    assert image.instance_id == "i-0123456789abcdef0"
+    again.close()
