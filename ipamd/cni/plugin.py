@@ -27,7 +27,11 @@ def _error(code: int, msg: str, details: str = "") -> int:
 def main() -> int:
     command = os.environ.get("CNI_COMMAND", "")
     if command == "VERSION":
-        print(json.dumps({"cniVersion": CNI_VERSION, "supportedVersions": list(SUPPORTED_CNI_VERSIONS)}))
+        print(
+            json.dumps(
+                {"cniVersion": CNI_VERSION, "supportedVersions": list(SUPPORTED_CNI_VERSIONS)}
+            )
+        )
         return 0
     if command in {"ADD", "DEL", "CHECK", "GC", "STATUS"}:
         return _error(
