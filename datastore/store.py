@@ -41,6 +41,8 @@ class Store:
         fresh = not path.exists()
         if not fresh:
             _check_header(path)
+        elif _has_wal(path):
+            raise StateFileError(path, "the file is missing but its write-ahead log remains")
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
