@@ -1,0 +1,50 @@
+"""`python -m bench [--dir DIR]`: run every benchmark family, print `name: value` lines on stdout.
+
+Each family gets a fresh temporary directory (under DIR if given, to put the state file on a
+particular disk); progress and timings of the families themselves go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bench import engine_latency, intents, restore
+
+Family = Callable[[Path], Awaitable[dict[str, float]]]
+
+FAMILIES: tuple[tuple[str, Family], ...] = (
+    ("engine_latency", engine_latency.run),
+    ("intents", intents.run),
+    ("restore", restore.run),
+)
+
+
+async def run_all(base: Path | None) -> None:
+    for name, family in FAMILIES:
+        started = time.perf_counter()
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix=f"ipamd-bench-{name}-", dir=base) as workdir:
+            metrics = await family(Path(workdir))
+        for metric, value in metrics.items():
+            print(f"{metric}: {value:.3f}", flush=True)
+        elapsed = time.perf_counter() - started
+        print(f"bench: {name} done in {elapsed:.1f} s", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where to create the temporary state files"
+    )
+    args = parser.parse_args(argv)
+    asyncio.run(run_all(args.dir))
+
+
+if __name__ == "__main__":
+    main()
