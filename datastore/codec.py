@@ -11,7 +11,6 @@ from datastore.records import (
     AllocationRecord,
     CooldownRecord,
     EniRecord,
-    IntentRecord,
     Mutation,
     QuarantineRecord,
     ReleasedUnitRecord,
@@ -107,9 +106,12 @@ def load_image(conn: sqlite3.Connection) -> StateImage:
             ReleasedUnitRecord(*row) for row in conn.execute("SELECT * FROM released_units")
         ),
         allocations=_load_allocations(conn),
-        intents=tuple(
-            IntentRecord(*row)
-            for row in conn.execute("SELECT * FROM delete_intents ORDER BY first_del_at")
+        # NOT INDEXED: read the table itself, whose every page the full check at open covers.
+        intents=dict(
+            conn.execute(
+                "SELECT container_id, first_del_at FROM delete_intents NOT INDEXED"
+                " ORDER BY first_del_at"
+            )
         ),
         cooldowns=tuple(CooldownRecord(*row) for row in conn.execute("SELECT * FROM cooldowns")),
         quarantine=tuple(

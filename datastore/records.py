@@ -7,6 +7,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,6 +133,8 @@ class StateImage:
     units: tuple[UnitRecord, ...]
     released: tuple[ReleasedUnitRecord, ...]
     allocations: tuple[AllocationRecord, ...]
-    intents: tuple[IntentRecord, ...]
+    intents: Mapping[str, float]
+    """container ID → first DEL time, oldest first. A plain mapping, not records: a node can hold a
+    hundred thousand intents, and start-up should not build an object for each."""
     cooldowns: tuple[CooldownRecord, ...]
     quarantine: tuple[QuarantineRecord, ...]

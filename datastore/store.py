@@ -17,7 +17,13 @@ from pathlib import Path
 from datastore import codec
 from datastore.errors import CommitError, OwnershipConflict, StateFileError
 from datastore.records import Mutation, StateImage
-from datastore.schema import APPLICATION_ID, MIGRATIONS, REQUIRED_INDEXES, SCHEMA_VERSION
+from datastore.schema import (
+    APPLICATION_ID,
+    CROSS_CHECKED_TABLES,
+    MIGRATIONS,
+    REQUIRED_INDEXES,
+    SCHEMA_VERSION,
+)
 
 STATE_FILE_NAME = "ipamd.db"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -175,8 +181,11 @@ def _verify(path: Path, conn: sqlite3.Connection) -> None:
         )
     if version < 1:
         raise StateFileError(path, f"unknown schema version {version}")
-    problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
-    if problems != ["ok"]:
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+    for table in CROSS_CHECKED_TABLES:
+        problems += [row[0] for row in conn.execute(f"PRAGMA integrity_check({table})")]
+    problems = [p for p in problems if p != "ok"]
+    if problems:
         raise StateFileError(path, "integrity check failed: " + "; ".join(problems[:5]))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from itertools import islice
 
 from datastore.records import (
     AllocationKey,
@@ -170,10 +171,13 @@ def plan_pruning(state: NodeState, m: Mutation, now: float, settings: EngineSett
     Both maps are insertion-ordered by time, so this looks at O(batch) entries whatever their number.
     """
     intents: list[str] = []
-    for cid, first_del in state.intents.items():
-        if len(intents) >= settings.prune_batch or first_del + settings.intent_ttl_s > now:
+    horizon = now - settings.intent_ttl_s
+    # Entries replaced since they were queued are skipped; at most one batch of them is looked at.
+    for cid, first_del in islice(state.intent_order, 2 * settings.prune_batch):
+        if len(intents) >= settings.prune_batch or first_del > horizon:
             break
-        intents.append(cid)
+        if state.intents.get(cid) == first_del:
+            intents.append(cid)
     cooldowns: list[str] = []
     for address, released_at in state.cooldowns.items():
         if len(cooldowns) >= settings.prune_batch or released_at + settings.cooldown_s > now:

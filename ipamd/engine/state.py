@@ -8,7 +8,7 @@ never runs ahead of disk. Reads are plain method calls on the event loop thread:
 from __future__ import annotations
 
 import ipaddress
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 
 from datastore.records import (
@@ -16,7 +16,6 @@ from datastore.records import (
     AllocationRecord,
     CooldownRecord,
     EniRecord,
-    IntentRecord,
     Mutation,
     QuarantineRecord,
     ReleasedUnitRecord,
@@ -44,9 +43,12 @@ class NodeState:
         self.by_container: dict[str, set[AllocationKey]] = {}
         self.owner: dict[str, AllocationKey] = {}
         self.owned_in_unit: dict[str, int] = {}
-        # Insertion-ordered, so the oldest entries are at the front and pruning them costs O(batch)
-        # however many there are. A cooldown re-put moves to the back.
-        self.intents: OrderedDict[str, float] = OrderedDict()
+        # Pruning looks at the oldest entries only, so its cost is O(batch) however many there are:
+        # intents keep their first-DEL order in a deque beside the map (entries whose intent was
+        # since replaced are skipped and dropped as they reach the front); cooldowns are an
+        # insertion-ordered map in which a re-put moves to the back.
+        self.intents: dict[str, float] = {}
+        self.intent_order: deque[tuple[str, float]] = deque()
         self.cooldowns: OrderedDict[str, float] = OrderedDict()
         self.quarantine: dict[AllocationKey, QuarantineRecord] = {}
 
@@ -60,11 +62,12 @@ class NodeState:
                 put_units=image.units,
                 put_released=image.released,
                 put_allocations=image.allocations,
-                put_intents=image.intents,
                 put_cooldowns=tuple(sorted(image.cooldowns, key=lambda c: c.released_at)),
                 put_quarantine=image.quarantine,
             )
         )
+        state.intents = dict(image.intents)
+        state.intent_order = deque(image.intents.items())
         return state
 
     # -- applying committed changes ------------------------------------------------------------
@@ -81,6 +84,9 @@ class NodeState:
             self._drop_allocation(key)
         for cid in m.delete_intents:
             self.intents.pop(cid, None)
+        order = self.intent_order
+        while order and self.intents.get(order[0][0]) != order[0][1]:
+            order.popleft()
         for address in m.delete_cooldowns:
             self.cooldowns.pop(address, None)
         for key in m.delete_quarantine:
@@ -98,7 +104,9 @@ class NodeState:
         for alloc in m.put_allocations:
             self._put_allocation(alloc)
         for intent in m.put_intents:
-            self.intents.setdefault(intent.container_id, intent.first_del_at)
+            if intent.container_id not in self.intents:
+                self.intents[intent.container_id] = intent.first_del_at
+                self.intent_order.append((intent.container_id, intent.first_del_at))
         for cool in m.put_cooldowns:
             self.cooldowns[cool.address] = cool.released_at
             self.cooldowns.move_to_end(cool.address)
@@ -180,7 +188,7 @@ class NodeState:
             units=tuple(self.units.values()),
             released=tuple(self.released.values()),
             allocations=tuple(self.allocations.values()),
-            intents=tuple(IntentRecord(c, t) for c, t in self.intents.items()),
+            intents=dict(self.intents),
             cooldowns=tuple(CooldownRecord(a, t) for a, t in self.cooldowns.items()),
             quarantine=tuple(self.quarantine.values()),
         )

@@ -32,7 +32,7 @@ def normalized(image: StateImage) -> dict[str, object]:
         "units": set(image.units),
         "released": set(image.released),
         "allocations": set(image.allocations),
-        "intents": set(image.intents),
+        "intents": dict(image.intents),
         "cooldowns": set(image.cooldowns),
         "quarantine": set(image.quarantine),
     }
