@@ -27,6 +27,7 @@ from datastore.schema import (
 
 STATE_FILE_NAME = "ipamd.db"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_SIDECARS = ("-wal", "-shm", "-journal")
 
 
 class Store:
@@ -44,21 +45,18 @@ class Store:
     @classmethod
     def open(cls, path: Path) -> Store:
         """Open `path`, creating a new state file if none exists; raise `StateFileError` if it is unusable."""
-        fresh = not path.exists()
-        if not fresh:
-            _check_header(path)
-        elif _has_wal(path):
-            raise StateFileError(path, "the file is missing but its write-ahead log remains")
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            if _has_wal(path):
+                raise StateFileError(path, "the file is missing but its write-ahead log remains")
+            _create(path)
+        _check_header(path)
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as err:
             raise StateFileError(path, f"cannot open: {err}") from err
         try:
             # Verify before configuring: a foreign or damaged file must be left byte for byte as found.
-            if not fresh:
-                _verify(path, conn)
+            _verify(path, conn)
             _configure(conn)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version < SCHEMA_VERSION:
@@ -138,6 +136,35 @@ class Store:
             raise CommitError(f"state file {self.path} is gone: {err}") from err
         if inode != self._inode:
             raise CommitError(f"state file {self.path} was replaced while open")
+
+
+def _create(path: Path) -> None:
+    """Build a new state file under a temporary name and rename it into place.
+
+    A kill at any instant leaves either no state file (the next start creates it again) or a
+    complete one, never an empty or schema-less file that every later start would refuse.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    building = path.with_name(path.name + ".new")
+    for leftover in (building, *(building.with_name(building.name + s) for s in _SIDECARS)):
+        leftover.unlink(missing_ok=True)
+    try:
+        conn = sqlite3.connect(building, isolation_level=None)
+        try:
+            _configure(conn)
+            _migrate(conn, 0)
+        finally:
+            conn.close()  # checkpoints the log into the file and removes it
+        with building.open("rb") as f:
+            os.fsync(f.fileno())
+        os.rename(building, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except (OSError, sqlite3.Error) as err:
+        raise StateFileError(path, f"cannot create: {err}") from err
 
 
 def _check_header(path: Path) -> None:
