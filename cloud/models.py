@@ -1,0 +1,66 @@
+"""What ipamd knows of EC2, as plain values: ENIs with their addresses and prefixes, instance limits,
+subnets. No boto3 dictionaries cross this package's boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+UnitKind = Literal["ip", "prefix"]
+"""A secondary IPv4 address (/32) or a /28 prefix of 16 addresses."""
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkInterface:
+    eni_id: str
+    subnet_id: str
+    status: str
+    """EC2's status: `in-use` when attached, `available` when detached, `attaching`, ..."""
+    mac: str = ""
+    device_index: int | None = None
+    attachment_id: str | None = None
+    instance_id: str | None = None
+    primary_ip: str = ""
+    secondary_ips: tuple[str, ...] = ()
+    """Secondary private IPv4 addresses, host form (no /32)."""
+    prefixes: tuple[str, ...] = ()
+    """Delegated IPv4 prefixes, CIDR form (`10.0.1.16/28`)."""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    delete_on_termination: bool = False
+
+    @property
+    def is_primary(self) -> bool:
+        return self.device_index == 0
+
+    def units(self, kind: UnitKind) -> tuple[str, ...]:
+        """The ENI's units of one kind, as CIDRs."""
+        if kind == "prefix":
+            return self.prefixes
+        return tuple(f"{ip}/32" for ip in self.secondary_ips)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLimits:
+    """Per instance type, from DescribeInstanceTypes."""
+
+    instance_type: str
+    max_enis: int
+    """Network interfaces the instance can attach (all network cards)."""
+    ipv4_per_eni: int
+    """Private IPv4 addresses per ENI, the primary included."""
+    hypervisor: str = "nitro"
+
+    @property
+    def units_per_eni(self) -> int:
+        """Secondary addresses, or /28 prefixes, an ENI can hold beyond its primary address."""
+        return self.ipv4_per_eni - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Subnet:
+    subnet_id: str
+    cidr: str
+    available_ips: int
+    vpc_id: str = ""
+    availability_zone: str = ""

@@ -1,0 +1,74 @@
+"""The ports through which ipamd reaches EC2: small Protocols over ipamd's own models.
+
+Adapters: `cloud.ec2.Boto3Ec2` (real EC2, or moto in tests and `--embedded`). Every method raises only
+`cloud.errors.CloudError` subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
+
+# Tags on the ENIs ipamd creates: the keys VPC CNI uses, so operators' tooling and IAM conditions
+# written for VPC CNI keep working, and ENI GC can find ours by tag instead of scanning the VPC.
+TAG_INSTANCE_ID = "node.k8s.amazonaws.com/instance_id"
+TAG_CREATED_AT = "node.k8s.amazonaws.com/createdAt"
+TAG_CLUSTER_NAME = "cluster.k8s.amazonaws.com/name"
+TAG_MANAGED_BY = "ipamd.k8s.aws/managed-by"
+MANAGED_BY = "ipamd"
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    instance_id: str
+    instance_type: str
+    subnet_id: str
+    security_groups: tuple[str, ...]
+    availability_zone: str = ""
+
+
+class Ec2Api(Protocol):
+    """ENIs and their addresses."""
+
+    async def describe_enis(self, instance_id: str) -> tuple[NetworkInterface, ...]:
+        """Every ENI attached to the instance, with its addresses and prefixes, by device index."""
+        ...
+
+    async def create_eni(
+        self,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        description: str,
+        tags: Mapping[str, str],
+    ) -> NetworkInterface: ...
+
+    async def attach_eni(self, eni_id: str, instance_id: str, device_index: int) -> str:
+        """Attach with DeleteOnTermination set; returns the attachment ID."""
+        ...
+
+    async def detach_eni(self, attachment_id: str) -> None: ...
+
+    async def delete_eni(self, eni_id: str) -> None: ...
+
+    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+        """Ask EC2 for `count` more units; returns the CIDRs newly assigned (and only those)."""
+        ...
+
+    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None: ...
+
+    async def find_enis(self, tags: Mapping[str, str]) -> tuple[NetworkInterface, ...]:
+        """ENIs carrying all of `tags`, attached or not (a tag-scoped query, never a VPC scan)."""
+        ...
+
+
+class Ec2Catalog(Protocol):
+    """Facts about the instance and its network that change rarely."""
+
+    async def describe_instance(self, instance_id: str) -> Instance: ...
+
+    async def instance_limits(self, instance_type: str) -> InstanceLimits: ...
+
+    async def subnet(self, subnet_id: str) -> Subnet: ...
