@@ -31,7 +31,7 @@ from ipamd.engine.allocator import EngineSettings, plan_assign, plan_pruning, pl
 from ipamd.engine.restore import plan_quarantine
 from ipamd.engine.snapshot import take_snapshot
 from ipamd.engine.state import NodeState
-from ipamd.errors import StateUnavailable, StoreWriteFailed
+from ipamd.errors import NoAddressAvailable, StateUnavailable, StoreWriteFailed
 from ipamd.model import PodRef, PoolSnapshot
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,8 @@ class Engine:
         self._lock = asyncio.Lock()
         self.unavailable = unavailable
         """Set when the state file could not be trusted: every change is refused with this error."""
+        self.pool_wanted = asyncio.Event()
+        """Set when an ADD found no free address: the pool manager grows at once, not on its tick."""
 
     @classmethod
     async def open(
@@ -129,9 +131,13 @@ class Engine:
     ) -> AllocationRecord:
         """ADD: the allocation for `key`, existing or new. Raises `DeleteIntentActive`,
         `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`."""
-        return await self._mutate(
-            lambda now: plan_assign(self.state, key, pod or PodRef(), count, now, self.settings)
-        )
+        try:
+            return await self._mutate(
+                lambda now: plan_assign(self.state, key, pod or PodRef(), count, now, self.settings)
+            )
+        except NoAddressAvailable:
+            self.pool_wanted.set()
+            raise
 
     async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
         """DEL: release every allocation of `key.container_id` and record its delete intent.
@@ -169,6 +175,9 @@ class Engine:
     async def abort_release(self, cidrs: Iterable[str]) -> None:
         cidrs = tuple(cidrs)
         await self._mutate(lambda now: (inventory.plan_abort_release(self.state, cidrs, now), None))
+
+    async def remove_eni(self, eni_id: str) -> None:
+        await self._mutate(lambda now: (inventory.plan_remove_eni(self.state, eni_id, now), None))
 
     async def units_gone(self, cidrs: Iterable[str]) -> None:
         cidrs = tuple(cidrs)

@@ -75,6 +75,21 @@ def plan_abort_release(state: NodeState, cidrs: Iterable[str], now: float) -> Mu
     )
 
 
+def plan_remove_eni(state: NodeState, eni_id: str, now: float) -> Mutation:
+    """EC2 confirmed the ENI is detached and deleted: it leaves with its units, which must all be
+    releasing (marked by `plan_begin_release`) — an ENI holding a usable or owned unit never goes."""
+    if eni_id not in state.enis:
+        return Mutation()
+    units = [state.units[c] for c in state.units_by_eni.get(eni_id, {})]
+    if any(u.state != "releasing" for u in units):
+        raise InventoryError(f"{eni_id} still has units that are not being released")
+    return Mutation(
+        delete_enis=(eni_id,),
+        delete_units=tuple(u.cidr for u in units),
+        put_released=tuple(ReleasedUnitRecord(u.cidr, eni_id, now) for u in units),
+    )
+
+
 def plan_units_gone(state: NodeState, cidrs: Iterable[str], now: float) -> Mutation:
     """EC2 no longer lists these units. Unowned ones leave; owned ones become lost, never free."""
     drop: list[str] = []

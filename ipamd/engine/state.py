@@ -76,6 +76,7 @@ class NodeState:
         """Mirror of the datastore's write: deletions first, then insertions, same semantics."""
         for eni_id in m.delete_enis:
             self.enis.pop(eni_id, None)
+            self.units_by_eni.pop(eni_id, None)
         for cidr in m.delete_units:
             self._drop_unit(cidr)
         for cidr in m.delete_released:
