@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import engine_latency, intents, restore
+from bench import engine_latency, intents, policy, restore
 
 Family = Callable[[Path], Awaitable[dict[str, float]]]
 
@@ -22,6 +22,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("engine_latency", engine_latency.run),
     ("intents", intents.run),
     ("restore", restore.run),
+    ("policy", policy.run),
 )
 
 

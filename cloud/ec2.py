@@ -1,0 +1,397 @@
+"""`Boto3Ec2`: the EC2 adapter behind both `Ec2Api` and `Ec2Catalog`, and the only home of boto3.
+
+It owns: running the synchronous boto3 client off the event loop (a worker thread per call, at most
+`max_concurrent_calls` at once, each attempt bounded by `call_timeout_s`), translating every botocore
+exception into a `cloud.errors.CloudError` by AWS error code (never by message text), the call budget
+and retries (`cloud.ratelimit.Retrier`: what is retried and why is written there), recording every
+attempt (`cloud.calls.CallRecorder`), and turning EC2's dictionaries into `cloud.models` values.
+It must not: keep any view of the inventory between calls, decide anything about pools, or let a
+botocore exception or a boto3 dictionary out of this module.
+
+The client is injected (`make_client` builds the production one) with botocore's own retries off, so
+backoff happens at one level only, ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import boto3
+from botocore import xform_name
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    HTTPClientError,
+    ReadTimeoutError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from cloud.calls import CallLog, CallRecorder
+from cloud.ec2_answers import (
+    assigned_units,
+    host_address,
+    parse_eni,
+    parse_instance,
+    parse_limits,
+    parse_subnet,
+)
+from cloud.errors import (
+    AddressLimitExceeded,
+    AttachmentLimitExceeded,
+    CallTimeout,
+    CloudError,
+    InUse,
+    NotFound,
+    Rejected,
+    ServiceUnavailable,
+    SubnetExhausted,
+    Throttled,
+)
+from cloud.limits import FALLBACK_LIMITS, InstanceLimitsCache
+from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
+from cloud.ports import Instance
+from cloud.ratelimit import (
+    AttemptFailed,
+    MonotonicClock,
+    RateLimits,
+    Retrier,
+    RetryPolicy,
+    Sleep,
+)
+
+logger = logging.getLogger(__name__)
+
+Ec2Client = Any
+"""A boto3 EC2 client (boto3 ships no types)."""
+Response = dict[str, Any]
+"""A boto3 answer; read only through the typed parsers at the bottom of this module."""
+
+
+def client_config(timeout_s: float = 10.0) -> Config:
+    """botocore connect and read timeouts of `timeout_s`, and botocore's retries off: backoff happens
+    at one level only, ours (`cloud.ratelimit`)."""
+    return Config(
+        connect_timeout=timeout_s,
+        read_timeout=timeout_s,
+        # botocore's `max_attempts` counts retries (1 would mean two attempts); `total_max_attempts`
+        # counts attempts, and 1 turns botocore's retries off.
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        user_agent_extra="ipamd",
+    )
+
+
+def make_client(region: str, endpoint_url: str | None = None, timeout_s: float = 10.0) -> Ec2Client:
+    """The production EC2 client (`client_config`), credentials from the usual AWS chain."""
+    session = boto3.session.Session()
+    return session.client(
+        "ec2", region_name=region, endpoint_url=endpoint_url, config=client_config(timeout_s)
+    )
+
+
+# -- error translation --------------------------------------------------------------------------
+
+_THROTTLED = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
+_SHED = frozenset({"Unavailable", "ServiceUnavailable"})
+"""EC2 was too busy to take the request: it did not act on it."""
+_INTERNAL = frozenset({"InternalError", "InternalFailure"})
+"""EC2 failed while handling the request: it may or may not have acted."""
+_PERMANENT: Mapping[str, type[CloudError]] = {
+    "PrivateIpAddressLimitExceeded": AddressLimitExceeded,
+    "AttachmentLimitExceeded": AttachmentLimitExceeded,
+    "InsufficientFreeAddressesInSubnet": SubnetExhausted,
+    "InsufficientCidrBlocks": SubnetExhausted,
+    "InvalidNetworkInterface.InUse": InUse,
+}
+
+
+def translate(operation: str, exc: Exception) -> AttemptFailed:
+    """A botocore exception as a `CloudError`, with whether EC2 surely did not act on the request."""
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error") or {}
+        meta = exc.response.get("ResponseMetadata") or {}
+        code = str(error.get("Code") or "Unknown")
+        status = int(meta.get("HTTPStatusCode") or 0)
+        return _client_error(operation, code, str(error.get("Message") or ""), status)
+    name = type(exc).__name__
+    if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+        # A connect timeout never reached EC2; a read timeout did, and its outcome is unknown.
+        not_applied = isinstance(exc, ConnectTimeoutError)
+        return AttemptFailed(CallTimeout(operation, name, str(exc)), not_applied=not_applied)
+    if isinstance(exc, BotoConnectionError):  # EndpointConnectionError, proxy, TLS: never connected
+        return AttemptFailed(ServiceUnavailable(operation, name, str(exc)), not_applied=True)
+    if isinstance(exc, HTTPClientError):  # ConnectionClosedError: dropped mid-request
+        return AttemptFailed(ServiceUnavailable(operation, name, str(exc)), not_applied=False)
+    # No credentials, a parameter botocore refused: nothing was sent, and sending again won't help.
+    return AttemptFailed(Rejected(operation, name, str(exc)), not_applied=True)
+
+
+def _client_error(operation: str, code: str, message: str, status: int) -> AttemptFailed:
+    if code in _THROTTLED:
+        return AttemptFailed(Throttled(operation, code, message), not_applied=True)
+    if code in _SHED or status == 503:
+        return AttemptFailed(ServiceUnavailable(operation, code, message), not_applied=True)
+    if code in _INTERNAL or status >= 500:
+        return AttemptFailed(ServiceUnavailable(operation, code, message), not_applied=False)
+    kind = _PERMANENT.get(code) or (NotFound if code.endswith(".NotFound") else Rejected)
+    return AttemptFailed(kind(operation, code, message), not_applied=True)
+
+
+# -- the adapter ----------------------------------------------------------------------------------
+
+
+class Boto3Ec2:
+    """`Ec2Api` and `Ec2Catalog` over a boto3 EC2 client. Every method raises only `CloudError`s (and
+    `ValueError` for a request it refuses to send, e.g. an untagged `find_enis`)."""
+
+    def __init__(
+        self,
+        client: Ec2Client,
+        *,
+        recorder: CallRecorder | None = None,
+        max_concurrent_calls: int = 4,
+        call_timeout_s: float = 20.0,
+        limits: RateLimits | None = None,
+        retry: RetryPolicy | None = None,
+        clock: MonotonicClock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+        fallback_limits: Mapping[str, InstanceLimits] = FALLBACK_LIMITS,
+    ) -> None:
+        """`call_timeout_s` bounds one attempt, waiting for a call slot included; keep it above the
+        client's connect + read timeouts so that botocore's own timeouts, which say which side
+        failed, fire first. `max_concurrent_calls` bounds the worker threads in use."""
+        self._client = client
+        self.recorder: CallRecorder = recorder if recorder is not None else CallLog()
+        self._slots = asyncio.Semaphore(max_concurrent_calls)
+        self._call_timeout_s = call_timeout_s
+        self._retrier = Retrier(
+            self.recorder, limits=limits, policy=retry, clock=clock, sleep=sleep, rng=rng
+        )
+        self._limits = InstanceLimitsCache(self._fetch_limits, fallback_limits)
+        self._eni_locks: dict[str, asyncio.Lock] = {}
+
+    # -- Ec2Api ----------------------------------------------------------------------------------
+
+    async def describe_enis(self, instance_id: str) -> tuple[NetworkInterface, ...]:
+        filters = [{"Name": "attachment.instance-id", "Values": [instance_id]}]
+        raw = await self._describe_all(
+            "DescribeNetworkInterfaces", "NetworkInterfaces", {"Filters": filters}
+        )
+        enis = [parse_eni(d) for d in raw]
+        enis.sort(key=lambda e: (e.device_index is None, e.device_index or 0, e.eni_id))
+        return tuple(enis)
+
+    async def create_eni(
+        self,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        description: str,
+        tags: Mapping[str, str],
+    ) -> NetworkInterface:
+        params: dict[str, Any] = {
+            "SubnetId": subnet_id,
+            "Description": description,
+            # One token per logical create: a repeat after a lost answer returns the same ENI.
+            "ClientToken": str(uuid.uuid4()),
+        }
+        if security_groups:
+            params["Groups"] = list(security_groups)
+        if tags:
+            params["TagSpecifications"] = [
+                {
+                    "ResourceType": "network-interface",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ]
+        answer = await self._call("CreateNetworkInterface", params, mutating=True)
+        return parse_eni(answer["NetworkInterface"])
+
+    async def attach_eni(self, eni_id: str, instance_id: str, device_index: int) -> str:
+        params = {
+            "NetworkInterfaceId": eni_id,
+            "InstanceId": instance_id,
+            "DeviceIndex": device_index,
+        }
+        answer = await self._call("AttachNetworkInterface", params, mutating=True, repeatable=False)
+        attachment_id = str(answer["AttachmentId"])
+        attribute = {"AttachmentId": attachment_id, "DeleteOnTermination": True}
+        try:
+            await self._call(
+                "ModifyNetworkInterfaceAttribute",
+                {"NetworkInterfaceId": eni_id, "Attachment": attribute},
+                mutating=True,
+            )
+        except CloudError:
+            # Attached without DeleteOnTermination, the ENI would outlive the instance. Undo the
+            # attach, so the caller, seeing a failed attach, finds a detached ENI it can delete.
+            try:
+                await self.detach_eni(attachment_id)
+            except CloudError as undo:
+                logger.warning("ec2.attach_undo_failed eni_id=%s error=%s", eni_id, undo)
+            raise
+        return attachment_id
+
+    async def detach_eni(self, attachment_id: str) -> None:
+        await self._call("DetachNetworkInterface", {"AttachmentId": attachment_id}, mutating=True)
+
+    async def delete_eni(self, eni_id: str) -> None:
+        await self._call("DeleteNetworkInterface", {"NetworkInterfaceId": eni_id}, mutating=True)
+        self._eni_locks.pop(eni_id, None)
+
+    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+        """EC2 answers an assign by count with the units it assigned; moto answers with all of the
+        ENI's. Either way the new units are the answer minus what the ENI held just before, read
+        under a per-ENI lock so no other assign or unassign of ours can slip in between."""
+        if count < 1:
+            return ()
+        field = "Ipv4PrefixCount" if kind == "prefix" else "SecondaryPrivateIpAddressCount"
+        async with self._eni_lock(eni_id):
+            before = await self._describe_eni(eni_id)
+            answer = await self._call(
+                "AssignPrivateIpAddresses",
+                {"NetworkInterfaceId": eni_id, field: count},
+                mutating=True,
+                repeatable=False,
+            )
+            answered = assigned_units(answer, kind)
+            if not answered:  # an answer without the list: read the ENI instead
+                answered = (await self._describe_eni(eni_id)).units(kind)
+        held = {*before.units(kind), f"{before.primary_ip}/32"}
+        new = tuple(dict.fromkeys(c for c in answered if c not in held))
+        if len(new) != count:
+            logger.warning(
+                "ec2.assign_count_mismatch eni_id=%s kind=%s asked=%d got=%d",
+                eni_id,
+                kind,
+                count,
+                len(new),
+            )
+        return new
+
+    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
+        if not cidrs:
+            return
+        params: dict[str, Any] = {"NetworkInterfaceId": eni_id}
+        if kind == "prefix":
+            params["Ipv4Prefixes"] = list(cidrs)
+        else:
+            params["PrivateIpAddresses"] = [host_address(c) for c in cidrs]
+        async with self._eni_lock(eni_id):
+            await self._call("UnassignPrivateIpAddresses", params, mutating=True, repeatable=False)
+
+    async def find_enis(self, tags: Mapping[str, str]) -> tuple[NetworkInterface, ...]:
+        if not tags:
+            raise ValueError("find_enis needs at least one tag: an untagged query scans the VPC")
+        filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in sorted(tags.items())]
+        raw = await self._describe_all(
+            "DescribeNetworkInterfaces", "NetworkInterfaces", {"Filters": filters}
+        )
+        return tuple(parse_eni(d) for d in raw)
+
+    # -- Ec2Catalog -----------------------------------------------------------------------------
+
+    async def describe_instance(self, instance_id: str) -> Instance:
+        operation = "DescribeInstances"
+        answer = await self._call(operation, {"InstanceIds": [instance_id]})
+        found = [i for r in answer.get("Reservations") or [] for i in r.get("Instances") or []]
+        if not found:
+            raise NotFound(operation, "InvalidInstanceID.NotFound", instance_id)
+        return parse_instance(found[0])
+
+    async def instance_limits(self, instance_type: str) -> InstanceLimits:
+        """From DescribeInstanceTypes once per type for the life of the process (`cloud.limits`)."""
+        return await self._limits.get(instance_type)
+
+    async def subnet(self, subnet_id: str) -> Subnet:
+        operation = "DescribeSubnets"
+        answer = await self._call(operation, {"SubnetIds": [subnet_id]})
+        subnets = answer.get("Subnets") or []
+        if not subnets:
+            raise NotFound(operation, "InvalidSubnetID.NotFound", subnet_id)
+        return parse_subnet(subnets[0])
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    async def _fetch_limits(self, instance_type: str) -> InstanceLimits:
+        operation = "DescribeInstanceTypes"
+        answer = await self._call(operation, {"InstanceTypes": [instance_type]})
+        infos = answer.get("InstanceTypes") or []
+        if not infos:
+            raise NotFound(operation, "InvalidInstanceType", instance_type)
+        return parse_limits(infos[0])
+
+    async def _describe_eni(self, eni_id: str) -> NetworkInterface:
+        operation = "DescribeNetworkInterfaces"
+        answer = await self._call(operation, {"NetworkInterfaceIds": [eni_id]})
+        found = answer.get("NetworkInterfaces") or []
+        if not found:
+            raise NotFound(operation, "InvalidNetworkInterfaceID.NotFound", eni_id)
+        return parse_eni(found[0])
+
+    async def _describe_all(
+        self, operation: str, key: str, params: Mapping[str, Any]
+    ) -> list[Mapping[str, Any]]:
+        """Every page, one call (and one retry budget) per page."""
+        items: list[Mapping[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = await self._call(
+                operation, {**params, **({"NextToken": token} if token else {})}
+            )
+            items.extend(page.get(key) or [])
+            token = page.get("NextToken") or None
+            if token is None:
+                return items
+
+    def _eni_lock(self, eni_id: str) -> asyncio.Lock:
+        return self._eni_locks.setdefault(eni_id, asyncio.Lock())
+
+    async def _call(
+        self,
+        operation: str,
+        params: Mapping[str, Any],
+        *,
+        mutating: bool = False,
+        repeatable: bool = True,
+    ) -> Response:
+        """One EC2 API call by name, with rate limiting, retries and recording."""
+        method: Callable[..., Response] = getattr(self._client, xform_name(operation))
+
+        async def attempt() -> Response:
+            return await self._attempt(operation, lambda: method(**params))
+
+        return await self._retrier.run(operation, attempt, mutating=mutating, repeatable=repeatable)
+
+    async def _attempt(self, operation: str, request: Callable[[], Response]) -> Response:
+        """One request in a worker thread. This is `asyncio.to_thread`, but with the slot held until
+        the thread really ends: a timed-out boto3 call cannot be stopped, and while it runs it still
+        occupies a thread and a connection."""
+        loop = asyncio.get_running_loop()
+        sent = False
+        try:
+            async with asyncio.timeout(self._call_timeout_s):
+                await self._slots.acquire()
+                context = contextvars.copy_context()
+                future = loop.run_in_executor(None, context.run, request)
+                sent = True
+                future.add_done_callback(self._thread_done)
+                return await asyncio.shield(future)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(operation, exc) from exc
+        except TimeoutError as exc:
+            timeout = CallTimeout(operation, "Timeout", f"no answer in {self._call_timeout_s}s")
+            raise AttemptFailed(timeout, not_applied=not sent) from exc
+
+    def _thread_done(self, future: asyncio.Future[Response]) -> None:
+        self._slots.release()
+        if not future.cancelled():
+            future.exception()  # retrieved here, so an abandoned failure is not reported as lost

@@ -1,0 +1,95 @@
+"""EC2's answers, read into ipamd's models: the only code that knows the shape of boto3's dictionaries.
+No I/O; used by `cloud.ec2`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
+from cloud.ports import Instance
+
+# -- parsing EC2's answers ------------------------------------------------------------------------
+
+
+def parse_eni(d: Mapping[str, Any]) -> NetworkInterface:
+    attachment: Mapping[str, Any] = d.get("Attachment") or {}
+    primary = str(d.get("PrivateIpAddress") or "")
+    secondary = tuple(
+        str(a["PrivateIpAddress"])
+        for a in d.get("PrivateIpAddresses") or []
+        if not a.get("Primary") and a.get("PrivateIpAddress") != primary
+    )
+    device_index = attachment.get("DeviceIndex")
+    attachment_id = attachment.get("AttachmentId")
+    instance_id = attachment.get("InstanceId")
+    return NetworkInterface(
+        eni_id=str(d["NetworkInterfaceId"]),
+        subnet_id=str(d.get("SubnetId") or ""),
+        status=str(d.get("Status") or ""),
+        mac=str(d.get("MacAddress") or ""),
+        device_index=int(device_index) if device_index is not None else None,
+        attachment_id=str(attachment_id) if attachment_id else None,
+        instance_id=str(instance_id) if instance_id else None,
+        primary_ip=primary,
+        secondary_ips=secondary,
+        prefixes=tuple(str(p["Ipv4Prefix"]) for p in d.get("Ipv4Prefixes") or []),
+        tags={str(t["Key"]): str(t.get("Value") or "") for t in d.get("TagSet") or []},
+        delete_on_termination=bool(attachment.get("DeleteOnTermination", False)),
+    )
+
+
+def assigned_units(answer: Mapping[str, Any], kind: UnitKind) -> tuple[str, ...]:
+    """The units an AssignPrivateIpAddresses answer lists, as CIDRs."""
+    if kind == "prefix":
+        return tuple(str(p["Ipv4Prefix"]) for p in answer.get("AssignedIpv4Prefixes") or [])
+    return tuple(
+        f"{a['PrivateIpAddress']}/32" for a in answer.get("AssignedPrivateIpAddresses") or []
+    )
+
+
+def host_address(cidr: str) -> str:
+    """`10.0.1.5/32` (or `10.0.1.5`) as `10.0.1.5`; anything wider is not one address."""
+    address, _, length = cidr.partition("/")
+    if length not in ("", "32"):
+        raise ValueError(f"not a single IPv4 address: {cidr}")
+    return address
+
+
+def parse_instance(d: Mapping[str, Any]) -> Instance:
+    """The instance with the security groups of its primary ENI, which new ENIs copy (the instance's
+    own `SecurityGroups` can be empty when the groups were given on the interface)."""
+    groups = [str(g["GroupId"]) for g in d.get("SecurityGroups") or []]
+    for eni in d.get("NetworkInterfaces") or []:
+        if (eni.get("Attachment") or {}).get("DeviceIndex") == 0 and eni.get("Groups"):
+            groups = [str(g["GroupId"]) for g in eni["Groups"]]
+    placement: Mapping[str, Any] = d.get("Placement") or {}
+    return Instance(
+        instance_id=str(d["InstanceId"]),
+        instance_type=str(d["InstanceType"]),
+        subnet_id=str(d.get("SubnetId") or ""),
+        security_groups=tuple(groups),
+        availability_zone=str(placement.get("AvailabilityZone") or ""),
+    )
+
+
+def parse_limits(d: Mapping[str, Any]) -> InstanceLimits:
+    """Bare-metal types report no hypervisor; they run on the Nitro system (prefixes supported)."""
+    network: Mapping[str, Any] = d["NetworkInfo"]
+    hypervisor = d.get("Hypervisor") or ("nitro" if d.get("BareMetal") else "")
+    return InstanceLimits(
+        instance_type=str(d["InstanceType"]),
+        max_enis=int(network["MaximumNetworkInterfaces"]),
+        ipv4_per_eni=int(network["Ipv4AddressesPerInterface"]),
+        hypervisor=str(hypervisor),
+    )
+
+
+def parse_subnet(d: Mapping[str, Any]) -> Subnet:
+    return Subnet(
+        subnet_id=str(d["SubnetId"]),
+        cidr=str(d["CidrBlock"]),
+        available_ips=int(d.get("AvailableIpAddressCount") or 0),
+        vpc_id=str(d.get("VpcId") or ""),
+        availability_zone=str(d.get("AvailabilityZone") or ""),
+    )

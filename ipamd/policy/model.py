@@ -1,0 +1,98 @@
+"""The pool policy's inputs, as plain values: what the node holds (per ENI, per unit), the knobs, and
+the instance type's limits.
+
+The engine converts its state into `NodeStats` at one instant; `PoolTargets` comes from `Config`;
+`NodeLimits` from the instance type's limits. This module must not import asyncio, do I/O, or know
+about the engine, the datastore or the cloud adapters: the policy is a pure function of these values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ipamd.config import Config
+
+
+@dataclass(frozen=True, slots=True)
+class UnitStats:
+    """One secondary IPv4 address (/32, size 1) or /28 prefix (size 16) on an ENI."""
+
+    cidr: str
+    size: int
+    """Addresses in the unit: 1 or 16."""
+    assigned: int
+    """Addresses owned by pods, including lost ones (owned, but EC2 no longer lists them)."""
+    cooling: int
+    """Released by a pod less than IP_COOLDOWN_PERIOD ago: neither available nor returnable."""
+    releasing: bool = False
+    """The unassign call is in flight: the unit is neither available nor capacity to keep, but it
+    still takes one of the ENI's slots until EC2 has dropped it."""
+
+    @property
+    def free(self) -> int:
+        """Addresses a pod could get now: 0 while the unit is releasing."""
+        if self.releasing:
+            return 0
+        return max(self.size - self.assigned - self.cooling, 0)
+
+    @property
+    def wholly_free(self) -> bool:
+        """No assigned or cooling address and not releasing: the unit may go back to EC2."""
+        return not self.releasing and self.assigned == 0 and self.cooling == 0
+
+
+@dataclass(frozen=True, slots=True)
+class EniStats:
+    eni_id: str
+    device_index: int
+    is_primary: bool
+    age_s: float
+    """Seconds since ipamd added the ENI; an ENI younger than the minimum lifetime is kept."""
+    units: tuple[UnitStats, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStats:
+    enis: tuple[EniStats, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTargets:
+    """The knobs, with VPC CNI's names and meanings (see `ipamd.config.Config`)."""
+
+    warm_eni_target: int = 1
+    """ENIs' worth of free addresses to keep (secondary-IP mode, no IP targets)."""
+    warm_ip_target: int = 0
+    """Free addresses to keep; 0 = unset. With MINIMUM_IP_TARGET, overrides the warm ENI/prefix
+    targets."""
+    minimum_ip_target: int = 0
+    """Floor on the addresses held; 0 = unset."""
+    warm_prefix_target: int = 1
+    """Wholly free /28 prefixes to keep (prefix mode, no IP targets)."""
+    max_eni: int | None = None
+    """MAX_ENI: a cap below the instance type's ENI limit; None (or < 1) = no cap."""
+    max_pods: int | None = None
+    """The node's max pods; None = computed from the instance limits (`compute_max_pods`)."""
+    min_eni_lifetime_s: float = 60.0
+    """An ENI younger than this is never released."""
+
+    @classmethod
+    def from_config(cls, config: Config) -> PoolTargets:
+        return cls(
+            warm_eni_target=config.warm_eni_target,
+            warm_ip_target=config.warm_ip_target,
+            minimum_ip_target=config.minimum_ip_target,
+            warm_prefix_target=config.warm_prefix_target,
+            max_eni=config.max_eni,
+            max_pods=config.max_pods_override,
+            min_eni_lifetime_s=config.min_eni_lifetime_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLimits:
+    max_enis: int
+    """The instance type's ENI limit."""
+    units_per_eni: int
+    """IPv4 addresses per ENI minus the primary one: the secondary IPs, or /28 prefixes, one ENI
+    can hold (`cloud.models.InstanceLimits.units_per_eni`)."""

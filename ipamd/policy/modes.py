@@ -1,0 +1,69 @@
+"""The mode strategies: secondary IPs (/32, 1 address per unit) or /28 prefixes (16 per unit).
+
+This is the only place that knows a unit's size or which warm target a mode uses when no IP target
+is set (WARM_ENI_TARGET for secondary IPs, WARM_PREFIX_TARGET for prefixes). The mode is chosen
+once, at start (`strategy_for`); the rest of the policy computes in addresses and converts to units
+through the strategy, and never branches on the mode.
+
+Pure; no asyncio, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ipamd.policy.goals import (
+    Goal,
+    uses_ip_targets,
+    warm_eni_goal,
+    warm_ip_goal,
+    warm_prefix_goal,
+)
+from ipamd.policy.model import NodeLimits, PoolTargets
+
+UnitKind = Literal["ip", "prefix"]
+
+
+@dataclass(frozen=True, slots=True)
+class UnitStrategy:
+    kind: UnitKind
+    """What EC2 is asked for: secondary IPs or /28 prefixes."""
+    addresses_per_unit: int
+    """1 or 16."""
+    warm_goal: Callable[[PoolTargets, NodeLimits, int], Goal] = field(repr=False)
+    """The mode's own goal, used when neither WARM_IP_TARGET nor MINIMUM_IP_TARGET is set."""
+
+    def units_for(self, addresses: int) -> int:
+        """Units that hold at least `addresses` (rounded up; 0 for none or fewer)."""
+        if addresses <= 0:
+            return 0
+        return -(-addresses // self.addresses_per_unit)
+
+    def addresses_in(self, units: int) -> int:
+        return units * self.addresses_per_unit
+
+    def addresses_per_eni(self, limits: NodeLimits) -> int:
+        """Pod addresses one full ENI holds: (IPv4 per ENI - 1), times 16 in prefix mode."""
+        return self.addresses_in(limits.units_per_eni)
+
+    def goal_for(self, targets: PoolTargets, limits: NodeLimits) -> Goal:
+        """The goal the knobs set in this mode: the IP targets win when either is > 0, as in VPC
+        CNI; otherwise the mode's own warm target."""
+        if uses_ip_targets(targets):
+            return warm_ip_goal(targets)
+        return self.warm_goal(targets, limits, self.addresses_per_unit)
+
+
+def _warm_prefix(targets: PoolTargets, limits: NodeLimits, unit_size: int) -> Goal:
+    return warm_prefix_goal(targets)
+
+
+SECONDARY_IPS = UnitStrategy("ip", 1, warm_eni_goal)
+PREFIXES = UnitStrategy("prefix", 16, _warm_prefix)
+
+
+def strategy_for(prefix_delegation: bool) -> UnitStrategy:
+    """ENABLE_PREFIX_DELEGATION chooses the strategy, once."""
+    return PREFIXES if prefix_delegation else SECONDARY_IPS

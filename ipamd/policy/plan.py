@@ -1,0 +1,217 @@
+"""Planning the pool: from the node's stats, the knobs and the instance limits, which units to add
+on which ENIs, which ENIs to create, and which units and ENIs to give back to EC2.
+
+`plan_pool` is a pure function; the pool manager applies its `PoolPlan` through the EC2 port. It
+grows when the goal (`ipamd.policy.goals`) is short and then, on the pool that growth leaves, gives
+back what the goal does not need. Growth and shrinking test the same conditions, so applying a plan
+and planning again gives an empty plan.
+
+Rules every plan keeps:
+- no ENI gets more than `units_per_eni` units (releasing ones still take a slot), no more ENIs than
+  `effective_max_enis`, and growth stops at the node's max pods (the last prefix may pass it);
+- only wholly free units go back (no assigned, cooling or releasing address), and only ENIs that
+  are not primary, hold no used or releasing unit, and are at least `min_eni_lifetime_s` old;
+- growth fills the fullest ENIs first, then new ENIs; shrinking empties the emptiest non-primary
+  ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and spreads pods, §12.9).
+
+This module must not import asyncio, do I/O, or know the engine, datastore or cloud adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import chain, repeat
+
+from ipamd.policy.goals import Goal
+from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.policy.modes import UnitStrategy
+from ipamd.policy.tally import EniTally, NodeTally, PoolTally, tally_node
+
+HOST_NETWORK_PODS = 2
+"""Pods on the host network that take no pool address (aws-node and kube-proxy): the `+ 2` of
+VPC CNI's and the EKS AMI's max-pods formulas, in both modes."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    assign: tuple[tuple[str, int], ...] = ()
+    """(ENI ID, units to add) on existing ENIs, the fullest ENI first."""
+    new_enis: tuple[int, ...] = ()
+    """For each ENI to create, the units to assign on it (at least 1)."""
+    release_units: tuple[str, ...] = ()
+    """CIDRs to return to EC2: each wholly free. Units of ENIs in `release_enis` are not listed."""
+    release_enis: tuple[str, ...] = ()
+    """ENIs to detach and delete, with their units (all wholly free)."""
+    reason: str = field(default="", compare=False)
+    """Why, in a few words, for logs (`warm_ip: short 2 units`)."""
+
+    def is_empty(self) -> bool:
+        return not (self.assign or self.new_enis or self.release_units or self.release_enis)
+
+
+def effective_max_enis(targets: PoolTargets, limits: NodeLimits) -> int:
+    """min(instance type's ENI limit, MAX_ENI); MAX_ENI unset or < 1 is no cap, as in VPC CNI."""
+    if targets.max_eni is None or targets.max_eni < 1:
+        return limits.max_enis
+    return min(limits.max_enis, targets.max_eni)
+
+
+def compute_max_pods(limits: NodeLimits, strategy: UnitStrategy, enis: int | None = None) -> int:
+    """ENIs x (IPv4 per ENI - 1) + 2 for secondary IPs, ENIs x (IPv4 per ENI - 1) x 16 + 2 for
+    prefixes: VPC CNI's `eni-max-pods.txt` formula, and the EKS AMI max-pods calculator's with
+    prefix delegation. `enis` defaults to the instance type's limit. The EKS calculator's further
+    cap of 110 or 250 pods (by vCPU count) is a kubelet choice, left to the max-pods override."""
+    count = limits.max_enis if enis is None else enis
+    return count * strategy.addresses_per_eni(limits) + HOST_NETWORK_PODS
+
+
+def compute_pod_limit(targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy) -> int:
+    """The max pods growth respects: the override, else the formula over the ENIs ipamd may use."""
+    if targets.max_pods is not None:
+        return targets.max_pods
+    return compute_max_pods(limits, strategy, effective_max_enis(targets, limits))
+
+
+def plan_pool(
+    stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+) -> PoolPlan:
+    """The plan that brings the pool to the knobs' goal within the limits (empty when it is there)."""
+    goal = strategy.goal_for(targets, limits)
+    node = tally_node(stats, strategy.addresses_per_unit)
+    wanted = _units_wanted(goal, node.pool, strategy)
+    assign, new_enis = _plan_growth(node, goal, wanted, targets, limits, strategy)
+    if goal.is_short(node.pool):
+        # Still short after growth (at a limit): nothing the pool holds is spare.
+        return PoolPlan(assign, new_enis, reason=_reason(goal, wanted, assign, new_enis))
+    grown = frozenset(eni_id for eni_id, _ in assign)
+    units, enis = _plan_shrink(node, goal, targets, grown, strategy.addresses_per_unit)
+    if not (units or enis):
+        return PoolPlan(assign, new_enis, reason=_reason(goal, wanted, assign, new_enis))
+    reason = f"{goal.name}: returning {len(units)} units and {len(enis)} ENIs"
+    return PoolPlan(assign, new_enis, units, enis, reason=reason)
+
+
+def _units_wanted(goal: Goal, pool: PoolTally, strategy: UnitStrategy) -> int:
+    """Units to add so the goal is met: the one conversion from addresses to units."""
+    return max(strategy.units_for(goal.short_addresses(pool)), goal.short_free_units(pool))
+
+
+def _reason(
+    goal: Goal, wanted: int, assign: tuple[tuple[str, int], ...], new_enis: tuple[int, ...]
+) -> str:
+    if wanted == 0:
+        return ""
+    added = sum(n for _, n in assign) + sum(new_enis)
+    return f"{goal.name}: short {wanted} units, adding {added} ({len(new_enis)} new ENIs)"
+
+
+# --- growing --------------------------------------------------------------------------------------
+
+
+def _plan_growth(
+    node: NodeTally,
+    goal: Goal,
+    wanted: int,
+    targets: PoolTargets,
+    limits: NodeLimits,
+    strategy: UnitStrategy,
+) -> tuple[tuple[tuple[str, int], ...], tuple[int, ...]]:
+    """Place `wanted` units: existing ENIs first, fullest first, then new ENIs. Updates the pool
+    tally with what it adds."""
+    if wanted == 0:
+        return (), ()
+    pool = node.pool
+    # VPC CNI stops growing once TotalIPs >= max pods (PR #2745); host-network pods are not
+    # subtracted there either, since an override does not say how many there are.
+    budget = strategy.units_for(compute_pod_limit(targets, limits, strategy) - pool.total)
+    per_eni = limits.units_per_eni
+    rooms = [
+        (eni.stats.eni_id, per_eni - eni.slots)
+        for eni in sorted(node.enis, key=_fill_order)
+        if eni.slots < per_eni
+    ]
+    spare_enis = max(effective_max_enis(targets, limits) - len(node.enis), 0)
+    fresh: Iterable[tuple[str | None, int]] = repeat((None, per_eni), spare_enis)
+    assign: list[tuple[str, int]] = []
+    new_enis: list[int] = []
+    for eni_id, take in _takes(chain(rooms, fresh), wanted, budget, goal.fill_whole_enis):
+        if eni_id is None:
+            new_enis.append(take)
+        else:
+            assign.append((eni_id, take))
+    added = sum(n for _, n in assign) + sum(new_enis)
+    pool.add(strategy.addresses_in(added), added)
+    return tuple(assign), tuple(new_enis)
+
+
+def _takes(
+    rooms: Iterable[tuple[str | None, int]], wanted: int, budget: int, whole: bool
+) -> Iterator[tuple[str | None, int]]:
+    """How many units each room (an ENI's free slots; None = a new ENI) takes, in order, until
+    `wanted` units are placed (`whole`: each room touched is filled) or `budget` runs out."""
+    for eni_id, room in rooms:
+        if wanted <= 0 or budget <= 0 or room <= 0:
+            return
+        take = min(room if whole else min(room, wanted), budget)
+        wanted -= take
+        budget -= take
+        yield eni_id, take
+
+
+def _fill_order(eni: EniTally) -> tuple[int, bool, int, int, str]:
+    """Fullest first: more used addresses, then the primary (it never goes anyway), then more
+    units, then the lowest device index. Pods follow free addresses, so the emptiest ENIs stay
+    empty and can be released."""
+    s = eni.stats
+    return (-eni.used, not s.is_primary, -eni.slots, s.device_index, s.eni_id)
+
+
+# --- shrinking ------------------------------------------------------------------------------------
+
+
+def _plan_shrink(
+    node: NodeTally, goal: Goal, targets: PoolTargets, grown: frozenset[str], unit_size: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Give back what the goal does not need, emptiest non-primary ENI first: the whole ENI when it
+    may go, else its wholly free units one by one. Each removal is checked against the pool the
+    earlier ones leave, so the result is never short."""
+    pool = node.pool
+    units: list[str] = []
+    enis: list[str] = []
+    for eni in sorted(node.enis, key=_release_order):
+        if _may_release_eni(eni, targets, grown) and goal.allows_removal(
+            pool, eni.available, eni.free_units, whole_eni=True
+        ):
+            pool.remove(eni.available, eni.free_units)
+            enis.append(eni.stats.eni_id)
+        elif goal.releases_units:
+            units.extend(_spare_units(eni, goal, pool, unit_size))
+    return tuple(units), tuple(enis)
+
+
+def _spare_units(eni: EniTally, goal: Goal, pool: PoolTally, unit_size: int) -> Iterator[str]:
+    """The ENI's wholly free units the goal can spare, latest listed first."""
+    for unit in reversed(eni.free):
+        counted = int(unit.size == unit_size)
+        if goal.allows_removal(pool, unit.size, counted, whole_eni=False):
+            pool.remove(unit.size, counted)
+            yield unit.cidr
+
+
+def _may_release_eni(eni: EniTally, targets: PoolTargets, grown: frozenset[str]) -> bool:
+    """Not primary, nothing used (assigned or cooling, as VPC CNI requires) and no unassign in
+    flight (so the pool manager never races its own call), old enough, and not just grown."""
+    s = eni.stats
+    return (
+        not s.is_primary
+        and eni.all_free
+        and s.age_s >= targets.min_eni_lifetime_s
+        and s.eni_id not in grown
+    )
+
+
+def _release_order(eni: EniTally) -> tuple[bool, int, int, int, str]:
+    """Emptiest first: non-primary, fewer used addresses, fewer units, newest device index."""
+    s = eni.stats
+    return (s.is_primary, eni.used, eni.slots, -s.device_index, s.eni_id)
