@@ -41,6 +41,13 @@ class NoAddressAvailable(IpamdError):
     retryable = True
 
 
+class MaxPodsReached(IpamdError):
+    """The node holds as many pod addresses as its max pods allows; more will not come."""
+
+    code = "max_pods"
+    status = 503
+
+
 class StateUnavailable(IpamdError):
     """The state file is unusable; ipamd fails closed instead of starting empty."""
 

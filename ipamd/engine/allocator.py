@@ -19,7 +19,7 @@ from datastore.records import (
     Mutation,
 )
 from ipamd.engine.state import NodeState
-from ipamd.errors import DeleteIntentActive, NoAddressAvailable
+from ipamd.errors import DeleteIntentActive, MaxPodsReached, NoAddressAvailable
 from ipamd.model import PodRef
 
 
@@ -31,6 +31,8 @@ class EngineSettings:
     """How long a DEL keeps refusing ADDs for its container ID."""
     prune_batch: int = 32
     """Expired intents and cooldowns removed per mutation at most: the cost of a DEL stays flat."""
+    max_pods: int | None = None
+    """Pod allocations the node may hold (the pool never grows past it); None = no cap here."""
 
 
 def plan_assign(
@@ -47,6 +49,8 @@ def plan_assign(
     existing = state.allocations.get(key)
     if existing is not None:
         return Mutation(), existing
+    if settings.max_pods is not None and len(state.allocations) >= settings.max_pods:
+        raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
     picked = pick_addresses(state, count, now, settings.cooldown_s)
     if picked is None:
         raise NoAddressAvailable(f"no {count} free address(es) on one ENI; the pool is growing")

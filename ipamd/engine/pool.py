@@ -1,0 +1,359 @@
+"""The pool manager: applies the policy's plan through the EC2 port.
+
+Grow: fill existing ENIs, then create, tag and attach new ones; every unit enters the inventory from
+EC2's own answer. Shrink: units are marked `releasing` (a committed change) before EC2 is called, so no
+ADD can take them; if they became needed meanwhile the release is aborted. The engine's lock is never
+held across an EC2 call. Failures back off with jitter; subnet exhaustion pauses growth for a cooldown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from cloud.errors import (
+    AddressLimitExceeded,
+    CallTimeout,
+    CloudError,
+    NotFound,
+    SubnetExhausted,
+)
+from cloud.models import NetworkInterface
+from cloud.ports import (
+    MANAGED_BY,
+    TAG_CLUSTER_NAME,
+    TAG_CREATED_AT,
+    TAG_INSTANCE_ID,
+    TAG_MANAGED_BY,
+    Ec2Api,
+    Instance,
+)
+from datastore.records import EniRecord
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
+from ipamd.engine.stats import node_stats
+from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.policy.modes import UnitStrategy
+from ipamd.policy.plan import PoolPlan, plan_pool
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    targets: PoolTargets
+    strategy: UnitStrategy
+    fallback_strategy: UnitStrategy | None = None
+    """Prefix mode only: secondary IPs to fall back to when the subnet has no free /28."""
+    cluster_name: str = ""
+    extra_tags: tuple[tuple[str, str], ...] = ()
+    call_timeout_s: float = 10.0
+    subnet_exhausted_cooldown_s: float = 120.0
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 60.0
+
+
+@dataclass(slots=True)
+class PoolHealth:
+    """What the pool manager has been through, for metrics and introspection."""
+
+    plans_applied: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    subnet_exhausted_until: float = 0.0
+    backoff_until: float = 0.0
+    last_error: str = ""
+    errors_by_code: dict[str, int] = field(default_factory=dict)
+
+
+class PoolManager:
+    def __init__(
+        self,
+        engine: Engine,
+        ec2: Ec2Api,
+        instance: Instance,
+        limits: NodeLimits,
+        settings: PoolSettings,
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._engine = engine
+        self._ec2 = ec2
+        self._instance = instance
+        self._limits = limits
+        self._settings = settings
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.health = PoolHealth()
+        self.pending_enis: set[str] = set()
+        """ENIs created but not yet in the inventory: ENI GC must not touch them."""
+
+    @property
+    def strategy(self) -> UnitStrategy:
+        fallback = self._settings.fallback_strategy
+        if fallback is not None and self._clock.now() < self.health.subnet_exhausted_until:
+            return fallback
+        return self._settings.strategy
+
+    def stats(self) -> NodeStats:
+        return node_stats(self._engine.state, self._clock.now(), self._engine.settings.cooldown_s)
+
+    def plan(self) -> PoolPlan:
+        return plan_pool(self.stats(), self._settings.targets, self._limits, self.strategy)
+
+    async def adopt(self) -> int:
+        """Take EC2's word for the ENIs attached to this instance and their units of the current
+        kind: what EC2 lists and ipamd lacks enters the inventory as free. Returns units added."""
+        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
+        kind = self.strategy.kind
+        added = 0
+        for eni in enis:
+            if eni.device_index is None:
+                continue
+            if eni.eni_id not in self._engine.state.enis:
+                record = EniRecord(
+                    eni.eni_id, eni.device_index, eni.subnet_id, eni.is_primary, self._clock.now()
+                )
+                await self._engine.add_eni(record)
+            missing = [c for c in eni.units(kind) if c not in self._engine.state.units]
+            await self._engine.add_units(eni.eni_id, missing, kind)
+            added += len(missing)
+        return added
+
+    async def run_once(self) -> PoolPlan:
+        """One tick: plan and apply, unless backing off. Returns the plan applied (empty if none)."""
+        now = self._clock.now()
+        if now < self.health.backoff_until:
+            return PoolPlan()
+        plan = self.plan()
+        if self._growth_paused(now) and (plan.assign or plan.new_enis):
+            plan = replace(plan, assign=(), new_enis=())
+        if plan.is_empty():
+            return plan
+        try:
+            await self._apply(plan)
+        except CloudError as err:
+            self._failed(err)
+            return plan
+        self.health.plans_applied += 1
+        self.health.consecutive_failures = 0
+        return plan
+
+    def _growth_paused(self, now: float) -> bool:
+        return now < self.health.subnet_exhausted_until and self._settings.fallback_strategy is None
+
+    def _failed(self, err: CloudError) -> None:
+        h = self.health
+        h.failures += 1
+        h.consecutive_failures += 1
+        h.errors_by_code[err.code] = h.errors_by_code.get(err.code, 0) + 1
+        h.last_error = str(err)
+        now = self._clock.now()
+        if isinstance(err, SubnetExhausted):
+            h.subnet_exhausted_until = now + self._settings.subnet_exhausted_cooldown_s
+            logger.warning(
+                "pool.subnet_exhausted error=%s cooldown_s=%s",
+                err,
+                self._settings.subnet_exhausted_cooldown_s,
+            )
+        # Full jitter: a fleet of nodes failing together does not retry together.
+        ceiling = min(
+            self._settings.backoff_cap_s,
+            self._settings.backoff_base_s * 2 ** (h.consecutive_failures - 1),
+        )
+        h.backoff_until = now + self._rng.uniform(0, ceiling)
+        logger.warning(
+            "pool.failed error=%s retryable=%s backoff_s=%.2f",
+            err,
+            err.retryable,
+            h.backoff_until - now,
+        )
+
+    async def _apply(self, plan: PoolPlan) -> None:
+        logger.info("pool.apply plan=%s", plan)
+        for eni_id, count in plan.assign:
+            await self._grow_eni(eni_id, count)
+        for count in plan.new_enis:
+            await self._new_eni(count)
+        if plan.release_units:
+            await self._release_units(plan.release_units)
+        for eni_id in plan.release_enis:
+            await self._release_eni(eni_id)
+
+    async def _timed(self, operation: str, awaitable: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self._settings.call_timeout_s):
+                return await awaitable
+        except TimeoutError as err:
+            raise CallTimeout(operation, "Timeout", "no answer in time") from err
+
+    # -- growing -------------------------------------------------------------------------------
+
+    async def _grow_eni(self, eni_id: str, count: int) -> None:
+        kind = self.strategy.kind
+        try:
+            cidrs = await self._timed("assign", self._ec2.assign_units(eni_id, kind, count))
+        except AddressLimitExceeded:
+            # EC2 holds more on this ENI than ipamd knows: take EC2's word for what is there.
+            await self._resync_eni(eni_id)
+            raise
+        await self._engine.add_units(eni_id, cidrs, kind)
+        logger.info("pool.grow eni_id=%s kind=%s units=%d", eni_id, kind, len(cidrs))
+
+    async def _new_eni(self, count: int) -> None:
+        index = self._free_device_index()
+        now = self._clock.now()
+        tags = {
+            TAG_INSTANCE_ID: self._instance.instance_id,
+            TAG_CREATED_AT: datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            TAG_MANAGED_BY: MANAGED_BY,
+            **dict(self._settings.extra_tags),
+        }
+        if self._settings.cluster_name:
+            tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
+        eni = await self._timed(
+            "create_eni",
+            self._ec2.create_eni(
+                self._instance.subnet_id,
+                self._instance.security_groups,
+                f"ipamd: pod addresses for {self._instance.instance_id}",
+                tags,
+            ),
+        )
+        self.pending_enis.add(eni.eni_id)
+        try:
+            await self._attach(eni, index)
+            await self._engine.add_eni(
+                EniRecord(eni.eni_id, index, eni.subnet_id, False, self._clock.now())
+            )
+        finally:
+            self.pending_enis.discard(eni.eni_id)
+        logger.info("pool.eni_attached eni_id=%s device_index=%d", eni.eni_id, index)
+        await self._grow_eni(eni.eni_id, count)
+
+    async def _attach(self, eni: NetworkInterface, index: int) -> None:
+        try:
+            await self._timed(
+                "attach", self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
+            )
+        except CloudError:
+            # Not attached, so nothing can use it: delete it now rather than leave it to ENI GC.
+            try:
+                await self._timed("delete_eni", self._ec2.delete_eni(eni.eni_id))
+            except CloudError as cleanup:
+                logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
+            raise
+
+    def _free_device_index(self) -> int:
+        used = {e.device_index for e in self._engine.state.enis.values()}
+        return next(i for i in range(1, len(used) + 2) if i not in used)
+
+    async def _resync_eni(self, eni_id: str) -> None:
+        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
+        for eni in enis:
+            if eni.eni_id == eni_id:
+                kind = self.strategy.kind
+                missing = [c for c in eni.units(kind) if c not in self._engine.state.units]
+                await self._engine.add_units(eni_id, missing, kind)
+
+    # -- shrinking -----------------------------------------------------------------------------
+
+    async def _release_units(self, cidrs: tuple[str, ...]) -> None:
+        marked = await self._engine.begin_release(cidrs)
+        keep = self._no_longer_excess(marked)
+        if keep:
+            logger.info("pool.release_aborted units=%d reason=needed", len(keep))
+            await self._engine.abort_release(keep)
+        going = [c for c in marked if c not in keep]
+        by_eni: dict[str, list[str]] = {}
+        for cidr in going:
+            by_eni.setdefault(self._engine.state.units[cidr].eni_id, []).append(cidr)
+        for eni_id, eni_cidrs in by_eni.items():
+            await self._unassign(eni_id, eni_cidrs)
+
+    def _no_longer_excess(self, marked: tuple[str, ...]) -> set[str]:
+        """Units marked for release that a fresh plan, counting them as free, would now keep."""
+        if not marked:
+            return set()
+        stats = self.stats()
+        as_free = NodeStats(
+            tuple(
+                replace(
+                    eni,
+                    units=tuple(
+                        replace(u, releasing=False) if u.cidr in marked else u for u in eni.units
+                    ),
+                )
+                for eni in stats.enis
+            )
+        )
+        again = plan_pool(as_free, self._settings.targets, self._limits, self.strategy)
+        still = set(again.release_units)
+        for eni in as_free.enis:
+            if eni.eni_id in again.release_enis:
+                still.update(u.cidr for u in eni.units)
+        return set(marked) - still
+
+    async def _unassign(self, eni_id: str, cidrs: list[str]) -> None:
+        kind = self._engine.state.units[cidrs[0]].kind
+        try:
+            await self._timed("unassign", self._ec2.unassign_units(eni_id, kind, cidrs))
+        except NotFound:
+            pass  # already gone from the ENI: the release is complete
+        except CloudError:
+            await self._engine.abort_release(cidrs)
+            raise
+        await self._engine.finish_release(cidrs)
+        logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
+
+    async def _release_eni(self, eni_id: str) -> None:
+        state = self._engine.state
+        cidrs = tuple(state.units_by_eni.get(eni_id, {}))
+        marked = await self._engine.begin_release(cidrs)
+        if len(marked) != len(cidrs):
+            await self._engine.abort_release(marked)  # something on it is in use now: keep it
+            return
+        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
+        attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
+        try:
+            if attachment is not None:
+                await self._timed("detach", self._ec2.detach_eni(attachment))
+            await self._timed("delete_eni", self._ec2.delete_eni(eni_id))
+        except NotFound:
+            pass
+        except CloudError:
+            # Detached but not deleted is safe: the ENI is no longer ours to use, and ENI GC deletes
+            # it later. Not detached: it stays ours and its units become free again.
+            if attachment is not None and not await self._still_attached(eni_id):
+                await self._engine.remove_eni(eni_id)
+            else:
+                await self._engine.abort_release(marked)
+            raise
+        await self._engine.remove_eni(eni_id)
+        logger.info("pool.eni_released eni_id=%s", eni_id)
+
+    async def _still_attached(self, eni_id: str) -> bool:
+        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
+        return any(e.eni_id == eni_id for e in enis)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(self, interval_s: float) -> None:
+        """Tick every `interval_s`, and at once when an ADD found the pool empty."""
+        wanted = self._engine.pool_wanted
+        while True:
+            wanted.clear()
+            await self.run_once()
+            delay = max(interval_s, self.health.backoff_until - self._clock.now())
+            try:
+                async with asyncio.timeout(delay):
+                    await wanted.wait()
+            except TimeoutError:
+                pass

@@ -1,0 +1,69 @@
+"""ENI GC: delete ENIs ipamd created for this instance that are detached and old enough to be sure
+they are leftovers (a crash between create and attach, a failed detach-then-delete).
+
+The query is scoped by tags (this instance, created by ipamd), never a VPC-wide scan. An ENI is spared
+while it is fresh (the grace window covers create → attach, which can take seconds), while the pool
+manager is attaching it, and whenever it is in ipamd's inventory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from datetime import datetime
+
+from cloud.errors import CloudError, InUse, NotFound
+from cloud.models import NetworkInterface
+from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
+from ipamd.clock import Clock
+
+logger = logging.getLogger(__name__)
+
+
+class EniGc:
+    def __init__(
+        self,
+        ec2: Ec2Api,
+        instance_id: str,
+        grace_s: float,
+        clock: Clock,
+        spared: Callable[[], Collection[str]],
+    ) -> None:
+        self._ec2 = ec2
+        self._instance_id = instance_id
+        self._grace_s = grace_s
+        self._clock = clock
+        self._spared = spared
+        self.deleted = 0
+
+    async def run_once(self) -> tuple[str, ...]:
+        """Delete what qualifies; returns the ENI IDs deleted."""
+        enis = await self._ec2.find_enis(
+            {TAG_INSTANCE_ID: self._instance_id, TAG_MANAGED_BY: MANAGED_BY}
+        )
+        spared = set(self._spared())
+        deleted: list[str] = []
+        for eni in enis:
+            if eni.status != "available" or eni.eni_id in spared or not self._old_enough(eni):
+                continue
+            try:
+                await self._ec2.delete_eni(eni.eni_id)
+            except (NotFound, InUse):
+                continue  # gone already, or attached again since the listing
+            except CloudError as err:
+                logger.warning("eni_gc.failed eni_id=%s error=%s", eni.eni_id, err)
+                continue
+            deleted.append(eni.eni_id)
+            logger.info("eni_gc.deleted eni_id=%s", eni.eni_id)
+        self.deleted += len(deleted)
+        return tuple(deleted)
+
+    def _old_enough(self, eni: NetworkInterface) -> bool:
+        created = eni.tags.get(TAG_CREATED_AT)
+        if created is None:
+            return False  # no birth date: never judged old
+        try:
+            born = datetime.strptime(created, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except ValueError:
+            return False
+        return self._clock.now() - born >= self._grace_s

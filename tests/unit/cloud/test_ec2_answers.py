@@ -1,0 +1,174 @@
+"""Answers real EC2 gives and moto does not (only-the-new assign answers, prefixes, pages, bare
+metal), played with botocore's Stubber, and the static limits table when EC2 cannot answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.stub import Stubber
+
+from cloud.calls import OK, CallLog
+from cloud.errors import CloudError, Rejected, ServiceUnavailable, Throttled
+from tests.unit.cloud.conftest import FakeTime, adapter
+from tests.unit.cloud.hooks import Scripts, refusal
+
+
+def _eni(eni_id: str = "eni-1", secondary: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "NetworkInterfaceId": eni_id,
+        "SubnetId": "subnet-1",
+        "Status": "in-use",
+        "PrivateIpAddress": "10.0.1.10",
+        "PrivateIpAddresses": [
+            {"PrivateIpAddress": "10.0.1.10", "Primary": True},
+            *({"PrivateIpAddress": ip, "Primary": False} for ip in secondary),
+        ],
+    }
+
+
+async def test_assign_reads_ec2s_answer_of_only_the_new_units(
+    offline_client: Any, fake_time: FakeTime
+) -> None:
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    with Stubber(offline_client) as stub:
+        stub.add_response(
+            "describe_network_interfaces",
+            {"NetworkInterfaces": [_eni(secondary=("10.0.1.20",))]},
+            {"NetworkInterfaceIds": ["eni-1"]},
+        )
+        stub.add_response(
+            "assign_private_ip_addresses",
+            {
+                "NetworkInterfaceId": "eni-1",
+                "AssignedPrivateIpAddresses": [
+                    {"PrivateIpAddress": "10.0.1.30"},
+                    {"PrivateIpAddress": "10.0.1.31"},
+                ],
+            },
+            {"NetworkInterfaceId": "eni-1", "SecondaryPrivateIpAddressCount": 2},
+        )
+        assert await ec2.assign_units("eni-1", "ip", 2) == ("10.0.1.30/32", "10.0.1.31/32")
+        stub.assert_no_pending_responses()
+
+
+async def test_assign_prefixes_minus_those_held_before(
+    offline_client: Any, fake_time: FakeTime
+) -> None:
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    held = {**_eni(), "Ipv4Prefixes": [{"Ipv4Prefix": "10.0.1.16/28"}]}
+    answer = {
+        "AssignedIpv4Prefixes": [{"Ipv4Prefix": "10.0.1.16/28"}, {"Ipv4Prefix": "10.0.1.32/28"}]
+    }
+    with Stubber(offline_client) as stub:
+        stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [held]})
+        stub.add_response(
+            "assign_private_ip_addresses",
+            answer,
+            {"NetworkInterfaceId": "eni-1", "Ipv4PrefixCount": 1},
+        )
+        assert await ec2.assign_units("eni-1", "prefix", 1) == ("10.0.1.32/28",)
+
+
+async def test_assign_answer_without_a_list_reads_the_eni(
+    offline_client: Any, fake_time: FakeTime
+) -> None:
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    after = {**_eni(), "Ipv4Prefixes": [{"Ipv4Prefix": "10.0.1.48/28"}]}
+    with Stubber(offline_client) as stub:
+        stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [_eni()]})
+        stub.add_response("assign_private_ip_addresses", {"NetworkInterfaceId": "eni-1"})
+        stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [after]})
+        assert await ec2.assign_units("eni-1", "prefix", 1) == ("10.0.1.48/28",)
+
+
+async def test_unassign_prefixes_by_cidr(offline_client: Any, fake_time: FakeTime) -> None:
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    with Stubber(offline_client) as stub:
+        stub.add_response(
+            "unassign_private_ip_addresses",
+            {},
+            {"NetworkInterfaceId": "eni-1", "Ipv4Prefixes": ["10.0.1.16/28"]},
+        )
+        await ec2.unassign_units("eni-1", "prefix", ["10.0.1.16/28"])
+        stub.add_response(
+            "unassign_private_ip_addresses",
+            {},
+            {"NetworkInterfaceId": "eni-1", "PrivateIpAddresses": ["10.0.1.20", "10.0.1.21"]},
+        )
+        await ec2.unassign_units("eni-1", "ip", ["10.0.1.20/32", "10.0.1.21"])
+        stub.assert_no_pending_responses()
+
+
+async def test_describe_enis_follows_every_page(offline_client: Any, fake_time: FakeTime) -> None:
+    calls = CallLog()
+    ec2 = adapter(offline_client, calls, fake_time)
+    filters = [{"Name": "attachment.instance-id", "Values": ["i-1"]}]
+    first = {**_eni("eni-b"), "Attachment": {"DeviceIndex": 1, "AttachmentId": "a-b"}}
+    second = {
+        **_eni("eni-a", secondary=("10.0.1.11",)),
+        "Attachment": {"DeviceIndex": 0, "AttachmentId": "a-a", "DeleteOnTermination": True},
+        "Ipv4Prefixes": [{"Ipv4Prefix": "10.0.1.64/28"}],
+        "TagSet": [{"Key": "k", "Value": "v"}],
+    }
+    with Stubber(offline_client) as stub:
+        stub.add_response(
+            "describe_network_interfaces",
+            {"NetworkInterfaces": [first], "NextToken": "t2"},
+            {"Filters": filters},
+        )
+        stub.add_response(
+            "describe_network_interfaces",
+            {"NetworkInterfaces": [second]},
+            {"Filters": filters, "NextToken": "t2"},
+        )
+        enis = await ec2.describe_enis("i-1")
+    assert [e.eni_id for e in enis] == ["eni-a", "eni-b"]
+    a = enis[0]
+    assert a.is_primary and a.delete_on_termination and dict(a.tags) == {"k": "v"}
+    assert a.primary_ip == "10.0.1.10" and a.secondary_ips == ("10.0.1.11",)
+    assert a.units("prefix") == ("10.0.1.64/28",) and a.units("ip") == ("10.0.1.11/32",)
+    assert calls.count("DescribeNetworkInterfaces", OK) == 2
+
+
+async def test_instance_limits_of_a_bare_metal_type(
+    offline_client: Any, fake_time: FakeTime
+) -> None:
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    info = {
+        "InstanceType": "m5.metal",
+        "BareMetal": True,
+        "NetworkInfo": {"MaximumNetworkInterfaces": 15, "Ipv4AddressesPerInterface": 50},
+    }
+    with Stubber(offline_client) as stub:
+        stub.add_response("describe_instance_types", {"InstanceTypes": [info]})
+        limits = await ec2.instance_limits("m5.metal")
+    assert (limits.max_enis, limits.ipv4_per_eni, limits.hypervisor) == (15, 50, "nitro")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "error"),
+    [
+        ("UnauthorizedOperation", 403, Rejected),
+        ("RequestLimitExceeded", 503, Throttled),
+        ("InternalError", 500, ServiceUnavailable),
+    ],
+)
+async def test_instance_limits_fall_back_to_the_table_when_ec2_cannot_answer(
+    offline_client: Any,
+    fake_time: FakeTime,
+    scripts: Scripts,
+    code: str,
+    status: int,
+    error: type[CloudError],
+) -> None:
+    calls = CallLog()
+    ec2 = adapter(offline_client, calls, fake_time, max_attempts=2)
+    scripts(offline_client, "DescribeInstanceTypes", [refusal(status, code)] * 6)
+    limits = await ec2.instance_limits("m5.large")
+    assert (limits.max_enis, limits.ipv4_per_eni) == (3, 10)
+    with pytest.raises(error):
+        await ec2.instance_limits("r7i.large")  # not in the table: EC2's error stands
+    await ec2.instance_limits("m5.large")
+    assert calls.count("DescribeInstanceTypes", OK) == 0
+    assert calls.count("DescribeInstanceTypes") >= 3, "a fallback answer is not cached"
