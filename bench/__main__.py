@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import engine_latency, intents, policy, restore
+from bench import ec2_calls, engine_latency, intents, policy, restore
 
 Family = Callable[[Path], Awaitable[dict[str, float]]]
 
@@ -23,6 +23,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("intents", intents.run),
     ("restore", restore.run),
     ("policy", policy.run),
+    ("ec2_calls", ec2_calls.run),
 )
 
 

@@ -1,0 +1,79 @@
+"""EC2 calls the pool costs, counted on the embedded EC2 (every attempt the adapter makes):
+to fill an m5.large from empty in each mode, and the mutations behind 1,000 pod churn events with
+WARM_IP_TARGET=5 and MINIMUM_IP_TARGET=10 (VPC CNI's docs warn these knobs drive EC2 call volume)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from cloud.embedded.world import EmbeddedEc2
+from ipamd.errors import NoAddressAvailable
+from ipamd.policy.model import PoolTargets
+from tests.support.cloudnode import CloudNode, open_cloud_node
+from tests.support.node import key
+
+MUTATIONS = frozenset(
+    {
+        "AssignPrivateIpAddresses",
+        "UnassignPrivateIpAddresses",
+        "CreateNetworkInterface",
+        "AttachNetworkInterface",
+        "ModifyNetworkInterfaceAttribute",
+        "DetachNetworkInterface",
+        "DeleteNetworkInterface",
+    }
+)
+CHURN_EVENTS = 1_000
+
+
+async def run(workdir: Path) -> dict[str, float]:
+    with EmbeddedEc2() as host:
+        ip_fill = await _fill_calls(host, workdir / "ip", prefix_mode=False)
+        prefix_fill = await _fill_calls(host, workdir / "prefix", prefix_mode=True)
+        churn = await _churn_mutations(host, workdir / "churn")
+    return {
+        "ec2_calls_fill_m5large_ip_mode": ip_fill,
+        "ec2_calls_fill_m5large_prefix_mode": prefix_fill,
+        "ec2_mutations_per_1000_pod_churn": churn,
+    }
+
+
+async def _fill_calls(host: EmbeddedEc2, workdir: Path, prefix_mode: bool) -> float:
+    # Counted from the first Describe of the node (adopting its ENIs) to the pool at its targets;
+    # the one-off DescribeInstances/DescribeInstanceTypes of start-up are included.
+    node = await open_cloud_node(host, workdir, "m5.large", prefix_mode=prefix_mode)
+    try:
+        await node.settle()
+        return float(sum(node.calls.counts.values()))
+    finally:
+        await node.engine.close()
+
+
+async def _churn_mutations(host: EmbeddedEc2, workdir: Path) -> float:
+    targets = PoolTargets(warm_ip_target=5, minimum_ip_target=10, min_eni_lifetime_s=0)
+    node = await open_cloud_node(host, workdir, "m5.large", targets=targets)
+    try:
+        await node.settle()
+        before = _mutations(node)
+        rng = random.Random(5)
+        live: list[str] = []
+        for event in range(CHURN_EVENTS):
+            # A random walk around 15 pods, as a node running a busy batch workload sees.
+            if live and (len(live) > 20 or rng.random() < 0.5):
+                await node.engine.release(key(live.pop(rng.randrange(len(live)))))
+            else:
+                try:
+                    await node.engine.assign(key(f"churn-{event}"))
+                    live.append(f"churn-{event}")
+                except NoAddressAvailable:
+                    pass
+            node.clock.advance(rng.uniform(1, 10))
+            await node.pool.run_once()
+        return float(_mutations(node) - before)
+    finally:
+        await node.engine.close()
+
+
+def _mutations(node: CloudNode) -> int:
+    return sum(n for (op, _), n in node.calls.counts.items() if op in MUTATIONS)
