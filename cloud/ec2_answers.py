@@ -77,9 +77,16 @@ def parse_limits(d: Mapping[str, Any]) -> InstanceLimits:
     """Bare-metal types report no hypervisor; they run on the Nitro system (prefixes supported)."""
     network: Mapping[str, Any] = d["NetworkInfo"]
     hypervisor = d.get("Hypervisor") or ("nitro" if d.get("BareMetal") else "")
+    # ipamd attaches on the default network card only, so on multi-card types the instance-wide
+    # MaximumNetworkInterfaces would over-promise: planning on it would loop on AttachmentLimitExceeded.
+    max_enis = int(network["MaximumNetworkInterfaces"])
+    default_card = network.get("DefaultNetworkCardIndex", 0)
+    for card in network.get("NetworkCards") or []:
+        if card.get("NetworkCardIndex") == default_card and "MaximumNetworkInterfaces" in card:
+            max_enis = int(card["MaximumNetworkInterfaces"])
     return InstanceLimits(
         instance_type=str(d["InstanceType"]),
-        max_enis=int(network["MaximumNetworkInterfaces"]),
+        max_enis=max_enis,
         ipv4_per_eni=int(network["Ipv4AddressesPerInterface"]),
         hypervisor=str(hypervisor),
     )

@@ -54,7 +54,8 @@ class PoolSettings:
     """Prefix mode only: secondary IPs to fall back to when the subnet has no free /28."""
     cluster_name: str = ""
     extra_tags: tuple[tuple[str, str], ...] = ()
-    call_timeout_s: float = 10.0
+    call_timeout_s: float = 60.0
+    """Deadline on one port call, retries and backoff inside the adapter included."""
     subnet_exhausted_cooldown_s: float = 120.0
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 60.0

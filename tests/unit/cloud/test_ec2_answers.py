@@ -172,3 +172,21 @@ async def test_instance_limits_fall_back_to_the_table_when_ec2_cannot_answer(
     await ec2.instance_limits("m5.large")
     assert calls.count("DescribeInstanceTypes", OK) == 0
     assert calls.count("DescribeInstanceTypes") >= 3, "a fallback answer is not cached"
+
+
+def test_limits_count_the_default_network_card_only() -> None:
+    from cloud.ec2_answers import parse_limits
+
+    answer = {
+        "InstanceType": "p4d.24xlarge",
+        "Hypervisor": "nitro",
+        "NetworkInfo": {
+            "MaximumNetworkInterfaces": 60,
+            "Ipv4AddressesPerInterface": 50,
+            "DefaultNetworkCardIndex": 0,
+            "NetworkCards": [
+                {"NetworkCardIndex": i, "MaximumNetworkInterfaces": 15} for i in range(4)
+            ],
+        },
+    }
+    assert parse_limits(answer).max_enis == 15
