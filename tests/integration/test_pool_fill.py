@@ -78,6 +78,7 @@ async def test_targets_hold_under_churn_and_units_go_back_after(
             node.clock.advance(rng.uniform(0, 5))
             await node.settle()
             node.check()
+            node.peak_enis = max(node.peak_enis, len(node.ec2_units()))
         for cid in live:
             await node.engine.release(key(cid))
         node.clock.advance(node.engine.settings.cooldown_s + 1)
@@ -86,5 +87,9 @@ async def test_targets_hold_under_churn_and_units_go_back_after(
         total = sum(len(units) for units in node.ec2_units().values())
         expected = node.strategy.units_for(max(targets.minimum_ip_target, targets.warm_ip_target))
         assert total == expected, "back to the resting pool, and EC2 agrees"
+        enis_needed = -(-expected // node.pool._limits.units_per_eni)
+        assert len(node.ec2_units()) == enis_needed, "ENIs that were needed only for pods went back"
+        if instance_type == "t3.small" and not prefix_mode:
+            assert node.peak_enis > enis_needed, "the churn did need extra ENIs on the way"
     finally:
         await node.engine.close()

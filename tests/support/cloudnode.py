@@ -40,6 +40,7 @@ class CloudNode:
     path: Path
     strategy: UnitStrategy
     calls: CallLog = field(default_factory=CallLog)
+    peak_enis: int = 0
 
     def ec2_units(self) -> dict[str, set[str]]:
         """EC2's view, read from moto's backend directly: units per attached ENI of the instance."""
