@@ -72,3 +72,35 @@ class Ec2Catalog(Protocol):
     async def instance_limits(self, instance_type: str) -> InstanceLimits: ...
 
     async def subnet(self, subnet_id: str) -> Subnet: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ImdsIdentity:
+    instance_id: str
+    instance_type: str
+    region: str
+    availability_zone: str
+    macs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ImdsInterface:
+    """One ENI as the instance metadata service describes it (a hint: it lags EC2)."""
+
+    mac: str
+    eni_id: str
+    device_number: int
+    subnet_id: str
+    local_ipv4s: tuple[str, ...]
+    """Every private IPv4 address of the ENI, the primary first, host form."""
+    ipv4_prefixes: tuple[str, ...]
+    """Delegated /28 prefixes, CIDR form; empty when none (IMDS answers 404)."""
+
+
+class Imds(Protocol):
+    """IMDSv2, read-only. Raises `CloudError` subclasses (`ServiceUnavailable`, `CallTimeout`,
+    `NotFound`)."""
+
+    async def identity(self) -> ImdsIdentity: ...
+
+    async def interfaces(self) -> tuple[ImdsInterface, ...]: ...
