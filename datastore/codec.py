@@ -63,6 +63,10 @@ def write_mutation(conn: sqlite3.Connection, m: Mutation) -> None:
         "INSERT OR REPLACE INTO cooldowns VALUES (?, ?)",
         [(c.address, c.released_at) for c in m.put_cooldowns],
     )
+    if m.instance_id is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('instance_id', ?)", (m.instance_id,)
+        )
     ex(
         "INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?, ?, ?)",
         [

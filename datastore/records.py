@@ -119,6 +119,8 @@ class Mutation:
     delete_cooldowns: tuple[str, ...] = ()
     put_quarantine: tuple[QuarantineRecord, ...] = ()
     delete_quarantine: tuple[AllocationKey, ...] = ()
+    instance_id: str | None = None
+    """When set, the instance this state belongs to from now on."""
 
     def is_empty(self) -> bool:
         return not any(getattr(self, name) for name in self.__slots__)

@@ -86,12 +86,6 @@ class Store:
         with self._transaction():
             codec.write_mutation(self._conn, mutation)
 
-    def set_instance_id(self, instance_id: str) -> None:
-        with self._transaction():
-            self._conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('instance_id', ?)", (instance_id,)
-            )
-
     def restore_indexes(self) -> None:
         """Recreate required indexes the file lacked; raises `OwnershipConflict` while duplicates remain."""
         if not self.missing_indexes:

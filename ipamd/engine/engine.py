@@ -28,7 +28,7 @@ from datastore.store import Store
 from ipamd.clock import Clock
 from ipamd.engine import inventory
 from ipamd.engine.allocator import EngineSettings, plan_assign, plan_pruning, plan_release
-from ipamd.engine.restore import plan_quarantine
+from ipamd.engine.restore import plan_claim_instance, plan_quarantine
 from ipamd.engine.snapshot import take_snapshot
 from ipamd.engine.state import NodeState
 from ipamd.errors import NoAddressAvailable, StateUnavailable, StoreWriteFailed
@@ -175,6 +175,19 @@ class Engine:
     async def abort_release(self, cidrs: Iterable[str]) -> None:
         cidrs = tuple(cidrs)
         await self._mutate(lambda now: (inventory.plan_abort_release(self.state, cidrs, now), None))
+
+    async def claim_instance(self, instance_id: str) -> bool:
+        """Bind the state to this instance; returns True if a foreign state was set aside."""
+        return await self._mutate(
+            lambda now: (
+                m := plan_claim_instance(self.state, instance_id, now),
+                bool(m.put_quarantine or m.delete_enis),
+            )
+        )
+
+    async def eni_gone(self, eni_id: str) -> None:
+        """EC2 no longer lists the ENI as attached here."""
+        await self._mutate(lambda now: (inventory.plan_eni_gone(self.state, eni_id, now), None))
 
     async def remove_eni(self, eni_id: str) -> None:
         await self._mutate(lambda now: (inventory.plan_remove_eni(self.state, eni_id, now), None))

@@ -90,6 +90,17 @@ def plan_remove_eni(state: NodeState, eni_id: str, now: float) -> Mutation:
     )
 
 
+def plan_eni_gone(state: NodeState, eni_id: str, now: float) -> Mutation:
+    """EC2 no longer lists the ENI on this instance: its unowned units leave, owned ones become lost,
+    and the ENI record goes once nothing of it is owned any more."""
+    cidrs = tuple(state.units_by_eni.get(eni_id, {}))
+    gone = plan_units_gone(state, cidrs, now)
+    owned = any(state.owned_in_unit.get(c, 0) for c in cidrs)
+    if owned or eni_id not in state.enis:
+        return gone
+    return Mutation(delete_units=gone.delete_units, delete_enis=(eni_id,))
+
+
 def plan_units_gone(state: NodeState, cidrs: Iterable[str], now: float) -> Mutation:
     """EC2 no longer lists these units. Unowned ones leave; owned ones become lost, never free."""
     drop: list[str] = []

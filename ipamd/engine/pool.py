@@ -95,6 +95,9 @@ class PoolManager:
         self.health = PoolHealth()
         self.pending_enis: set[str] = set()
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
+        self.releases_in_flight: set[str] = set()
+        """Units whose unassign (or whose ENI's detach) is being called right now: reconcile leaves
+        them to this call instead of judging a half-done release."""
 
     @property
     def strategy(self) -> UnitStrategy:
@@ -304,6 +307,7 @@ class PoolManager:
 
     async def _unassign(self, eni_id: str, cidrs: list[str]) -> None:
         kind = self._engine.state.units[cidrs[0]].kind
+        self.releases_in_flight.update(cidrs)
         try:
             await self._timed("unassign", self._ec2.unassign_units(eni_id, kind, cidrs))
         except NotFound:
@@ -311,6 +315,8 @@ class PoolManager:
         except CloudError:
             await self._engine.abort_release(cidrs)
             raise
+        finally:
+            self.releases_in_flight.difference_update(cidrs)
         await self._engine.finish_release(cidrs)
         logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
 
@@ -321,6 +327,15 @@ class PoolManager:
         if len(marked) != len(cidrs):
             await self._engine.abort_release(marked)  # something on it is in use now: keep it
             return
+        self.releases_in_flight.update((eni_id, *cidrs))
+        try:
+            await self._detach_and_delete(eni_id, marked)
+        finally:
+            self.releases_in_flight.difference_update((eni_id, *cidrs))
+        await self._engine.remove_eni(eni_id)
+        logger.info("pool.eni_released eni_id=%s", eni_id)
+
+    async def _detach_and_delete(self, eni_id: str, marked: tuple[str, ...]) -> None:
         enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
         attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
         try:
@@ -337,8 +352,6 @@ class PoolManager:
             else:
                 await self._engine.abort_release(marked)
             raise
-        await self._engine.remove_eni(eni_id)
-        logger.info("pool.eni_released eni_id=%s", eni_id)
 
     async def _still_attached(self, eni_id: str) -> bool:
         enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))

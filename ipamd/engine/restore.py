@@ -18,7 +18,7 @@ from datastore.records import (
     QuarantineRecord,
     StateImage,
 )
-from ipamd.engine.state import unit_addresses
+from ipamd.engine.state import NodeState, unit_addresses
 
 
 def plan_quarantine(
@@ -48,6 +48,29 @@ def plan_quarantine(
     trusted = tuple(a for a in image.allocations if a.key not in set_aside)
     mutation = Mutation(delete_allocations=tuple(set_aside), put_quarantine=records)
     return mutation, replace(image, allocations=trusted, quarantine=(*image.quarantine, *records))
+
+
+def plan_claim_instance(state: NodeState, instance_id: str, now: float) -> Mutation:
+    """Bind the state to `instance_id`. A state file written on another instance (a reused AMI, a
+    restored volume) describes ENIs and addresses that are not this node's: its inventory is dropped,
+    to be read afresh from EC2, and its allocations are quarantined for `ipamctl repair` rather than
+    trusted or silently deleted."""
+    if state.instance_id == instance_id:
+        return Mutation()
+    if state.instance_id is None and not state.allocations:
+        return Mutation(instance_id=instance_id)
+    reason = f"state file belongs to instance {state.instance_id}, not {instance_id}"
+    return Mutation(
+        instance_id=instance_id,
+        delete_enis=tuple(state.enis),
+        delete_units=tuple(state.units),
+        delete_released=tuple(state.released),
+        delete_cooldowns=tuple(state.cooldowns),
+        delete_allocations=tuple(state.allocations),
+        put_quarantine=tuple(
+            QuarantineRecord(a.key, a.addresses, reason, now) for a in state.allocations.values()
+        ),
+    )
 
 
 def _duplicate_owners(

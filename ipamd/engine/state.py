@@ -95,6 +95,8 @@ class NodeState:
         self._put(m)
 
     def _put(self, m: Mutation) -> None:
+        if m.instance_id is not None:
+            self.instance_id = m.instance_id
         for eni in m.put_enis:
             self.enis[eni.eni_id] = eni
             self.units_by_eni.setdefault(eni.eni_id, {})

@@ -66,7 +66,7 @@ def test_reopen_reads_back_exactly_what_was_committed(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.db")
     m = Mutation(put_allocations=(_alloc("a", "10.0.0.1"),), put_intents=(IntentRecord("x", 2.0),))
     store.commit(m)
-    store.set_instance_id("i-0123456789abcdef0")
+    store.commit(Mutation(instance_id="i-0123456789abcdef0"))
     store.close()
     again = Store.open(tmp_path / "s.db")
     image = again.load()

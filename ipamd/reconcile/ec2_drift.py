@@ -1,0 +1,159 @@
+"""EC2 drift reconcile: EC2 is the authority on which ENIs and units this instance has.
+
+Compared by content — the set of units per ENI — never by count (seed 001: equal counts hid four
+in-use addresses swapped for four released ones). Units ipamd itself changed within the grace window
+are left alone, because EC2's Describe is eventually consistent; the window is persisted with each
+unit, so it holds across a restart. Outside it:
+
+- a unit EC2 lists and ipamd lacks enters the inventory as free;
+- a free unit EC2 no longer lists leaves; an owned one becomes `lost`, never free;
+- a unit left `releasing` by a release that is no longer in flight (ipamd died mid-release) is settled
+  by EC2: gone means released, still listed means the release never happened and it is free again.
+
+Nothing enters the inventory that EC2 does not list.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from cloud.models import NetworkInterface, UnitKind
+from cloud.ports import Ec2Api
+from datastore.records import EniRecord
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class DriftReport:
+    added: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    found_again: list[str] = field(default_factory=list)
+    settled_released: list[str] = field(default_factory=list)
+    settled_kept: list[str] = field(default_factory=list)
+    enis_added: list[str] = field(default_factory=list)
+    enis_gone: list[str] = field(default_factory=list)
+
+    def changed(self) -> bool:
+        return any(getattr(self, name) for name in self.__slots__)
+
+
+class Ec2Drift:
+    def __init__(
+        self,
+        engine: Engine,
+        ec2: Ec2Api,
+        instance_id: str,
+        kinds: tuple[UnitKind, ...],
+        grace_s: float,
+        clock: Clock,
+        in_flight: Callable[[], Collection[str]] = frozenset,
+    ) -> None:
+        self._engine = engine
+        self._ec2 = ec2
+        self._instance_id = instance_id
+        self._kinds = kinds
+        self._grace_s = grace_s
+        self._clock = clock
+        self._in_flight = in_flight
+        self.runs = 0
+        self.describes = 0
+
+    async def run_once(self) -> DriftReport:
+        enis = await self._ec2.describe_enis(self._instance_id)
+        self.describes += 1
+        self.runs += 1
+        report = DriftReport()
+        listed = {e.eni_id: e for e in enis if e.device_index is not None}
+        for eni in listed.values():
+            await self._reconcile_eni(eni, report)
+        await self._gone_enis(listed, report)
+        if report.changed():
+            logger.warning("reconcile.drift report=%s", report)
+        return report
+
+    def _recent(self, at: float) -> bool:
+        return self._clock.now() - at < self._grace_s
+
+    async def _reconcile_eni(self, eni: NetworkInterface, report: DriftReport) -> None:
+        engine, state = self._engine, self._engine.state
+        if eni.eni_id not in state.enis:
+            await engine.add_eni(
+                EniRecord(
+                    eni.eni_id,
+                    eni.device_index or 0,
+                    eni.subnet_id,
+                    eni.is_primary,
+                    self._clock.now(),
+                )
+            )
+            report.enis_added.append(eni.eni_id)
+        in_flight = set(self._in_flight())
+        for kind in self._kinds:
+            ec2_units = set(eni.units(kind))
+            await self._add_missing(eni.eni_id, kind, ec2_units, report)
+            ours = [
+                c for c in state.units_by_eni.get(eni.eni_id, {}) if state.units[c].kind == kind
+            ]
+            await self._judge_ours(ours, ec2_units, in_flight, report)
+
+    async def _add_missing(
+        self, eni_id: str, kind: UnitKind, ec2_units: set[str], report: DriftReport
+    ) -> None:
+        state = self._engine.state
+        new: list[str] = []
+        for cidr in sorted(ec2_units):
+            unit = state.units.get(cidr)
+            released = state.released.get(cidr)
+            if released is not None and self._recent(released.released_at):
+                continue  # ipamd just gave it back; EC2's listing may not show that yet
+            if unit is None:
+                new.append(cidr)
+            elif unit.state == "lost":
+                new.append(cidr)
+                report.found_again.append(cidr)
+        if new:
+            await self._engine.add_units(eni_id, new, kind)
+            report.added.extend(c for c in new if c not in report.found_again)
+
+    async def _judge_ours(
+        self, ours: list[str], ec2_units: set[str], in_flight: set[str], report: DriftReport
+    ) -> None:
+        state = self._engine.state
+        gone: list[str] = []
+        settled_gone: list[str] = []
+        settled_kept: list[str] = []
+        for cidr in ours:
+            unit = state.units[cidr]
+            if unit.state == "lost" or cidr in in_flight or self._recent(unit.changed_at):
+                continue
+            listed = cidr in ec2_units
+            if unit.state == "releasing":
+                (settled_kept if listed else settled_gone).append(cidr)
+            elif not listed:
+                gone.append(cidr)
+        if settled_gone:
+            await self._engine.finish_release(settled_gone)
+            report.settled_released.extend(settled_gone)
+        if settled_kept:
+            await self._engine.abort_release(settled_kept)
+            report.settled_kept.extend(settled_kept)
+        if gone:
+            owned = [c for c in gone if state.owned_in_unit.get(c, 0)]
+            await self._engine.units_gone(gone)
+            report.lost.extend(owned)
+            report.dropped.extend(c for c in gone if c not in owned)
+
+    async def _gone_enis(self, listed: dict[str, NetworkInterface], report: DriftReport) -> None:
+        state = self._engine.state
+        in_flight = set(self._in_flight())
+        for eni_id, eni in list(state.enis.items()):
+            if eni_id in listed or eni_id in in_flight or self._recent(eni.added_at):
+                continue
+            await self._engine.eni_gone(eni_id)
+            report.enis_gone.append(eni_id)

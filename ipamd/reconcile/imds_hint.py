@@ -1,0 +1,98 @@
+"""IMDS hint: cheap, frequent reads of the instance metadata's per-ENI address lists.
+
+IMDS is a hint, never evidence (seed 001: it kept released addresses and missed new ones for hours).
+Its lists are compared by content with ipamd's view, leaving out units ipamd changed within the grace
+window; a disagreement only *triggers* an EC2 drift check, at most once per `min_trigger_interval_s`.
+This never changes the inventory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from cloud.models import UnitKind
+from cloud.ports import Imds, ImdsInterface
+from ipamd.clock import Clock
+from ipamd.engine.state import NodeState
+
+logger = logging.getLogger(__name__)
+
+
+def imds_units(interface: ImdsInterface, kind: UnitKind) -> set[str]:
+    if kind == "prefix":
+        return set(interface.ipv4_prefixes)
+    return {f"{a}/32" for a in interface.local_ipv4s[1:]}  # the first is the ENI's primary address
+
+
+def diff_imds(
+    state: NodeState,
+    interfaces: tuple[ImdsInterface, ...],
+    kinds: tuple[UnitKind, ...],
+    now: float,
+    grace_s: float,
+) -> list[str]:
+    """What IMDS and ipamd disagree on outside the grace window (empty when they agree)."""
+
+    def settled(cidr: str) -> bool:
+        unit = state.units.get(cidr)
+        released = state.released.get(cidr)
+        changed = unit.changed_at if unit else (released.released_at if released else None)
+        return changed is None or now - changed >= grace_s
+
+    by_eni = {i.eni_id: i for i in interfaces}
+    disagreements: list[str] = []
+    for eni_id, eni in state.enis.items():
+        interface = by_eni.get(eni_id)
+        if interface is None:
+            if now - eni.added_at >= grace_s:
+                disagreements.append(f"{eni_id}: not in IMDS")
+            continue
+        ours = {
+            c
+            for c in state.units_by_eni.get(eni_id, {})
+            if state.units[c].state in ("active", "releasing")
+        }
+        for kind in kinds:
+            theirs = imds_units(interface, kind)
+            mine = {c for c in ours if state.units[c].kind == kind}
+            disagreements += [f"{eni_id}: IMDS lists {c}" for c in theirs - mine if settled(c)]
+            disagreements += [f"{eni_id}: IMDS lacks {c}" for c in mine - theirs if settled(c)]
+    disagreements += [f"{eni_id}: only in IMDS" for eni_id in by_eni if eni_id not in state.enis]
+    return disagreements
+
+
+class ImdsHint:
+    def __init__(
+        self,
+        state: Callable[[], NodeState],
+        imds: Imds,
+        kinds: tuple[UnitKind, ...],
+        grace_s: float,
+        clock: Clock,
+        trigger: Callable[[], None],
+        min_trigger_interval_s: float = 10.0,
+    ) -> None:
+        self._state = state
+        self._imds = imds
+        self._kinds = kinds
+        self._grace_s = grace_s
+        self._clock = clock
+        self._trigger = trigger
+        self._min_interval_s = min_trigger_interval_s
+        self._last_trigger = float("-inf")
+        self.disagreements = 0
+        self.triggers = 0
+
+    async def run_once(self) -> list[str]:
+        interfaces = await self._imds.interfaces()
+        now = self._clock.now()
+        found = diff_imds(self._state(), interfaces, self._kinds, now, self._grace_s)
+        if found:
+            self.disagreements += 1
+            if now - self._last_trigger >= self._min_interval_s:
+                self._last_trigger = now
+                self.triggers += 1
+                logger.info("reconcile.imds_disagrees count=%d first=%s", len(found), found[0])
+                self._trigger()
+        return found
