@@ -1,0 +1,197 @@
+"""S12, S26, S30 and EC2 drift by content: EC2 is the authority, ipamd's own recent changes are given a
+grace window, an owned address EC2 drops becomes lost and never free."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cloud.embedded.world import EmbeddedEc2
+from ipamd.engine.engine import Engine
+from ipamd.errors import NoAddressAvailable
+from ipamd.model import AddressState, PoolSnapshot
+from ipamd.policy.model import PoolTargets
+from ipamd.reconcile.ec2_drift import Ec2Drift
+from tests.support.cloudnode import CloudNode, open_cloud_node
+from tests.support.node import key
+
+GRACE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def embedded() -> Iterator[EmbeddedEc2]:
+    with EmbeddedEc2() as host:
+        yield host
+
+
+def drift_for(node: CloudNode, engine: Engine | None = None) -> Ec2Drift:
+    return Ec2Drift(
+        engine or node.engine,
+        node.api,
+        node.world.instance_id,
+        (node.strategy.kind,),
+        GRACE_S,
+        node.clock,
+        lambda: node.pool.releases_in_flight,
+    )
+
+
+def _unassign_on_ec2(node: CloudNode, eni_id: str, cidr: str) -> None:
+    node.world.client().unassign_private_ip_addresses(
+        NetworkInterfaceId=eni_id, PrivateIpAddresses=[cidr.removesuffix("/32")]
+    )
+
+
+def _assign_on_ec2(node: CloudNode, eni_id: str, cidr: str) -> None:
+    node.world.client().assign_private_ip_addresses(
+        NetworkInterfaceId=eni_id, PrivateIpAddresses=[cidr.removesuffix("/32")]
+    )
+
+
+async def test_owned_address_ec2_drops_becomes_lost_and_comes_back_assigned(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node = await open_cloud_node(embedded, tmp_path)
+    try:
+        await node.settle()
+        alloc = await node.engine.assign(key("pod"))
+        cidr, eni_id = alloc.unit_cidrs[0], alloc.eni_id
+        _unassign_on_ec2(node, eni_id, cidr)  # EC2 takes the address away behind ipamd's back
+        drift = drift_for(node)
+        assert (await drift.run_once()).lost == [], "inside the grace window: left alone"
+        node.clock.advance(GRACE_S)
+        report = await drift.run_once()
+        assert report.lost == [cidr]
+        assert node.engine.snapshot().counts[AddressState.LOST] == 1
+        # S3: EC2 gives it back while the record still claims it: assigned again, never free.
+        _assign_on_ec2(node, eni_id, cidr)
+        report = await drift.run_once()
+        assert report.found_again == [cidr]
+        assert node.engine.state.owner[alloc.addresses[0]] == key("pod")
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_units_ec2_lists_and_ipamd_lacks_are_added_free_outside_grace(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    targets = PoolTargets(warm_ip_target=2, minimum_ip_target=2)
+    node = await open_cloud_node(embedded, tmp_path, targets=targets)
+    try:
+        await node.settle()
+        eni_id = next(iter(node.engine.state.enis))
+        answer = node.world.client().assign_private_ip_addresses(
+            NetworkInterfaceId=eni_id, SecondaryPrivateIpAddressCount=1
+        )
+        new = f"{answer['AssignedPrivateIpAddresses'][0]['PrivateIpAddress']}/32"
+        report = await drift_for(node).run_once()
+        assert report.added == [new]
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_s12_restart_during_scale_down_waits_for_ec2_to_settle(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    targets = PoolTargets(warm_ip_target=2, minimum_ip_target=2)
+    node = await open_cloud_node(embedded, tmp_path, targets=targets)
+    try:
+        await node.settle()
+        free = [c for c, u in node.engine.state.units.items() if u.state == "active"]
+        # ipamd marked two units for release, unassigned only the first, and died.
+        marked = await node.engine.begin_release(free[:2])
+        _unassign_on_ec2(node, node.engine.state.units[marked[0]].eni_id, marked[0])
+        path = node.path
+        await node.engine.close()
+        node.engine = await Engine.open(path, node.clock, node.engine.settings)
+        assert node.engine.snapshot().counts[AddressState.RELEASING] == 2
+        with pytest.raises(NoAddressAvailable):
+            await node.engine.assign(key("a"))  # the releasing ones are never handed out
+        drift = drift_for(node)
+        assert (await drift.run_once()).settled_released == [], "not before the grace window"
+        node.clock.advance(GRACE_S)
+        report = await drift.run_once()
+        assert report.settled_released == [marked[0]], "EC2 no longer lists it: released"
+        assert report.settled_kept == [marked[1]], "EC2 still lists it: free again"
+        assert node.engine.state.units[marked[1]].state == "active"
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_s26_state_from_another_instance_is_set_aside_and_reread(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node = await open_cloud_node(embedded, tmp_path)
+    try:
+        await node.settle()
+        await node.engine.claim_instance("i-0000000000000dead")  # the volume's first life
+        await node.engine.assign(key("old-pod"))
+        await node.engine.close()
+        node.engine = await Engine.open(node.path, node.clock, node.engine.settings)
+        assert await node.engine.claim_instance(node.world.instance_id)
+        state = node.engine.state
+        assert state.instance_id == node.world.instance_id
+        assert state.enis == {} and state.allocations == {}
+        assert [q.key for q in state.quarantine.values()] == [key("old-pod")]
+        assert "belongs to instance i-0000000000000dead" in state.quarantine[key("old-pod")].reason
+        report = await drift_for(node).run_once()
+        assert report.enis_added, "the inventory is read afresh from EC2"
+        node.check()
+        assert not await node.engine.claim_instance(node.world.instance_id), "idempotent"
+    finally:
+        await node.engine.close()
+
+
+def _consistent(snapshot: PoolSnapshot) -> None:
+    per_eni: dict[AddressState, int] = {s: 0 for s in AddressState}
+    seen: set[str] = set()
+    for eni in snapshot.enis:
+        addresses = [a for u in eni.units for a, _ in u.addresses]
+        assert not seen & set(addresses), "no address on two ENIs"
+        seen.update(addresses)
+        for state in AddressState:
+            assert eni.counts[state] == sum(
+                1 for u in eni.units for _, s in u.addresses if s == state
+            )
+            per_eni[state] += eni.counts[state]
+    assert per_eni == snapshot.counts, "the counts add up"
+    owned = snapshot.counts[AddressState.ASSIGNED] + snapshot.counts[AddressState.LOST]
+    assert owned == snapshot.allocations, "one address per allocation in this test, all accounted"
+
+
+async def test_s30_snapshots_during_churn_and_growth_are_consistent(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node = await open_cloud_node(embedded, tmp_path, "t3.small")
+    snapshots: list[PoolSnapshot] = []
+    stop = asyncio.Event()
+
+    async def observe() -> None:
+        while not stop.is_set():
+            snapshots.append(node.engine.snapshot())
+            await asyncio.sleep(0)
+
+    async def churn() -> None:
+        for i in range(40):
+            with contextlib.suppress(NoAddressAvailable):
+                await node.engine.assign(key(f"p{i}"))
+            if i % 3 == 0:
+                await node.engine.release(key(f"p{i // 2}"))
+            await node.pool.run_once()
+        stop.set()
+
+    try:
+        await asyncio.gather(observe(), churn())
+        assert len(snapshots) > 40
+        for snapshot in snapshots:
+            _consistent(snapshot)
+        node.check()
+    finally:
+        await node.engine.close()
