@@ -53,7 +53,10 @@ def plan_assign(
         raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
     picked = pick_addresses(state, count, now, settings.cooldown_s)
     if picked is None:
-        raise NoAddressAvailable(f"no {count} free address(es) on one ENI; the pool is growing")
+        raise NoAddressAvailable(
+            f"no {count} free address(es) on one ENI right now; the pool manager adds more if "
+            "the node's ENI and address limits allow"
+        )
     eni_id, pairs = picked
     record = AllocationRecord(
         key=key,

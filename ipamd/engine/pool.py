@@ -212,7 +212,12 @@ class PoolManager:
         logger.info("pool.grow eni_id=%s kind=%s units=%d", eni_id, kind, len(cidrs))
 
     async def _new_eni(self, count: int) -> None:
-        index = self._free_device_index()
+        # EC2's view, not only the inventory: an ENI attached by a call whose answer was lost holds
+        # its device index until reconcile adopts it.
+        attached = await self._timed(
+            "describe", self._ec2.describe_enis(self._instance.instance_id)
+        )
+        index = self._free_device_index({e.device_index for e in attached})
         now = self._clock.now()
         tags = {
             TAG_INSTANCE_ID: self._instance.instance_id,
@@ -248,6 +253,12 @@ class PoolManager:
                 "attach", self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
             )
         except CloudError:
+            # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
+            attached = await self._attached_here(eni.eni_id)
+            if attached is not False:
+                if attached:
+                    return  # EC2 did attach it
+                raise  # cannot tell: leave it to reconcile (adopts it) or ENI GC (deletes it)
             # Not attached, so nothing can use it: delete it now rather than leave it to ENI GC.
             try:
                 await self._timed("delete_eni", self._ec2.delete_eni(eni.eni_id))
@@ -255,9 +266,19 @@ class PoolManager:
                 logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
             raise
 
-    def _free_device_index(self) -> int:
-        used = {e.device_index for e in self._engine.state.enis.values()}
+    def _free_device_index(self, also_used: set[int | None]) -> int:
+        used = {e.device_index for e in self._engine.state.enis.values()} | also_used
         return next(i for i in range(1, len(used) + 2) if i not in used)
+
+    async def _attached_here(self, eni_id: str) -> bool | None:
+        """Whether EC2 lists the ENI as attached to this instance; None when EC2 cannot say."""
+        try:
+            enis = await self._timed(
+                "describe", self._ec2.describe_enis(self._instance.instance_id)
+            )
+        except CloudError:
+            return None
+        return any(e.eni_id == eni_id for e in enis)
 
     async def _resync_eni(self, eni_id: str) -> None:
         enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
@@ -279,8 +300,14 @@ class PoolManager:
         by_eni: dict[str, list[str]] = {}
         for cidr in going:
             by_eni.setdefault(self._engine.state.units[cidr].eni_id, []).append(cidr)
+        first_error: CloudError | None = None
         for eni_id, eni_cidrs in by_eni.items():
-            await self._unassign(eni_id, eni_cidrs)
+            try:
+                await self._unassign(eni_id, eni_cidrs)
+            except CloudError as err:
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
 
     def _no_longer_excess(self, marked: tuple[str, ...]) -> set[str]:
         """Units marked for release that a fresh plan, counting them as free, would now keep."""
@@ -313,12 +340,33 @@ class PoolManager:
         except NotFound:
             pass  # already gone from the ENI: the release is complete
         except CloudError:
-            await self._engine.abort_release(cidrs)
+            # A timeout or a 500 may come after EC2 acted: never make the units free on a guess.
+            await self._settle_release(eni_id, cidrs)
             raise
         finally:
             self.releases_in_flight.difference_update(cidrs)
         await self._engine.finish_release(cidrs)
         logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
+
+    async def _settle_release(self, eni_id: str, cidrs: list[str]) -> None:
+        """After a failed unassign, EC2's listing decides: listed units are free again, the others
+        were released. If EC2 cannot be read either, they stay releasing (never handed out) until
+        the drift reconcile settles them the same way."""
+        try:
+            enis = await self._timed(
+                "describe", self._ec2.describe_enis(self._instance.instance_id)
+            )
+        except CloudError:
+            return
+        listed = {
+            c for e in enis if e.eni_id == eni_id for c in (*e.units("ip"), *e.units("prefix"))
+        }
+        kept = [c for c in cidrs if c in listed]
+        gone = [c for c in cidrs if c not in listed]
+        if kept:
+            await self._engine.abort_release(kept)
+        if gone:
+            await self._engine.finish_release(gone)
 
     async def _release_eni(self, eni_id: str) -> None:
         state = self._engine.state
@@ -336,7 +384,13 @@ class PoolManager:
         logger.info("pool.eni_released eni_id=%s", eni_id)
 
     async def _detach_and_delete(self, eni_id: str, marked: tuple[str, ...]) -> None:
-        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
+        try:
+            enis = await self._timed(
+                "describe", self._ec2.describe_enis(self._instance.instance_id)
+            )
+        except CloudError:
+            await self._engine.abort_release(marked)  # nothing was asked of EC2 yet
+            raise
         attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
         try:
             if attachment is not None:
@@ -345,17 +399,15 @@ class PoolManager:
         except NotFound:
             pass
         except CloudError:
-            # Detached but not deleted is safe: the ENI is no longer ours to use, and ENI GC deletes
-            # it later. Not detached: it stays ours and its units become free again.
-            if attachment is not None and not await self._still_attached(eni_id):
+            # Detached (deleted or not) is no longer ours to use: it leaves the inventory and ENI GC
+            # deletes it if needed. Still attached: it stays, its units free again. Unknown: its units
+            # stay releasing, never handed out, until the drift reconcile sees what EC2 did.
+            attached = await self._attached_here(eni_id)
+            if attached is False:
                 await self._engine.remove_eni(eni_id)
-            else:
+            elif attached:
                 await self._engine.abort_release(marked)
             raise
-
-    async def _still_attached(self, eni_id: str) -> bool:
-        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
-        return any(e.eni_id == eni_id for e in enis)
 
     # -- the loop ------------------------------------------------------------------------------
 
