@@ -185,6 +185,11 @@ class Engine:
             )
         )
 
+    async def commit_repair(self, mutation: Mutation) -> None:
+        """Repair's changes to quarantine, decided from EC2's and the runtime's evidence; refused if
+        an address it restores was taken meanwhile (the UNIQUE index is the last word)."""
+        await self._mutate(lambda now: (mutation, None))
+
     async def eni_gone(self, eni_id: str) -> None:
         """EC2 no longer lists the ENI as attached here."""
         await self._mutate(lambda now: (inventory.plan_eni_gone(self.state, eni_id, now), None))
