@@ -1,0 +1,47 @@
+"""The schedule's guard: expected failures are counted and retried, anything else stops the daemon."""
+
+from __future__ import annotations
+
+from cloud.errors import Throttled
+from ipamd.reconcile.jobs import Job, Jobs
+from ipamd.runtime.ports import RuntimeUnavailable
+
+
+async def test_expected_failures_are_counted_and_crashes_are_fatal() -> None:
+    jobs = Jobs()
+    calls: list[str] = []
+
+    async def flaky() -> None:
+        calls.append("flaky")
+        if len(calls) == 1:
+            raise Throttled("DescribeNetworkInterfaces", "RequestLimitExceeded")
+        if len(calls) == 2:
+            raise RuntimeUnavailable("socket gone")
+
+    async def broken() -> None:
+        raise KeyError("a bug")
+
+    job = Job("drift", flaky, 60.0)
+    assert not await jobs.run_now(job)
+    assert not await jobs.run_now(job)
+    assert await jobs.run_now(job)
+    assert jobs.outcomes == {
+        ("drift", "Throttled"): 1,
+        ("drift", "RuntimeUnavailable"): 1,
+        ("drift", "ok"): 1,
+    }
+    assert not jobs.failed.is_set()
+    assert not await jobs.run_now(Job("gc", broken, 60.0))
+    assert jobs.failed.is_set() and isinstance(jobs.fatal, KeyError)
+
+
+async def test_schedule_starts_and_stops_on_the_running_loop() -> None:
+    jobs = Jobs()
+
+    async def nothing() -> None:
+        return None
+
+    jobs.add(Job("hint", nothing, 5.0, jitter_s=1.0))
+    jobs.start()
+    jobs.shutdown()
+    assert not jobs.failed.is_set()
