@@ -1,30 +1,45 @@
-"""`ipamd`: the daemon's entry point and composition root.
+"""`ipamd`: the entry point and composition root — the only place that builds concrete adapters.
 
-It reads the configuration (the only place `os.environ` is handed over), opens the state file and
-reports what it found. The cloud, the pool manager, reconcile and the local API are wired here as they
-arrive; until then `ipamd run` validates configuration and state, then says what is missing.
+`ipamd run` reads the configuration (the only hand-over of `os.environ`), builds the EC2 adapter, the
+IMDS client and the CRI client, hands them to `ipamd.daemon`, serves the local API on its unix socket
+and runs the pool manager and the reconcile schedule in one task group until SIGTERM or SIGINT:
+then it stops taking work, lets in-flight requests finish, and exits 0. `ipamd run --embedded` does
+the same on an embedded cloud: moto with ipamd's extension served on loopback, one VPC, subnet and
+instance, and an IMDS simulator — no AWS account needed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 
+from aiohttp import web
+
+from cloud.ec2 import Boto3Ec2, client_config, make_client
+from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
+from ipamd.api.app import create_app
+from ipamd.api.server import serve_unix
 from ipamd.clock import SystemClock
 from ipamd.config import Config, ConfigError
-from ipamd.engine.allocator import EngineSettings
-from ipamd.engine.engine import Engine
+from ipamd.daemon import Daemon, build_daemon, repair
+from ipamd.metrics import Recorders, Sources
+from ipamd.metrics_http import latency_middleware, serve_metrics
+from ipamd.observability import configure_logging
+from ipamd.runtime.cri import GrpcCriRuntime
+from ipamd.runtime.ports import RuntimeUnavailable
 
 logger = logging.getLogger("ipamd")
 
 EXIT_CONFIG = 2
 EXIT_STATE = 3
-EXIT_UNAVAILABLE = 4
+EXIT_FAILED = 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,34 +52,129 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def engine_settings(config: Config) -> EngineSettings:
-    return EngineSettings(
-        cooldown_s=float(config.ip_cooldown_period_s),
-        intent_ttl_s=config.delete_intent_ttl_s,
-    )
+async def _cloud(
+    config: Config, embedded: bool, stack: AsyncExitStack, recorders: Recorders
+) -> tuple[Boto3Ec2, str]:
+    """The EC2 adapter and the IMDS base URL: real AWS, or the embedded cloud."""
+    if not embedded:
+        region = config.aws_region or os.environ.get("AWS_DEFAULT_REGION")
+        if region is None:
+            async with Imdsv2Client() as imds:
+                region = (await imds.identity()).region
+        client = make_client(region, config.ec2_endpoint, float(config.ec2_http_timeout_s))
+        adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
+        return adapter, DEFAULT_BASE_URL
+    from cloud.embedded.imds_sim import ImdsSimulator
+    from cloud.embedded.world import EmbeddedEc2
 
-
-async def _open_state(config: Config) -> int:
-    path = Path(config.state_dir) / "ipamd.db"
-    engine = await Engine.open(path, SystemClock(), engine_settings(config))
-    try:
-        if engine.unavailable is not None:
-            print(f"ipamd: {engine.unavailable}", file=sys.stderr)
-            return EXIT_STATE
-        snapshot = engine.snapshot()
-        print(
-            f"ipamd: state {path}: {snapshot.allocations} allocations, "
-            f"{snapshot.intents} delete intents, {snapshot.quarantined} quarantined",
-            file=sys.stderr,
-        )
-    finally:
-        await engine.close()
+    host = EmbeddedEc2("server").start()
+    stack.callback(host.close)
+    world = host.world(config.embedded_instance_type, region=config.aws_region or "us-west-2")
+    simulator = ImdsSimulator(world)
+    imds_url = await simulator.start()
+    stack.push_async_callback(simulator.close)
     print(
-        "ipamd: configuration and state are valid, but this build does not yet include the "
-        "EC2 layer and local API the daemon serves through",
+        f"ipamd: embedded cloud: EC2 at {world.endpoint_url}, IMDS at {imds_url}, "
+        f"instance {world.instance_id} ({world.instance_type}) in {world.subnet_cidr}",
         file=sys.stderr,
     )
-    return EXIT_UNAVAILABLE
+    client = world.client(client_config(float(config.ec2_http_timeout_s)))
+    adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
+    return adapter, imds_url
+
+
+def _how_to_try(config: Config) -> str:
+    return (
+        "ipamd: ready. Try:\n"
+        f"  ipamctl --socket {config.socket_path} status\n"
+        f'  echo \'{{"cniVersion":"1.1.0","name":"k8s-pod-network","ipam":'
+        f'{{"type":"ipamd-cni","socket":"{config.socket_path}"}}}}\' | CNI_COMMAND=ADD '
+        "CNI_CONTAINERID=demo1 CNI_NETNS=/var/run/netns/demo CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin "
+        "ipamd-cni"
+    )
+
+
+async def serve(config: Config, embedded: bool) -> int:
+    clock = SystemClock()
+    async with AsyncExitStack() as stack:
+        recorders = Recorders()
+        ec2, imds_url = await _cloud(config, embedded, stack, recorders)
+        imds = Imdsv2Client(imds_url)
+        stack.push_async_callback(imds.close)
+        runtime = GrpcCriRuntime(config.cri_socket_path)
+        stack.push_async_callback(runtime.close)
+        daemon = await build_daemon(config, ec2=ec2, imds=imds, runtime=runtime, clock=clock)
+        stack.push_async_callback(daemon.close)
+        app = create_app(
+            daemon.engine, ready=lambda: daemon.ready, gc_grace_s=config.leak_grace_s, clock=clock
+        )
+        app.middlewares.append(latency_middleware(recorders))
+        app.router.add_post("/v1/repair", _repair_handler(daemon))
+        runner = await serve_unix(app, config.socket_path)
+        stack.push_async_callback(runner.cleanup)
+        if not config.disable_metrics:
+            metrics = await serve_metrics(recorders, _sources(daemon), config.metrics_addr)
+            stack.push_async_callback(metrics.cleanup)
+        await daemon.start()
+        if daemon.engine.unavailable is not None:
+            print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
+        if embedded:
+            print(_how_to_try(config), file=sys.stderr)
+        return await _run_until_stopped(daemon)
+
+
+def _repair_handler(daemon: Daemon) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        apply = request.query.get("apply") == "true"
+        try:
+            return web.json_response(await repair(daemon, apply))
+        except RuntimeUnavailable as err:
+            body = {"code": "runtime_unavailable", "message": str(err), "retryable": True}
+            return web.json_response(body, status=503)
+
+    return handle
+
+
+def _sources(daemon: Daemon) -> Sources:
+    limits = daemon.pool._limits
+    return Sources(
+        snapshot=daemon.engine.snapshot,
+        max_enis=limits.max_enis,
+        max_addresses=daemon.engine.settings.max_pods or 0,
+        job_outcomes=lambda: daemon.jobs.outcomes,
+        leaks_released=lambda: daemon.leak_gc.released,
+        pool_failures=lambda: daemon.pool.health.errors_by_code,
+    )
+
+
+async def _run_until_stopped(daemon: Daemon) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    serving = daemon.engine.unavailable is None  # fail closed: no pool work on an untrusted state
+    if serving:
+        daemon.schedule()
+        daemon.jobs.start()
+    async with asyncio.TaskGroup() as tasks:
+        workers = (
+            [
+                tasks.create_task(daemon.pool.run(daemon.config.pool_interval_s), name="pool"),
+                tasks.create_task(daemon.drift_on_demand(), name="drift-on-demand"),
+            ]
+            if serving
+            else []
+        )
+        stopped = tasks.create_task(stop.wait(), name="signals")
+        failed = tasks.create_task(daemon.jobs.failed.wait(), name="job-failures")
+        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (*workers, stopped, failed):
+            task.cancel()
+    if daemon.jobs.fatal is not None:
+        logger.error("daemon.stopped reason=%r", daemon.jobs.fatal)
+        return EXIT_FAILED
+    logger.info("daemon.stopped reason=signal")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,9 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
         return EXIT_CONFIG
-    logging.basicConfig(level=config.log_level.upper(), format="%(levelname)s %(name)s %(message)s")
+    configure_logging(config.log_format, config.log_level)
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
-    return asyncio.run(_open_state(config))
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(serve(config, args.embedded))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,46 @@
 """`ipamd-cni`: the CNI IPAM plugin the runtime executes for each pod (CNI spec 1.1).
 
-VERSION is answered here. ADD, DEL, CHECK, GC and STATUS talk to the daemon's local API, which this
-build does not include yet: they answer with a CNI error saying so, and a non-zero exit.
+Configured as the `ipam` of an interface plugin such as `ptp`:
+`"ipam": {"type": "ipamd-cni", "socket": "/run/ipamd/ipamd.sock"}` (socket optional; see
+`ipamd.cni.invocation` for the environment and config it reads and the codes of bad input). It accepts
+configs of cniVersion 0.4.0, 1.0.0 and 1.1.0 and answers in the config's version (0.4.0's `ips`
+carry `version`).
+
+| command | request to ipamd (`{one}` = `{cid}/{ifname}?network=`) | success |
+|---|---|---|
+| ADD | `POST /v1/allocations` | IPAM result: `ips` [{address, gateway}], `routes` |
+| DEL | `DELETE /v1/allocations/{one}` | nothing printed; unknown attachments too |
+| CHECK | `GET /v1/allocations/{one}` | ipamd holds the attachment with prevResult's addresses |
+| GC | `POST /v1/gc` with `cni.dev/valid-attachments` | ipamd released what is not listed (past grace) |
+| STATUS | `GET /readyz` | ipamd is ready |
+| VERSION | none (stdin is not read) | `{"cniVersion": "1.1.0", "supportedVersions": [...]}` |
+
+ipamd's answers become CNI errors (JSON on stdout, exit 1) deliberately:
+
+| ipamd | CNI code |
+|---|---|
+| unreachable (no socket, refused, dropped, 10 s timeout) | ADD/CHECK/GC 11; STATUS 50; DEL success |
+| any `retryable` error: `no_address` (empty pool), `store_write_failed` | 11 try again later |
+| `delete_intent` (ADD after the container's DEL) | 3 container unknown: no cleanup needed |
+| `not_ready` or any other failure of `/readyz` | STATUS: 50 plugin not available |
+| `max_pods` | 101 the node holds its max pods |
+| `state_unavailable` | 102 the state file is unusable (`ipamctl repair`); DEL: success |
+| `allocation_not_found` | CHECK: 103 no allocation for the attachment |
+| ipamd's address missing from prevResult | CHECK: 104 allocation differs from prevResult |
+| any other code (`bad_request` from a version skew, `internal`, ...) | 100 ipamd refused the request |
+| an answer that is not the expected JSON | 5 I/O failure |
+
+DEL when ipamd cannot act. The spec makes DEL best-effort: it should succeed even when state is
+missing, and a DEL that failed until ipamd returned would leave pods Terminating for as long as the
+daemon is down or its state file needs repair. So a DEL that cannot reach ipamd, or finds its
+state unusable, succeeds with a warning on stderr. Nothing is lost: the allocation stays owned (never
+handed to another pod) until ipamd's runtime leak GC sees the sandbox gone from two listings past its
+grace period, the CNI GC verb names it stale, or `ipamctl repair` rebuilds from the runtime's list;
+each releases it with a delete intent, as the DEL would have. A DEL that ipamd answers with a
+retryable error (the write could not be made durable) fails with 11 so that the runtime retries it.
+
+STATUS reports `/readyz` only, never an empty pool: an empty pool is momentary and ADD answers it with
+11, while a failed STATUS can make the runtime report the node's network as not ready.
 """
 
 from __future__ import annotations
@@ -9,37 +48,213 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Mapping
 
-from ipamd.wire import CNI_VERSION, SUPPORTED_CNI_VERSIONS
+from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call, segment
+from ipamd.cni.invocation import (
+    ERR_INVALID_CONFIG,
+    ERR_IO,
+    ERR_NOT_AVAILABLE,
+    ERR_TRY_AGAIN,
+    ERR_UNKNOWN_CONTAINER,
+    CniError,
+    Invocation,
+    parse_conf,
+    parse_invocation,
+    read_command,
+)
+from ipamd.wire import (
+    CNI_VERSION,
+    PATH_ALLOCATIONS,
+    PATH_GC,
+    PATH_READYZ,
+    SUPPORTED_CNI_VERSIONS,
+    AllocateRequest,
+    Allocation,
+    GcRequest,
+    WireError,
+)
 
-ERROR_UNSUPPORTED = 100  # plugin-specific code (CNI reserves 0-99 for the spec)
-ERROR_INVALID_ENV = 4
+# `typing` costs milliseconds at every pod's ADD and DEL; the annotations below are never evaluated.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
+
+ERR_IPAMD = 100
+ERR_NODE_FULL = 101
+ERR_STATE_UNAVAILABLE = 102
+ERR_NO_ALLOCATION = 103
+ERR_ALLOCATION_MISMATCH = 104
+
+_DAEMON_CODES = {
+    "max_pods": (ERR_NODE_FULL, "the node holds its max pods"),
+    "state_unavailable": (
+        ERR_STATE_UNAVAILABLE,
+        "ipamd's state file is unusable; see ipamctl repair",
+    ),
+    "allocation_not_found": (ERR_NO_ALLOCATION, "ipamd holds no allocation for this attachment"),
+}
 
 
-def _error(code: int, msg: str, details: str = "") -> int:
-    body = {"cniVersion": CNI_VERSION, "code": code, "msg": msg}
-    if details:
-        body["details"] = details
-    print(json.dumps(body))
-    return 1
+def _from_daemon(err: DaemonError) -> CniError:
+    details = f"ipamd: {err.status} {err.body.code}: {err.body.message}"
+    if err.body.code == "delete_intent":
+        return CniError(ERR_UNKNOWN_CONTAINER, "the container was already deleted", details)
+    if err.body.retryable:
+        return CniError(
+            ERR_TRY_AGAIN, "ipamd cannot serve this right now; try again later", details
+        )
+    code, msg = _DAEMON_CODES.get(err.body.code, (ERR_IPAMD, "ipamd refused the request"))
+    return CniError(code, msg, details)
+
+
+def _ask(inv: Invocation, method: str, path: str, body: dict[str, object] | None = None) -> object:
+    try:
+        return call(inv.conf.socket, method, path, body)
+    except Unreachable as err:
+        raise CniError(ERR_TRY_AGAIN, "ipamd is not reachable; try again later", str(err)) from None
+    except DaemonError as err:
+        raise _from_daemon(err) from None
+    except BadAnswer as err:
+        raise CniError(ERR_IO, "unexpected answer from ipamd", str(err)) from None
+
+
+def _one(inv: Invocation) -> str:
+    return (
+        f"{PATH_ALLOCATIONS}/{segment(inv.container_id)}/{segment(inv.ifname)}"
+        f"?network={segment(inv.conf.network)}"
+    )
+
+
+def _allocation(answer: object) -> Allocation:
+    try:
+        return Allocation.from_json(answer)
+    except WireError as err:
+        raise CniError(ERR_IO, "unexpected answer from ipamd", str(err)) from None
+
+
+def ipam_result(alloc: Allocation, version: str) -> dict[str, object]:
+    """The IPAM result in `version`'s shape: 0.4.0 carries each IP's `version`; no `interface`
+    indexes (an IPAM plugin knows no interfaces)."""
+    ips: list[dict[str, object]] = []
+    for ip in alloc.ips:
+        entry: dict[str, object] = {"address": ip.address, "gateway": ip.gateway}
+        if version == "0.4.0":
+            entry = {"version": "6" if ":" in ip.address else "4", **entry}
+        ips.append(entry)
+    result: dict[str, object] = {"cniVersion": version, "ips": ips}
+    if alloc.routes:
+        result["routes"] = [route.to_json() for route in alloc.routes]
+    return result
+
+
+def add(inv: Invocation, log: IO[str]) -> dict[str, object]:
+    request = AllocateRequest(inv.container_id, inv.ifname, inv.conf.network, inv.pod)
+    alloc = _allocation(_ask(inv, "POST", PATH_ALLOCATIONS, request.to_json()))
+    return ipam_result(alloc, inv.conf.cni_version)
+
+
+def delete(inv: Invocation, log: IO[str]) -> None:
+    try:
+        call(inv.conf.socket, "DELETE", _one(inv))
+    except Unreachable as err:
+        reason = str(err)
+    except DaemonError as err:
+        if err.body.code != "state_unavailable":
+            raise _from_daemon(err) from None
+        reason = str(err)
+    except BadAnswer as err:
+        raise CniError(ERR_IO, "unexpected answer from ipamd", str(err)) from None
+    else:
+        return None
+    print(
+        f"ipamd-cni: DEL {inv.container_id}/{inv.ifname}: {reason}; reported as done, ipamd's "
+        "leak GC or repair releases the address",
+        file=log,
+    )
+    return None
+
+
+def _listed_addresses(prev: Mapping[str, object]) -> set[str]:
+    ips = prev.get("ips", [])
+    if not isinstance(ips, list):
+        raise CniError(ERR_INVALID_CONFIG, "prevResult.ips must be a list")
+    listed = set()
+    for ip in ips:
+        address = ip.get("address") if isinstance(ip, dict) else None
+        if not isinstance(address, str):
+            raise CniError(ERR_INVALID_CONFIG, "prevResult.ips[].address must be a string")
+        listed.add(address.partition("/")[0])
+    return listed
+
+
+def check(inv: Invocation, log: IO[str]) -> None:
+    assert inv.conf.prev_result is not None  # parse_conf requires it for CHECK
+    listed = _listed_addresses(inv.conf.prev_result)
+    alloc = _allocation(_ask(inv, "GET", _one(inv)))
+    missing = sorted(ip.address for ip in alloc.ips if ip.address.partition("/")[0] not in listed)
+    if missing:
+        raise CniError(
+            ERR_ALLOCATION_MISMATCH,
+            "ipamd's allocation differs from prevResult",
+            f"prevResult lacks {', '.join(missing)}",
+        )
+
+
+def gc(inv: Invocation, log: IO[str]) -> None:
+    assert inv.conf.valid_attachments is not None  # parse_conf requires it for GC
+    request = GcRequest(inv.conf.network, inv.conf.valid_attachments)
+    _ask(inv, "POST", PATH_GC, request.to_json())
+
+
+def status(inv: Invocation, log: IO[str]) -> None:
+    try:
+        call(inv.conf.socket, "GET", PATH_READYZ)
+    except (Unreachable, DaemonError, BadAnswer) as err:
+        raise CniError(ERR_NOT_AVAILABLE, "ipamd is not ready", str(err)) from None
+
+
+_COMMANDS: dict[str, Callable[[Invocation, IO[str]], dict[str, object] | None]] = {
+    "ADD": add,
+    "DEL": delete,
+    "CHECK": check,
+    "GC": gc,
+    "STATUS": status,
+}
+
+
+def _emit(out: IO[str], body: Mapping[str, object]) -> None:
+    out.write(json.dumps(body) + "\n")
+    out.flush()
+
+
+def run(environ: Mapping[str, str], stdin: IO[bytes], stdout: IO[str], stderr: IO[str]) -> int:
+    version = CNI_VERSION
+    try:
+        command = read_command(environ)
+        if command == "VERSION":
+            # The answer does not depend on stdin: not reading it keeps VERSION from waiting on a
+            # stdin that was never closed.
+            supported = list(SUPPORTED_CNI_VERSIONS)
+            _emit(stdout, {"cniVersion": CNI_VERSION, "supportedVersions": supported})
+            return 0
+        conf = parse_conf(command, stdin.read(), environ)
+        version = conf.cni_version
+        result = _COMMANDS[command](parse_invocation(command, conf, environ), stderr)
+    except CniError as err:
+        version = err.version or version
+        error: dict[str, object] = {"cniVersion": version, "code": err.code, "msg": err.msg}
+        if err.details:
+            error["details"] = err.details
+        _emit(stdout, error)
+        return 1
+    if result is not None:
+        _emit(stdout, result)
+    return 0
 
 
 def main() -> int:
-    command = os.environ.get("CNI_COMMAND", "")
-    if command == "VERSION":
-        print(
-            json.dumps(
-                {"cniVersion": CNI_VERSION, "supportedVersions": list(SUPPORTED_CNI_VERSIONS)}
-            )
-        )
-        return 0
-    if command in {"ADD", "DEL", "CHECK", "GC", "STATUS"}:
-        return _error(
-            ERROR_UNSUPPORTED,
-            f"{command} is not available in this build",
-            "the local API of the ipamd daemon is not included yet",
-        )
-    return _error(ERROR_INVALID_ENV, f"unknown or missing CNI_COMMAND {command!r}")
+    return run(os.environ, sys.stdin.buffer, sys.stdout, sys.stderr)
 
 
 if __name__ == "__main__":

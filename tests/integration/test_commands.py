@@ -37,15 +37,6 @@ def test_invalid_environment_is_one_error_naming_every_bad_value(tmp_path: Path)
     assert list(tmp_path.iterdir()) == [], "a bad configuration touches nothing"
 
 
-def test_corrupt_state_file_refuses_to_start_and_names_the_repair(tmp_path: Path) -> None:
-    state = tmp_path / "ipamd.db"
-    state.write_bytes(b"this is not a database" * 10)
-    result = _run("ipamd", "run", env={"IPAMD_STATE_DIR": str(tmp_path)})
-    assert result.returncode == 3
-    assert str(state) in result.stderr and "ipamctl repair" in result.stderr
-    assert state.read_bytes() == b"this is not a database" * 10
-
-
 def test_cni_version_answers_per_spec() -> None:
     result = _run("ipamd-cni", env={"CNI_COMMAND": "VERSION"})
     assert result.returncode == 0

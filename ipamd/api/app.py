@@ -1,0 +1,281 @@
+"""The local HTTP API: thin handlers, each parse → one engine call → serialize.
+
+Routes (JSON in and out; bodies in `ipamd.wire`):
+
+| route (`{one}` = `{container_id}/{ifname}`) | answer |
+|---|---|
+| `POST /v1/allocations` `{"container_id","ifname","network","pod"?}` | 200 allocation; same key → same |
+| `GET /v1/allocations/{one}?network=` | 200 allocation, or 404 `allocation_not_found` |
+| `DELETE /v1/allocations/{one}?network=` | 200 `{"released":[...]}`, idempotent, records the intent |
+| `POST /v1/gc` `{"network","valid_attachments":[{"container_id","ifname"}]}` | 200 `{"released":[...]}` |
+| `GET /v1/pool` | counts per address state, node-wide and per ENI |
+| `GET /v1/allocations` | every allocation and quarantined claim |
+| `GET /v1/intents?limit=` | active delete intents, oldest first (default limit 1000) |
+| `GET /v1/enis` | ENIs, units and the state of every address |
+| `GET /healthz` | 200 while the process serves |
+| `GET /readyz` | 200 once the daemon says it is ready, else 503 `not_ready` |
+
+An allocation: `{"network","container_id","ifname","ips":[{"address":"10.0.1.23/32","gateway":
+"169.254.1.1","eni_id"}],"routes":[{"dst":"0.0.0.0/0","gw":"169.254.1.1"}],"created_at","pod"?}`
+(why that gateway: `ipamd.api.views`).
+
+Every error is `{"code","message","retryable"}` with one of these codes, from one middleware:
+
+| status | code | when |
+|---|---|---|
+| 400 | `bad_request` | not a JSON object; a wrong type, unknown or missing field, bad identifier or query |
+| 404 | `not_found` | no such route |
+| 404 | `allocation_not_found` | GET of an attachment ipamd does not hold |
+| 405 | `method_not_allowed` | the route exists, the method does not (with `Allow`) |
+| 409 | `delete_intent` | ADD for a container whose DEL already arrived |
+| 413 | `payload_too_large` | body over 16 KiB (GC: 4 MiB) |
+| 415 | `unsupported_media_type` | a body that is not `application/json` (UTF-8) |
+| 503 | `no_address` (retryable) | the warm pool is empty right now; it grows at once |
+| 503 | `max_pods` | the node holds its max pods |
+| 503 | `store_write_failed` (retryable) | the change could not be made durable, so it was not made |
+| 503 | `state_unavailable` | the state file is unusable; `ipamctl repair` |
+| 503 | `not_ready` (retryable) | `/readyz` before restore and the first EC2 reconcile |
+| 500 | `internal` | a bug: logged with its traceback, the message says nothing more |
+
+ADD is not refused before ready: the engine serves from the restored pool and fails closed on its own;
+whether the socket is served before the first reconcile is the composition root's choice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from datastore.records import AllocationKey
+from ipamd.api import views
+from ipamd.api.bodies import query, read_json
+from ipamd.api.errors import (
+    AllocationNotFound,
+    MethodNotAllowed,
+    NotFound,
+    NotReady,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
+from ipamd.errors import BadRequest, IpamdError
+from ipamd.model import PodRef
+from ipamd.reconcile.leaks import release_invalid_attachments
+from ipamd.wire import (
+    MAX_BODY_BYTES,
+    MAX_GC_BODY_BYTES,
+    PATH_ALLOCATIONS,
+    PATH_ENIS,
+    PATH_GC,
+    PATH_HEALTHZ,
+    PATH_INTENTS,
+    PATH_POOL,
+    PATH_READYZ,
+    AllocateRequest,
+    ErrorBody,
+    GcRequest,
+    WireError,
+    check_container_id,
+    check_ifname,
+    check_network,
+    dumps,
+)
+
+logger = logging.getLogger(__name__)
+
+ENGINE = web.AppKey("engine", Engine)
+READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
+GC_GRACE_S = web.AppKey("gc_grace_s", float)
+CLOCK = web.AppKey("clock", Clock)
+
+DEFAULT_INTENTS_LIMIT = 1000
+MAX_INTENTS_LIMIT = 100_000
+
+_HTTP_CODES = {
+    404: NotFound.code,
+    405: MethodNotAllowed.code,
+    413: PayloadTooLarge.code,
+    415: UnsupportedMediaType.code,
+}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(body: object, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=dumps)
+
+
+def _error(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(body.to_json(), status=status, dumps=dumps, headers=headers)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place a failure becomes an HTTP answer: status and stable `code` from the error type."""
+    try:
+        return await handler(request)
+    except IpamdError as err:
+        if err.status >= 500:
+            level = logging.INFO if err.retryable else logging.WARNING
+            logger.log(level, "api.refused path=%s code=%s error=%s", request.path, err.code, err)
+        return _error(err.status, ErrorBody(err.code, str(err), err.retryable))
+    except WireError as err:
+        return _error(400, ErrorBody(BadRequest.code, str(err)))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
+        allow = exc.headers.get("Allow")
+        message = f"{exc.reason}: {request.method} {request.path}"
+        if allow:
+            message += f" (allowed: {allow})"
+        return _error(exc.status, ErrorBody(code, message), {"Allow": allow} if allow else None)
+    except Exception:
+        logger.exception("api.internal_error method=%s path=%s", request.method, request.path)
+        return _error(500, ErrorBody("internal", "internal error; see the daemon's log"))
+
+
+def _key(request: web.Request) -> AllocationKey:
+    params = query(request, required=("network",))
+    return AllocationKey(
+        network=check_network(params["network"]),
+        container_id=check_container_id(request.match_info["container_id"]),
+        ifname=check_ifname(request.match_info["ifname"]),
+    )
+
+
+async def add(request: web.Request) -> web.Response:
+    body = AllocateRequest.from_json(await read_json(request, MAX_BODY_BYTES))
+    query(request)
+    key = AllocationKey(body.network, body.container_id, body.ifname)
+    pod = None if body.pod is None else PodRef(body.pod.namespace, body.pod.name, body.pod.uid)
+    record = await request.app[ENGINE].assign(key, pod)
+    logger.info(
+        "api.add network=%s container_id=%s ifname=%s addresses=%s",
+        key.network,
+        key.container_id,
+        key.ifname,
+        ",".join(record.addresses),
+    )
+    return _json(views.allocation(record).to_json())
+
+
+async def get_allocation(request: web.Request) -> web.Response:
+    key = _key(request)
+    record = request.app[ENGINE].state.allocations.get(key)
+    if record is None:
+        raise AllocationNotFound(
+            f"no allocation for container {key.container_id} ifname {key.ifname} "
+            f"on network {key.network}"
+        )
+    return _json(views.allocation(record).to_json())
+
+
+async def delete(request: web.Request) -> web.Response:
+    key = _key(request)
+    released = await request.app[ENGINE].release(key)
+    logger.info(
+        "api.del network=%s container_id=%s ifname=%s released=%s",
+        key.network,
+        key.container_id,
+        key.ifname,
+        ",".join(a for r in released for a in r.addresses),
+    )
+    return _json(views.released(released))
+
+
+async def gc(request: web.Request) -> web.Response:
+    body = GcRequest.from_json(await read_json(request, MAX_GC_BODY_BYTES))
+    query(request)
+    app = request.app
+    keys = await release_invalid_attachments(
+        app[ENGINE],
+        body.network,
+        [(a.container_id, a.ifname) for a in body.valid_attachments],
+        app[GC_GRACE_S],
+        app[CLOCK],
+    )
+    logger.info(
+        "api.gc network=%s valid=%d released=%s",
+        body.network,
+        len(body.valid_attachments),
+        ",".join(f"{k.container_id}/{k.ifname}" for k in keys),
+    )
+    return _json(
+        {
+            "released": [
+                {"network": k.network, "container_id": k.container_id, "ifname": k.ifname}
+                for k in keys
+            ]
+        }
+    )
+
+
+async def pool(request: web.Request) -> web.Response:
+    query(request)
+    return _json(views.pool(request.app[ENGINE].snapshot()))
+
+
+async def enis(request: web.Request) -> web.Response:
+    query(request)
+    return _json(views.enis(request.app[ENGINE].snapshot()))
+
+
+async def allocations(request: web.Request) -> web.Response:
+    query(request)
+    return _json(views.allocations(request.app[ENGINE].state, request.app[CLOCK].now()))
+
+
+async def intents(request: web.Request) -> web.Response:
+    raw = query(request, optional=("limit",)).get("limit", str(DEFAULT_INTENTS_LIMIT))
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= MAX_INTENTS_LIMIT:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_INTENTS_LIMIT}")
+    engine = request.app[ENGINE]
+    now = request.app[CLOCK].now()
+    return _json(views.intents(engine.state, now, engine.settings.intent_ttl_s, int(raw)))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    query(request)
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    query(request)
+    unavailable = request.app[ENGINE].unavailable
+    if unavailable is not None:
+        raise NotReady(f"the state is unavailable: {unavailable}")
+    if not request.app[READY]():
+        raise NotReady("restore and the first EC2 reconcile have not finished")
+    return _json({"status": "ready"})
+
+
+def create_app(
+    engine: Engine, *, ready: Callable[[], bool], gc_grace_s: float, clock: Clock
+) -> web.Application:
+    """The API over `engine`. `ready` says whether the daemon has restored its state and finished its
+    first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_GC_BODY_BYTES)
+    app[ENGINE] = engine
+    app[READY] = ready
+    app[GC_GRACE_S] = gc_grace_s
+    app[CLOCK] = clock
+    one = PATH_ALLOCATIONS + "/{container_id}/{ifname}"
+    app.router.add_routes(
+        [
+            web.post(PATH_ALLOCATIONS, add),
+            web.get(PATH_ALLOCATIONS, allocations),
+            web.get(one, get_allocation),
+            web.delete(one, delete),
+            web.post(PATH_GC, gc),
+            web.get(PATH_POOL, pool),
+            web.get(PATH_INTENTS, intents),
+            web.get(PATH_ENIS, enis),
+            web.get(PATH_HEALTHZ, healthz),
+            web.get(PATH_READYZ, readyz),
+        ]
+    )
+    return app

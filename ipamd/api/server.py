@@ -1,0 +1,100 @@
+"""Serving the API on a unix socket, and only there: ipamd opens no TCP listener for it.
+
+The socket is bound under a temporary name, given mode 0660, then renamed over the final path, so no
+client ever sees it with the process umask's mode, and a stale socket file left by a killed daemon is
+replaced in one step. A socket a live process still answers on is never taken over, and a path that is
+not a socket is never removed. On a clean stop the runner's cleanup unlinks the socket if it is still
+ours.
+
+A refused upload (too large, wrong type) is not drained: with no lingering time the connection closes
+right after the answer, so no client holds a handler by sending a body the API has already refused.
+Every client of this socket makes one request per connection anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import stat
+from pathlib import Path
+
+from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+SOCKET_MODE = 0o660
+MAX_SOCKET_PATH = 107
+"""`sun_path` is 108 bytes on Linux, with the terminating NUL."""
+
+
+class SocketPathError(Exception):
+    """The socket path cannot be served: another process answers on it, it is not a socket, or it is
+    too long."""
+
+
+def _clear_stale(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise SocketPathError(f"{path} exists and is not a socket; not removing it")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(os.fspath(path))
+        except ConnectionRefusedError:
+            logger.info("api.stale_socket path=%s", path)
+            return  # nobody listens: replaced below
+        except OSError as err:
+            raise SocketPathError(f"cannot probe {path}: {err}") from err
+    raise SocketPathError(f"another process is serving on {path}")
+
+
+def bind_unix(path: Path) -> socket.socket:
+    """A listening-ready socket at `path` with mode 0660 from the first instant it is reachable."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    for candidate in (path, temp):
+        if len(os.fsencode(candidate)) > MAX_SOCKET_PATH:
+            raise SocketPathError(f"{candidate} is longer than {MAX_SOCKET_PATH} bytes")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _clear_stale(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        temp.unlink(missing_ok=True)
+        sock.bind(os.fspath(temp))
+        os.chmod(temp, SOCKET_MODE)
+        os.replace(temp, path)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        temp.unlink(missing_ok=True)
+        raise
+    return sock
+
+
+async def serve_unix(app: web.Application, path: str | os.PathLike[str]) -> web.AppRunner:
+    """Serve `app` on the unix socket `path` (parent directories created). Stop with
+    `await runner.cleanup()`. Raises `SocketPathError`."""
+    path = Path(path)
+    sock = bind_unix(path)
+    inode = os.stat(path).st_ino
+
+    async def unlink_socket(_: web.Application) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_ino == inode:
+                path.unlink()
+
+    app.on_cleanup.append(unlink_socket)
+    runner = web.AppRunner(app, access_log=None, lingering_time=0)
+    try:
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+    except BaseException:
+        await runner.cleanup()
+        sock.close()
+        raise
+    logger.info("api.serving path=%s mode=%o", path, SOCKET_MODE)
+    return runner

@@ -1,0 +1,139 @@
+"""How the daemon's state reads on the wire. Pure functions of one snapshot or one synchronous read of
+the engine's state: they never await, so a response cannot mix two moments.
+
+The pod's gateway. A pod's address is a secondary address of an ENI, but the pod does not sit on the
+ENI's link: the host routes its traffic (a /32 route to the pod's veth on the host, the pod's default
+route out of its veth). The pod's gateway is therefore the host side of the veth, not the VPC subnet's
+router, and it is the same link-local address on every node, 169.254.1.1, as in the AWS VPC CNI. A
+chained interface plugin such as `ptp` puts that address on the host end of the veth and installs, in
+the pod, a route to it and the default route through it (the `routes` of the answer).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from datastore.records import AllocationRecord, QuarantineRecord
+from ipamd.engine.state import NodeState
+from ipamd.model import AddressState, EniView, PoolSnapshot
+from ipamd.wire import Allocation, IpConfig, PodInfo, Route
+
+POD_GATEWAY = "169.254.1.1"
+POD_ROUTES = (Route("0.0.0.0/0", POD_GATEWAY),)
+
+
+def _cidr(address: str) -> str:
+    return f"{address}/{ipaddress.ip_address(address).max_prefixlen}"
+
+
+def allocation(record: AllocationRecord) -> Allocation:
+    pod = PodInfo(record.pod_namespace, record.pod_name, record.pod_uid)
+    return Allocation(
+        network=record.key.network,
+        container_id=record.key.container_id,
+        ifname=record.key.ifname,
+        ips=tuple(IpConfig(_cidr(a), POD_GATEWAY, record.eni_id) for a in record.addresses),
+        routes=POD_ROUTES,
+        created_at=record.created_at,
+        pod=pod if pod != PodInfo() else None,
+    )
+
+
+def released(records: Iterable[AllocationRecord]) -> dict[str, object]:
+    return {
+        "released": [
+            {
+                "network": r.key.network,
+                "container_id": r.key.container_id,
+                "ifname": r.key.ifname,
+                "addresses": [_cidr(a) for a in r.addresses],
+            }
+            for r in records
+        ]
+    }
+
+
+def _counts(counts: dict[AddressState, int]) -> dict[str, int]:
+    return {state.value: counts.get(state, 0) for state in AddressState}
+
+
+def _eni(eni: EniView, with_units: bool) -> dict[str, object]:
+    body: dict[str, object] = {
+        "eni_id": eni.eni_id,
+        "device_index": eni.device_index,
+        "subnet_id": eni.subnet_id,
+        "is_primary": eni.is_primary,
+        "counts": _counts(eni.counts),
+    }
+    if with_units:
+        body["units"] = [
+            {
+                "cidr": u.cidr,
+                "kind": u.kind,
+                "state": u.state,
+                "addresses": [{"address": a, "state": s.value} for a, s in u.addresses],
+            }
+            for u in eni.units
+        ]
+    return body
+
+
+def pool(snapshot: PoolSnapshot) -> dict[str, object]:
+    """`GET /v1/pool`: counts per address state, node-wide and per ENI."""
+    return {
+        "taken_at": snapshot.taken_at,
+        "counts": _counts(snapshot.counts),
+        "allocations": snapshot.allocations,
+        "intents": snapshot.intents,
+        "quarantined": snapshot.quarantined,
+        "enis": [_eni(eni, with_units=False) for eni in snapshot.enis],
+    }
+
+
+def enis(snapshot: PoolSnapshot) -> dict[str, object]:
+    """`GET /v1/enis`: every ENI with its units and the state of each address."""
+    return {
+        "taken_at": snapshot.taken_at,
+        "enis": [_eni(eni, with_units=True) for eni in snapshot.enis],
+    }
+
+
+def _quarantined(q: QuarantineRecord) -> dict[str, object]:
+    return {
+        "network": q.key.network,
+        "container_id": q.key.container_id,
+        "ifname": q.key.ifname,
+        "addresses": list(q.addresses),
+        "reason": q.reason,
+        "quarantined_at": q.quarantined_at,
+    }
+
+
+def allocations(state: NodeState, now: float) -> dict[str, object]:
+    """`GET /v1/allocations`: every allocation, oldest first, and the quarantined claims."""
+    records = sorted(
+        state.allocations.values(),
+        key=lambda r: (r.created_at, r.key.network, r.key.container_id, r.key.ifname),
+    )
+    return {
+        "taken_at": now,
+        "allocations": [allocation(r).to_json() for r in records],
+        "quarantined": [_quarantined(q) for q in state.quarantine.values()],
+    }
+
+
+def intents(state: NodeState, now: float, ttl_s: float, limit: int) -> dict[str, object]:
+    """`GET /v1/intents`: the delete intents still refusing ADDs, oldest first, at most `limit`.
+    Expired intents awaiting their lazy pruning are not listed: they no longer refuse anything."""
+    active = [(cid, first) for cid, first in state.intents.items() if now < first + ttl_s]
+    active.sort(key=lambda item: item[1])
+    return {
+        "taken_at": now,
+        "ttl_s": ttl_s,
+        "total": len(active),
+        "intents": [
+            {"container_id": cid, "first_del_at": first, "expires_at": first + ttl_s}
+            for cid, first in active[:limit]
+        ],
+    }

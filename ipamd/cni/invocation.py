@@ -1,0 +1,231 @@
+"""What the runtime handed the plugin: the CNI_* environment and the network configuration on stdin.
+
+Parsed once, up front, into an `Invocation`; anything wrong becomes a `CniError` with the spec's code:
+
+| problem | CNI code |
+|---|---|
+| stdin is not a JSON object | 6 failed to decode content |
+| `cniVersion` not 0.4.0, 1.0.0 or 1.1.0; GC or STATUS on a config older than 1.1.0 | 1 incompatible version |
+| a field in the `ipam` section other than `type` and `socket` | 2 unsupported field |
+| bad `name`, `ipam`, `ipam.socket`, CHECK's `prevResult` or GC's `cni.dev/valid-attachments` | 7 |
+| CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS or CNI_ARGS missing or invalid | 4 invalid env |
+
+CNI_ARGS follows the CNI conventions: `K=V;K=V`; the keys read are K8S_POD_NAMESPACE, K8S_POD_NAME,
+K8S_POD_UID and K8S_POD_INFRA_CONTAINER_ID; any other key is refused unless `IgnoreUnknown=1` (which
+kubelet and containerd always pass). Only ADD reads CNI_ARGS: a DEL must not fail on what it does
+not need. CNI_NETNS is required for ADD and CHECK, as the spec says, though IPAM does not use it;
+CNI_PATH is not used (this plugin delegates to nothing).
+
+The daemon's socket: the `ipam` section's `socket`, else the `IPAMD_SOCKET` environment variable (for
+a runtime that cannot template the config, and for tests), else `/run/ipamd/ipamd.sock`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ipamd.wire import (
+    CNI_VERSION,
+    DEFAULT_SOCKET,
+    SUPPORTED_CNI_VERSIONS,
+    Attachment,
+    PodInfo,
+    WireError,
+    check_container_id,
+    check_ifname,
+    check_network,
+    parse_object,
+)
+
+ERR_INCOMPATIBLE_VERSION = 1
+ERR_UNSUPPORTED_FIELD = 2
+ERR_UNKNOWN_CONTAINER = 3
+ERR_INVALID_ENV = 4
+ERR_IO = 5
+ERR_DECODE = 6
+ERR_INVALID_CONFIG = 7
+ERR_TRY_AGAIN = 11
+ERR_NOT_AVAILABLE = 50
+
+COMMANDS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
+_SINCE_1_1 = ("GC", "STATUS")
+_PER_CONTAINER = ("ADD", "DEL", "CHECK")
+_IPAM_FIELDS = ("type", "socket")
+_ARGS = ("IgnoreUnknown", "K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_UID")
+_ARG_INFRA = "K8S_POD_INFRA_CONTAINER_ID"
+
+
+class CniError(Exception):
+    """A failure the plugin reports as CNI error JSON: `code`, `msg`, `details`."""
+
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+        self.version: str | None = None
+        """The config's cniVersion once known: the error is answered in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class NetConf:
+    cni_version: str
+    network: str
+    socket: str
+    prev_result: Mapping[str, object] | None
+    valid_attachments: tuple[Attachment, ...] | None
+    """GC's `cni.dev/valid-attachments`; None when the key is absent (never "release everything")."""
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    command: str
+    conf: NetConf
+    container_id: str = ""
+    ifname: str = ""
+    pod: PodInfo | None = None
+
+
+def read_command(environ: Mapping[str, str]) -> str:
+    command = environ.get("CNI_COMMAND", "")
+    if command not in COMMANDS:
+        raise CniError(ERR_INVALID_ENV, f"unknown or missing CNI_COMMAND {command!r}")
+    return command
+
+
+def parse_conf(command: str, raw: bytes, environ: Mapping[str, str]) -> NetConf:
+    try:
+        conf = parse_object(raw)
+    except WireError as err:
+        raise CniError(ERR_DECODE, "cannot decode the network configuration", str(err)) from None
+    version = conf.get("cniVersion")
+    if not isinstance(version, str):
+        raise CniError(ERR_INVALID_CONFIG, "cniVersion must be a string")
+    if version not in SUPPORTED_CNI_VERSIONS:
+        raise CniError(
+            ERR_INCOMPATIBLE_VERSION,
+            f"cniVersion {version} is not supported",
+            f"supported: {', '.join(SUPPORTED_CNI_VERSIONS)}",
+        )
+    try:
+        return _parse_versioned(command, version, conf, environ)
+    except CniError as err:
+        err.version = version
+        raise
+
+
+def _parse_versioned(
+    command: str, version: str, conf: Mapping[str, object], environ: Mapping[str, str]
+) -> NetConf:
+    if command in _SINCE_1_1 and version != CNI_VERSION:
+        raise CniError(
+            ERR_INCOMPATIBLE_VERSION, f"{command} needs cniVersion {CNI_VERSION}", version
+        )
+    try:
+        network = check_network(conf.get("name"), "name")
+    except WireError as err:
+        raise CniError(ERR_INVALID_CONFIG, "invalid network name", str(err)) from None
+    prev = conf.get("prevResult")
+    if command == "CHECK" and not isinstance(prev, dict):
+        raise CniError(ERR_INVALID_CONFIG, "CHECK needs prevResult, the result of the ADD")
+    return NetConf(
+        cni_version=version,
+        network=network,
+        socket=_socket(conf.get("ipam"), environ),
+        prev_result=prev if isinstance(prev, dict) else None,
+        valid_attachments=_valid_attachments(conf) if command == "GC" else None,
+    )
+
+
+def _socket(ipam: object, environ: Mapping[str, str]) -> str:
+    if not isinstance(ipam, dict):
+        raise CniError(ERR_INVALID_CONFIG, "the ipam section is missing or not an object")
+    for name in ipam:
+        if name not in _IPAM_FIELDS:
+            raise CniError(
+                ERR_UNSUPPORTED_FIELD, f"unsupported field in ipam: {name}={ipam[name]!r}"
+            )
+    if not isinstance(ipam.get("type", ""), str):
+        raise CniError(ERR_INVALID_CONFIG, "ipam.type must be a string")
+    path = ipam.get("socket") or environ.get("IPAMD_SOCKET") or DEFAULT_SOCKET
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise CniError(ERR_INVALID_CONFIG, "ipam.socket must be an absolute path", repr(path))
+    return path
+
+
+def _valid_attachments(conf: Mapping[str, object]) -> tuple[Attachment, ...]:
+    # The spec first wrote the key as `cni.dev/attachments`; libcni sends both.
+    items = conf.get("cni.dev/valid-attachments", conf.get("cni.dev/attachments"))
+    if not isinstance(items, list):
+        raise CniError(ERR_INVALID_CONFIG, "GC needs cni.dev/valid-attachments, a list")
+    attachments = []
+    for i, item in enumerate(items):
+        where = f"cni.dev/valid-attachments[{i}]"
+        if not isinstance(item, dict):
+            raise CniError(ERR_INVALID_CONFIG, f"{where} must be an object")
+        try:
+            attachments.append(
+                Attachment(
+                    check_container_id(item.get("containerID"), f"{where}.containerID"),
+                    check_ifname(item.get("ifname"), f"{where}.ifname"),
+                )
+            )
+        except WireError as err:
+            raise CniError(ERR_INVALID_CONFIG, "invalid valid attachment", str(err)) from None
+    return tuple(attachments)
+
+
+def parse_cni_args(raw: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in raw.split(";"):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CniError(ERR_INVALID_ENV, "CNI_ARGS: not a KEY=VALUE pair", item)
+        if key in pairs:
+            raise CniError(ERR_INVALID_ENV, f"CNI_ARGS: {key} is given twice")
+        pairs[key] = value
+    ignore = pairs.get("IgnoreUnknown", "0").lower()
+    if ignore not in {"0", "1", "false", "true"}:
+        raise CniError(ERR_INVALID_ENV, "CNI_ARGS: IgnoreUnknown must be 1, 0, true or false")
+    unknown = sorted(set(pairs) - {*_ARGS, _ARG_INFRA})
+    if unknown and ignore not in {"1", "true"}:
+        raise CniError(ERR_INVALID_ENV, f"CNI_ARGS: unknown key(s) {', '.join(unknown)}")
+    return pairs
+
+
+def _pod(environ: Mapping[str, str]) -> PodInfo | None:
+    args = parse_cni_args(environ.get("CNI_ARGS", ""))
+    try:
+        if _ARG_INFRA in args:
+            check_container_id(args[_ARG_INFRA], _ARG_INFRA)
+        pod = PodInfo.from_json(
+            {
+                "namespace": args.get("K8S_POD_NAMESPACE", ""),
+                "name": args.get("K8S_POD_NAME", ""),
+                "uid": args.get("K8S_POD_UID", ""),
+            },
+            "CNI_ARGS",
+        )
+    except WireError as err:
+        raise CniError(ERR_INVALID_ENV, "invalid CNI_ARGS", str(err)) from None
+    return None if pod == PodInfo() else pod
+
+
+def parse_invocation(command: str, conf: NetConf, environ: Mapping[str, str]) -> Invocation:
+    if command not in _PER_CONTAINER:
+        return Invocation(command, conf)
+    for name in ("CNI_CONTAINERID", "CNI_IFNAME"):
+        if not environ.get(name):
+            raise CniError(ERR_INVALID_ENV, f"{command} needs {name}")
+    try:
+        container_id = check_container_id(environ.get("CNI_CONTAINERID"), "CNI_CONTAINERID")
+        ifname = check_ifname(environ.get("CNI_IFNAME"), "CNI_IFNAME")
+    except WireError as err:
+        raise CniError(ERR_INVALID_ENV, str(err)) from None
+    if command != "DEL" and not environ.get("CNI_NETNS"):
+        raise CniError(ERR_INVALID_ENV, f"{command} needs CNI_NETNS")
+    pod = _pod(environ) if command == "ADD" else None
+    return Invocation(command, conf, container_id, ifname, pod)

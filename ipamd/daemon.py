@@ -1,0 +1,188 @@
+"""The daemon's parts, built from the configuration and the adapters `main` hands over, and its start-up.
+
+Start-up order (readiness follows it): open the state file → bind it to this instance (a state file
+from another instance is set aside) → read EC2 (drift: the inventory comes from EC2, never from IMDS)
+→ the first runtime listing (it releases nothing yet: a leak needs two misses) → ready. Afterwards the
+pool manager runs its own loop, and the reconcilers run on the schedule of `ipamd.reconcile.jobs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from cloud.models import UnitKind
+from cloud.ports import Ec2Api, Ec2Catalog, Imds
+from ipamd.clock import Clock
+from ipamd.config import Config
+from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.engine import Engine
+from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.policy.model import NodeLimits, PoolTargets
+from ipamd.policy.modes import SECONDARY_IPS, strategy_for
+from ipamd.policy.plan import compute_pod_limit
+from ipamd.reconcile.ec2_drift import Ec2Drift
+from ipamd.reconcile.eni_gc import EniGc
+from ipamd.reconcile.imds_hint import ImdsHint
+from ipamd.reconcile.jobs import Job, Jobs
+from ipamd.reconcile.leaks import LeakGc
+from ipamd.reconcile.repair import apply_repair, plan_repair
+from ipamd.runtime.ports import RuntimeApi
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "ipamd.db"
+
+
+def engine_settings(config: Config) -> EngineSettings:
+    return EngineSettings(
+        cooldown_s=float(config.ip_cooldown_period_s),
+        intent_ttl_s=config.delete_intent_ttl_s,
+    )
+
+
+@dataclass
+class Daemon:
+    config: Config
+    clock: Clock
+    engine: Engine
+    ec2: Ec2
+    imds: Imds
+    runtime: RuntimeApi
+    pool: PoolManager
+    drift: Ec2Drift
+    hint: ImdsHint
+    leak_gc: LeakGc
+    eni_gc: EniGc
+    instance_id: str
+    jobs: Jobs = field(default_factory=Jobs)
+    ready: bool = False
+    drift_wanted: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> None:
+        """Bring the node to a state it can serve from; sets `ready`."""
+        if self.engine.unavailable is not None:
+            logger.error("daemon.not_ready reason=%s", self.engine.unavailable)
+            return
+        if await self.engine.claim_instance(self.instance_id):
+            logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine))
+        await self.drift.run_once()
+        await self.pool.adopt()
+        await self.leak_gc.run_once()  # an unreachable runtime proves nothing and blocks nothing
+        self.ready = True
+        logger.info("daemon.ready instance_id=%s", self.instance_id)
+
+    def schedule(self) -> None:
+        c = self.config
+        self.jobs.add(Job("ec2_drift", self.drift.run_once, c.ec2_reconcile_interval_s, 5.0))
+        self.jobs.add(Job("imds_hint", self.hint.run_once, c.imds_hint_interval_s, 1.0))
+        self.jobs.add(Job("leak_gc", self.leak_gc.run_once, c.leak_gc_interval_s, 5.0))
+        if not c.disable_leaked_eni_cleanup:
+            self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.eni_gc_interval_s, 60.0))
+
+    async def drift_on_demand(self) -> None:
+        """Run the EC2 check when the IMDS hint disagreed, instead of waiting for its period."""
+        job = Job("ec2_drift_triggered", self.drift.run_once, 0.0)
+        while True:
+            await self.drift_wanted.wait()
+            self.drift_wanted.clear()
+            await self.jobs.run_now(job)
+
+    async def close(self) -> None:
+        """Stop the schedule and close the state; the adapters belong to `main`, which closes them."""
+        self.jobs.shutdown()
+        await self.engine.close()
+
+
+class Ec2(Ec2Api, Ec2Catalog, Protocol):
+    """Both EC2 ports, as one adapter serves them."""
+
+
+async def build_daemon(
+    config: Config, *, ec2: Ec2, imds: Imds, runtime: RuntimeApi, clock: Clock
+) -> Daemon:
+    """Open the state and build every part on the adapters `main` made; nothing runs until `start()`
+    and the task group."""
+    engine = await Engine.open(Path(config.state_dir) / STATE_FILE, clock, engine_settings(config))
+    identity = await imds.identity()
+    instance = await ec2.describe_instance(identity.instance_id)
+    raw_limits = await ec2.instance_limits(instance.instance_type)
+    limits = NodeLimits(max_enis=raw_limits.max_enis, units_per_eni=raw_limits.units_per_eni)
+    targets = PoolTargets.from_config(config)
+    strategy = strategy_for(config.enable_prefix_delegation)
+    engine.settings = replace(
+        engine.settings, max_pods=compute_pod_limit(targets, limits, strategy)
+    )
+    fallback = (
+        SECONDARY_IPS if config.prefix_fallback_to_ips and strategy.kind == "prefix" else None
+    )
+    kinds: tuple[UnitKind, ...] = (strategy.kind,) + ((fallback.kind,) if fallback else ())
+    pool = PoolManager(
+        engine,
+        ec2,
+        instance,
+        limits,
+        PoolSettings(
+            targets=targets,
+            strategy=strategy,
+            fallback_strategy=fallback,
+            cluster_name=config.cluster_name,
+            extra_tags=config.additional_eni_tags,
+            subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
+        ),
+        clock,
+    )
+
+    def in_flight() -> set[str]:
+        return pool.releases_in_flight | pool.pending_enis
+
+    drift = Ec2Drift(
+        engine, ec2, instance.instance_id, kinds, config.reconcile_grace_s, clock, in_flight
+    )
+    daemon_events: dict[str, asyncio.Event] = {"drift": asyncio.Event()}
+    hint = ImdsHint(
+        lambda: engine.state,
+        imds,
+        kinds,
+        config.reconcile_grace_s,
+        clock,
+        daemon_events["drift"].set,
+    )
+    eni_gc = EniGc(
+        ec2,
+        instance.instance_id,
+        config.eni_gc_grace_s,
+        clock,
+        lambda: pool.pending_enis | set(engine.state.enis),
+    )
+    return Daemon(
+        config=config,
+        clock=clock,
+        engine=engine,
+        ec2=ec2,
+        imds=imds,
+        runtime=runtime,
+        pool=pool,
+        drift=drift,
+        hint=hint,
+        leak_gc=LeakGc(engine, runtime, config.leak_grace_s, clock),
+        eni_gc=eni_gc,
+        instance_id=instance.instance_id,
+        drift_wanted=daemon_events["drift"],
+    )
+
+
+async def repair(daemon: Daemon, apply: bool) -> dict[str, object]:
+    """`ipamctl repair`: EC2's view first (drift), then the runtime's sandboxes; a dry run unless
+    `apply`. Raises `RuntimeUnavailable` — without the runtime's list nothing can be judged dead."""
+    await daemon.drift.run_once()
+    sandboxes = await daemon.runtime.list_sandboxes()
+    plan = plan_repair(
+        daemon.engine.state, frozenset(s.sandbox_id for s in sandboxes), daemon.clock.now()
+    )
+    if apply and not plan.is_empty():
+        await apply_repair(daemon.engine, plan)
+    return {"applied": apply and not plan.is_empty(), "actions": plan.describe()}

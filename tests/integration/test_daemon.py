@@ -1,0 +1,179 @@
+"""`ipamd run --embedded` as a user meets it: a real process on the embedded cloud, its API on a real
+unix socket, SIGTERM to stop."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=10)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(self._path)
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen[str]
+    socket_path: Path
+    state_dir: Path
+    metrics_port: int
+
+    def call(self, method: str, path: str, body: object = None) -> tuple[int, dict[str, object]]:
+        conn = UnixHTTPConnection(str(self.socket_path))
+        try:
+            payload = None if body is None else json.dumps(body)
+            headers = {"Content-Type": "application/json"} if payload else {}
+            conn.request(method, path, body=payload, headers=headers)
+            response = conn.getresponse()
+            return response.status, json.loads(response.read() or b"{}")
+        finally:
+            conn.close()
+
+    def wait_for(self, path: str, status: int = 200, deadline_s: float = 60.0) -> int:
+        """Poll until the daemon answers `path` with `status` (it is a separate process: there is no
+        event to await). Returns the status."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            assert self.process.poll() is None, self.process.communicate()[1][-3000:]
+            if self.socket_path.exists():
+                try:
+                    if self.call("GET", path)[0] == status:
+                        return status
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        raise AssertionError(f"the daemon did not answer {path} with {status} in {deadline_s} s")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start(tmp_path: Path) -> Running:
+    state_dir = tmp_path / "state"
+    socket_path = tmp_path / "ipamd.sock"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IPAMD_", "WARM_", "AWS_"))}
+    metrics_port = _free_port()
+    env.update(
+        IPAMD_STATE_DIR=str(state_dir),
+        IPAMD_SOCKET=str(socket_path),
+        IPAMD_CRI_SOCKET=str(tmp_path / "no-runtime.sock"),
+        IPAMD_LOG_FORMAT="json",
+        IPAMD_METRICS_ADDR=f"127.0.0.1:{metrics_port}",
+    )
+    process = subprocess.Popen(
+        [str(BIN / "ipamd"), "run", "--embedded"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return Running(process, socket_path, state_dir, metrics_port)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Running]:
+    running = _start(tmp_path)
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+        running.process.communicate()
+
+
+def _ipamctl(socket_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "ipamctl"), "--socket", str(socket_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _stop(running: Running) -> tuple[int, str]:
+    running.process.send_signal(signal.SIGTERM)
+    _, stderr = running.process.communicate(timeout=30)
+    return running.process.returncode, stderr
+
+
+def test_embedded_daemon_serves_add_and_del_and_stops_cleanly(daemon: Running) -> None:
+    assert daemon.wait_for("/readyz") == 200
+    assert oct(daemon.socket_path.stat().st_mode & 0o777) == "0o660"
+    assert daemon.call("GET", "/v1/pool")[0] == 200
+    key = {"container_id": "c1", "ifname": "eth0", "network": "k8s-pod-network"}
+    status, added = daemon.call("POST", "/v1/allocations", key)
+    if status == 503:  # the warm pool is filling: ADD asks it to grow at once, then it answers
+        daemon.wait_for("/v1/pool")
+        status, added = daemon.call("POST", "/v1/allocations", key)
+    assert status == 200, added
+    assert daemon.call("POST", "/v1/allocations", key)[1]["ips"] == added["ips"]
+    assert daemon.call("DELETE", "/v1/allocations/c1/eth0?network=k8s-pod-network")[0] == 200
+    assert daemon.call("POST", "/v1/allocations", key)[1]["code"] == "delete_intent"
+    metrics = http.client.HTTPConnection("127.0.0.1", daemon.metrics_port, timeout=10)
+    try:
+        metrics.request("GET", "/metrics")
+        text = metrics.getresponse().read().decode()
+    finally:
+        metrics.close()
+    assert "awscni_assigned_ip_addresses 0" in text and "awscni_eni_allocated 1" in text
+    assert 'ipamd_ec2_calls_total{api="AssignPrivateIpAddresses",outcome="ok"}' in text
+    assert "ipamd_add_latency_seconds_count 3" in text
+    status_out = _ipamctl(daemon.socket_path, "status")
+    assert status_out.returncode == 0, status_out.stderr
+    assert "ASSIGNED" in status_out.stdout and "total" in status_out.stdout
+    assert "(primary)" in status_out.stdout
+    repair = _ipamctl(daemon.socket_path, "repair")
+    assert repair.returncode == 1 and "runtime" in repair.stderr, "no runtime: nothing judged dead"
+    code, stderr = _stop(daemon)
+    assert code == 0, stderr[-3000:]
+    assert not daemon.socket_path.exists(), "the socket is removed on a clean stop"
+    gone = _ipamctl(daemon.socket_path, "status")
+    assert gone.returncode == 2 and "is ipamd running?" in gone.stderr
+
+
+def test_corrupt_state_file_keeps_the_daemon_up_but_refuses_add(tmp_path: Path) -> None:
+    state = tmp_path / "state" / "ipamd.db"
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"not a database" * 100)
+    running = _start(tmp_path)
+    try:
+        assert running.wait_for("/healthz") == 200
+        assert running.wait_for("/readyz", status=503) == 503
+        status, body = running.call(
+            "POST", "/v1/allocations", {"container_id": "c", "ifname": "eth0", "network": "n"}
+        )
+        assert status == 503 and body["code"] == "state_unavailable"
+        assert str(state) in str(body["message"]) and "ipamctl repair" in str(body["message"])
+        code, stderr = _stop(running)
+        assert code == 0
+        assert str(state) in stderr and "ipamctl repair" in stderr
+        assert state.read_bytes() == b"not a database" * 100
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.communicate()
