@@ -84,13 +84,19 @@ async def _cloud(
 
 
 def _how_to_try(config: Config) -> str:
+    """Commands a new user can paste: absolute paths, the scripts next to this interpreter."""
+    bin_dir = os.path.dirname(sys.executable)
+    sock = os.path.abspath(config.socket_path)
+    conf = (
+        '{"cniVersion":"1.1.0","name":"k8s-pod-network",'
+        f'"ipam":{{"type":"ipamd-cni","socket":"{sock}"}}}}'
+    )
     return (
-        "ipamd: ready. Try:\n"
-        f"  ipamctl --socket {config.socket_path} status\n"
-        f'  echo \'{{"cniVersion":"1.1.0","name":"k8s-pod-network","ipam":'
-        f'{{"type":"ipamd-cni","socket":"{config.socket_path}"}}}}\' | CNI_COMMAND=ADD '
-        "CNI_CONTAINERID=demo1 CNI_NETNS=/var/run/netns/demo CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin "
-        "ipamd-cni"
+        "ipamd: ready. Try, in another terminal:\n"
+        f"  {bin_dir}/ipamctl --socket {sock} status\n"
+        f"  echo '{conf}' | CNI_COMMAND=ADD CNI_CONTAINERID=demo1 CNI_NETNS=/var/run/netns/demo "
+        f"CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin {bin_dir}/ipamd-cni\n"
+        "  (CNI_COMMAND=DEL releases it; Ctrl-C stops ipamd and the embedded cloud)"
     )
 
 
