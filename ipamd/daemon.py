@@ -29,8 +29,9 @@ from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.jobs import Job, Jobs
 from ipamd.reconcile.leaks import LeakGc
+from ipamd.reconcile.rebuild import gather_claims, rebuild_state
 from ipamd.reconcile.repair import apply_repair, plan_repair
-from ipamd.runtime.ports import RuntimeApi
+from ipamd.runtime.ports import RuntimeApi, SandboxAddresses
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,11 @@ class Daemon:
     leak_gc: LeakGc
     eni_gc: EniGc
     instance_id: str
+    kinds: tuple[UnitKind, ...]
+    addresses: SandboxAddresses
     jobs: Jobs = field(default_factory=Jobs)
+    restart_wanted: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once repair rebuilt the state file: the daemon exits so its supervisor starts it afresh."""
     ready: bool = False
     drift_wanted: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -102,7 +107,13 @@ class Ec2(Ec2Api, Ec2Catalog, Protocol):
 
 
 async def build_daemon(
-    config: Config, *, ec2: Ec2, imds: Imds, runtime: RuntimeApi, clock: Clock
+    config: Config,
+    *,
+    ec2: Ec2,
+    imds: Imds,
+    runtime: RuntimeApi,
+    addresses: SandboxAddresses,
+    clock: Clock,
 ) -> Daemon:
     """Open the state and build every part on the adapters `main` made; nothing runs until `start()`
     and the task group."""
@@ -171,13 +182,18 @@ async def build_daemon(
         leak_gc=LeakGc(engine, runtime, config.leak_grace_s, clock),
         eni_gc=eni_gc,
         instance_id=instance.instance_id,
+        kinds=kinds,
+        addresses=addresses,
         drift_wanted=daemon_events["drift"],
     )
 
 
 async def repair(daemon: Daemon, apply: bool) -> dict[str, object]:
     """`ipamctl repair`: EC2's view first (drift), then the runtime's sandboxes; a dry run unless
-    `apply`. Raises `RuntimeUnavailable` — without the runtime's list nothing can be judged dead."""
+    `apply`. Raises `RuntimeUnavailable` — without the runtime's list nothing can be judged dead.
+    With an unusable state file, repair is a rebuild (`ipamd.reconcile.rebuild`)."""
+    if daemon.engine.unavailable is not None:
+        return await _rebuild(daemon, apply)
     await daemon.drift.run_once()
     sandboxes = await daemon.runtime.list_sandboxes()
     plan = plan_repair(
@@ -186,3 +202,32 @@ async def repair(daemon: Daemon, apply: bool) -> dict[str, object]:
     if apply and not plan.is_empty():
         await apply_repair(daemon.engine, plan)
     return {"applied": apply and not plan.is_empty(), "actions": plan.describe()}
+
+
+async def _rebuild(daemon: Daemon, apply: bool) -> dict[str, object]:
+    path = Path(daemon.config.state_dir) / STATE_FILE
+    plan = await gather_claims(daemon.runtime, daemon.addresses)
+    actions = [str(daemon.engine.unavailable), *plan.describe(path)]
+    if not apply:
+        return {"applied": False, "actions": actions}
+
+    async def open_engine(p: Path) -> Engine:
+        engine = await Engine.open(p, daemon.clock, daemon.engine.settings)
+        await engine.claim_instance(daemon.instance_id)
+        return engine
+
+    async def read_ec2(engine: Engine) -> None:
+        drift = Ec2Drift(engine, daemon.ec2, daemon.instance_id, daemon.kinds, 0.0, daemon.clock)
+        await drift.run_once()
+
+    aside, unfixable = await rebuild_state(path, plan, open_engine, read_ec2, daemon.clock)
+    daemon.restart_wanted.set()
+    return {
+        "applied": True,
+        "actions": [
+            *actions,
+            f"the unusable file was kept as {aside}",
+            *(f"cannot fix: {u}" for u in unfixable),
+            "ipamd exits to be restarted on the new state file",
+        ],
+    }

@@ -40,6 +40,7 @@ logger = logging.getLogger("ipamd")
 EXIT_CONFIG = 2
 EXIT_STATE = 3
 EXIT_FAILED = 1
+EXIT_RESTART = 75  # EX_TEMPFAIL: the supervisor (kubelet) starts ipamd again on the rebuilt state
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -109,7 +110,9 @@ async def serve(config: Config, embedded: bool) -> int:
         stack.push_async_callback(imds.close)
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
-        daemon = await build_daemon(config, ec2=ec2, imds=imds, runtime=runtime, clock=clock)
+        daemon = await build_daemon(
+            config, ec2=ec2, imds=imds, runtime=runtime, addresses=runtime, clock=clock
+        )
         stack.push_async_callback(daemon.close)
         app = create_app(
             daemon.engine, ready=lambda: daemon.ready, gc_grace_s=config.leak_grace_s, clock=clock
@@ -173,9 +176,13 @@ async def _run_until_stopped(daemon: Daemon) -> int:
         )
         stopped = tasks.create_task(stop.wait(), name="signals")
         failed = tasks.create_task(daemon.jobs.failed.wait(), name="job-failures")
-        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (*workers, stopped, failed):
+        rebuilt = tasks.create_task(daemon.restart_wanted.wait(), name="restart-after-rebuild")
+        await asyncio.wait({stopped, failed, rebuilt}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (*workers, stopped, failed, rebuilt):
             task.cancel()
+    if daemon.restart_wanted.is_set():
+        logger.warning("daemon.stopped reason=state_rebuilt: start ipamd again to serve from it")
+        return EXIT_RESTART
     if daemon.jobs.fatal is not None:
         logger.error("daemon.stopped reason=%r", daemon.jobs.fatal)
         return EXIT_FAILED

@@ -114,6 +114,16 @@ class GrpcCriRuntime:
         )
         return tuple(_to_sandbox(item) for item in response.items)
 
+    async def sandbox_addresses(self, sandbox_id: str) -> tuple[str, ...]:
+        """The pod addresses the runtime recorded for a sandbox (PodSandboxStatus: network.ip and
+        additional_ips), empty if it has none. Raises `RuntimeUnavailable`."""
+        response: cri.PodSandboxStatusResponse = await self._call(
+            "PodSandboxStatus", cri.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
+        )
+        network = response.status.network
+        found = (network.ip, *(extra.ip for extra in network.additional_ips))
+        return tuple(ip for ip in found if ip)
+
     async def version(self) -> str:
         """`<runtime_name> <runtime_version>`, e.g. `containerd v1.7.24`. Raises `RuntimeUnavailable`."""
         response: cri.VersionResponse = await self._call(

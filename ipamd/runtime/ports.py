@@ -32,3 +32,10 @@ class RuntimeApi(Protocol):
     async def version(self) -> str:
         """The runtime's name and version, e.g. `containerd 1.7.24`. Raises `RuntimeUnavailable`."""
         ...
+
+
+class SandboxAddresses(Protocol):
+    async def sandbox_addresses(self, sandbox_id: str) -> tuple[str, ...]:
+        """The pod addresses the runtime recorded for a sandbox; what repair rebuilds a lost state
+        from. Raises `RuntimeUnavailable`."""
+        ...

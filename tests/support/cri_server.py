@@ -56,6 +56,8 @@ class FakeSandbox:
     state: int
     """A `PodSandboxState` value; any other number plays a newer runtime's state."""
     attempt: int = 0
+    addresses: tuple[str, ...] = ()
+    """The pod addresses its network setup got (PodSandboxStatus: network)."""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     runtime_handler: str = ""
@@ -172,6 +174,7 @@ class FakeCriServer:
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
         attempt: int = 0,
+        addresses: tuple[str, ...] = (),
     ) -> FakeSandbox:
         """Adds a sandbox; `created_at` in seconds since the epoch, now by default."""
         if sandbox_id in self.sandboxes:
@@ -188,6 +191,7 @@ class FakeCriServer:
             created_at_ns=created_ns,
             state=_STATES[state],
             attempt=attempt,
+            addresses=addresses,
             labels=dict(labels or {}),
             annotations=dict(annotations or {}),
         )
@@ -268,6 +272,26 @@ class _Servicer(cri_grpc.RuntimeServiceServicer):
     ) -> cri.ListPodSandboxResponse:
         await self._fake._answer(context, "ListPodSandbox")
         return cri.ListPodSandboxResponse(items=self._fake._listing(request.filter))
+
+    async def PodSandboxStatus(  # noqa: N802
+        self, request: cri.PodSandboxStatusRequest, context: grpc.aio.ServicerContext
+    ) -> cri.PodSandboxStatusResponse:
+        await self._fake._answer(context, "PodSandboxStatus")
+        sandbox = self._fake.sandboxes.get(request.pod_sandbox_id)
+        if sandbox is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"sandbox {request.pod_sandbox_id}")
+        assert sandbox is not None
+        first, *extra = (*sandbox.addresses, "")
+        network = cri.PodSandboxNetworkStatus(
+            ip=first, additional_ips=[cri.PodIP(ip=ip) for ip in extra if ip]
+        )
+        status = cri.PodSandboxStatus(
+            id=sandbox.sandbox_id,
+            state=cast("cri.PodSandboxState", sandbox.state),
+            created_at=sandbox.created_at_ns,
+            network=network,
+        )
+        return cri.PodSandboxStatusResponse(status=status)
 
     async def RunPodSandbox(  # noqa: N802
         self, request: cri.RunPodSandboxRequest, context: grpc.aio.ServicerContext

@@ -60,6 +60,11 @@ class RuntimeServiceStub:
                 request_serializer=cri__v1__pb2.RemovePodSandboxRequest.SerializeToString,
                 response_deserializer=cri__v1__pb2.RemovePodSandboxResponse.FromString,
                 _registered_method=True)
+        self.PodSandboxStatus = channel.unary_unary(
+                '/runtime.v1.RuntimeService/PodSandboxStatus',
+                request_serializer=cri__v1__pb2.PodSandboxStatusRequest.SerializeToString,
+                response_deserializer=cri__v1__pb2.PodSandboxStatusResponse.FromString,
+                _registered_method=True)
         self.ListPodSandbox = channel.unary_unary(
                 '/runtime.v1.RuntimeService/ListPodSandbox',
                 request_serializer=cri__v1__pb2.ListPodSandboxRequest.SerializeToString,
@@ -96,6 +101,12 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PodSandboxStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListPodSandbox(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -124,6 +135,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.RemovePodSandbox,
                     request_deserializer=cri__v1__pb2.RemovePodSandboxRequest.FromString,
                     response_serializer=cri__v1__pb2.RemovePodSandboxResponse.SerializeToString,
+            ),
+            'PodSandboxStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.PodSandboxStatus,
+                    request_deserializer=cri__v1__pb2.PodSandboxStatusRequest.FromString,
+                    response_serializer=cri__v1__pb2.PodSandboxStatusResponse.SerializeToString,
             ),
             'ListPodSandbox': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPodSandbox,
@@ -241,6 +257,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/RemovePodSandbox',
             cri__v1__pb2.RemovePodSandboxRequest.SerializeToString,
             cri__v1__pb2.RemovePodSandboxResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PodSandboxStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/PodSandboxStatus',
+            cri__v1__pb2.PodSandboxStatusRequest.SerializeToString,
+            cri__v1__pb2.PodSandboxStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

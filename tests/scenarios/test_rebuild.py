@@ -1,0 +1,76 @@
+"""S9's way out: an unusable state file is moved aside and rebuilt from EC2's view and the addresses
+the runtime recorded for its live sandboxes (a real gRPC CRI double)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cloud.embedded.world import EmbeddedEc2
+from ipamd.engine.engine import Engine
+from ipamd.reconcile.ec2_drift import Ec2Drift
+from ipamd.reconcile.rebuild import REBUILT_NETWORK, gather_claims, rebuild_state
+from ipamd.runtime.cri import GrpcCriRuntime
+from tests.support.cloudnode import open_cloud_node
+from tests.support.cri_server import FakeCriServer
+from tests.support.invariants import check_invariants
+from tests.support.node import key
+
+
+@pytest.fixture(scope="module")
+def embedded() -> Iterator[EmbeddedEc2]:
+    with EmbeddedEc2() as host:
+        yield host
+
+
+async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node = await open_cloud_node(embedded, tmp_path)
+    await node.settle()
+    pods = {
+        f"sandbox-{i}": (await node.engine.assign(key(f"sandbox-{i}"))).addresses for i in range(4)
+    }
+    await node.engine.close()
+    node.path.write_bytes(b"\0" * 4096)  # the file is gone bad
+
+    async with FakeCriServer() as cri, GrpcCriRuntime(cri.endpoint) as runtime:
+        for sid in (
+            "sandbox-0",
+            "sandbox-1",
+            "sandbox-2",
+        ):  # sandbox-3 is gone with the node's reboot
+            cri.add(sid, addresses=pods[sid])
+        cri.add("elsewhere", addresses=("192.168.9.9",))  # an address not on this node per EC2
+        plan = await gather_claims(runtime, runtime)
+    assert set(plan.claims) == {"sandbox-0", "sandbox-1", "sandbox-2", "elsewhere"}
+
+    async def open_engine(path: Path) -> Engine:
+        engine = await Engine.open(path, node.clock, node.engine.settings)
+        await engine.claim_instance(node.world.instance_id)
+        return engine
+
+    async def read_ec2(engine: Engine) -> None:
+        await Ec2Drift(
+            engine, node.api, node.world.instance_id, ("ip",), 0.0, node.clock
+        ).run_once()
+
+    aside, unfixable = await rebuild_state(node.path, plan, open_engine, read_ec2, node.clock)
+    assert aside.read_bytes() == b"\0" * 4096, "the unusable file is kept as it was"
+    assert unfixable == ["192.168.9.9 of sandbox elsewhere is not on this node per EC2"]
+
+    node.engine = await Engine.open(node.path, node.clock, node.engine.settings)
+    try:
+        assert node.engine.unavailable is None
+        rebuilt = {k.container_id: a.addresses for k, a in node.engine.state.allocations.items()}
+        assert rebuilt == {sid: pods[sid] for sid in ("sandbox-0", "sandbox-1", "sandbox-2")}
+        assert {k.network for k in node.engine.state.allocations} == {REBUILT_NETWORK}
+        # The runtime's DEL names the container ID and its own network: it finds the allocation.
+        assert await node.engine.release(key("sandbox-0"))
+        assert pods["sandbox-3"][0] not in node.engine.state.owner, "the gone sandbox's is free"
+        check_invariants(node.engine, node.path, node.clock.now())
+        assert node.ec2_units() == node.ipamd_units()
+    finally:
+        await node.engine.close()
