@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check bench clean
+.PHONY: run test check bench clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,7 @@ run: $(STAMP)
 	$(BIN)/ipamd run --embedded
 
 test: $(STAMP)
+	tests/e2e/install-packages.sh
 	$(BIN)/pytest
 
 check: $(STAMP)
@@ -25,6 +26,11 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The container image (Dockerfile); needs a container engine, which `make test` does not. Name it
+# with IMAGE=registry/ipamd:tag; CONTAINER_ENGINE=podman to use Podman.
+image:
+	$(or $(CONTAINER_ENGINE),docker) build -t $(or $(IMAGE),ipamd:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)) .
 
 clean:
 	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -70,6 +70,7 @@ def parse_instance(d: Mapping[str, Any]) -> Instance:
         subnet_id=str(d.get("SubnetId") or ""),
         security_groups=tuple(groups),
         availability_zone=str(placement.get("AvailabilityZone") or ""),
+        private_ip=str(d.get("PrivateIpAddress") or ""),
     )
 
 

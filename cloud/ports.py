@@ -28,6 +28,8 @@ class Instance:
     subnet_id: str
     security_groups: tuple[str, ...]
     availability_zone: str = ""
+    private_ip: str = ""
+    """The primary private IPv4 address of the instance (of its primary ENI)."""
 
 
 class Ec2Api(Protocol):

@@ -59,6 +59,7 @@ class Daemon:
     leak_gc: LeakGc
     eni_gc: EniGc
     instance_id: str
+    node_ip: str
     kinds: tuple[UnitKind, ...]
     addresses: SandboxAddresses
     jobs: Jobs = field(default_factory=Jobs)
@@ -182,6 +183,7 @@ async def build_daemon(
         leak_gc=LeakGc(engine, runtime, config.leak_grace_s, clock),
         eni_gc=eni_gc,
         instance_id=instance.instance_id,
+        node_ip=instance.private_ip,
         kinds=kinds,
         addresses=addresses,
         drift_wanted=daemon_events["drift"],

@@ -26,6 +26,7 @@ from cloud.ec2 import Boto3Ec2, client_config, make_client
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
 from ipamd.api.app import create_app
 from ipamd.api.server import serve_unix
+from ipamd.api.views import POD_GATEWAY
 from ipamd.clock import SystemClock
 from ipamd.config import Config, ConfigError
 from ipamd.daemon import Daemon, build_daemon, repair
@@ -115,7 +116,11 @@ async def serve(config: Config, embedded: bool) -> int:
         )
         stack.push_async_callback(daemon.close)
         app = create_app(
-            daemon.engine, ready=lambda: daemon.ready, gc_grace_s=config.leak_grace_s, clock=clock
+            daemon.engine,
+            ready=lambda: daemon.ready,
+            gc_grace_s=config.leak_grace_s,
+            clock=clock,
+            pod_gateway=daemon.node_ip or POD_GATEWAY,
         )
         app.middlewares.append(latency_middleware(recorders))
         app.router.add_post("/v1/repair", _repair_handler(daemon))

@@ -89,6 +89,7 @@ logger = logging.getLogger(__name__)
 ENGINE = web.AppKey("engine", Engine)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 GC_GRACE_S = web.AppKey("gc_grace_s", float)
+POD_GATEWAY_KEY = web.AppKey("pod_gateway", str)
 CLOCK = web.AppKey("clock", Clock)
 
 DEFAULT_INTENTS_LIMIT = 1000
@@ -160,7 +161,7 @@ async def add(request: web.Request) -> web.Response:
         key.ifname,
         ",".join(record.addresses),
     )
-    return _json(views.allocation(record).to_json())
+    return _json(views.allocation(record, request.app[POD_GATEWAY_KEY]).to_json())
 
 
 async def get_allocation(request: web.Request) -> web.Response:
@@ -171,7 +172,7 @@ async def get_allocation(request: web.Request) -> web.Response:
             f"no allocation for container {key.container_id} ifname {key.ifname} "
             f"on network {key.network}"
         )
-    return _json(views.allocation(record).to_json())
+    return _json(views.allocation(record, request.app[POD_GATEWAY_KEY]).to_json())
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -254,7 +255,12 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 def create_app(
-    engine: Engine, *, ready: Callable[[], bool], gc_grace_s: float, clock: Clock
+    engine: Engine,
+    *,
+    ready: Callable[[], bool],
+    gc_grace_s: float,
+    clock: Clock,
+    pod_gateway: str = views.POD_GATEWAY,
 ) -> web.Application:
     """The API over `engine`. `ready` says whether the daemon has restored its state and finished its
     first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb."""
@@ -262,6 +268,7 @@ def create_app(
     app[ENGINE] = engine
     app[READY] = ready
     app[GC_GRACE_S] = gc_grace_s
+    app[POD_GATEWAY_KEY] = pod_gateway
     app[CLOCK] = clock
     one = PATH_ALLOCATIONS + "/{container_id}/{ifname}"
     app.router.add_routes(

@@ -3,10 +3,10 @@ the engine's state: they never await, so a response cannot mix two moments.
 
 The pod's gateway. A pod's address is a secondary address of an ENI, but the pod does not sit on the
 ENI's link: the host routes its traffic (a /32 route to the pod's veth on the host, the pod's default
-route out of its veth). The pod's gateway is therefore the host side of the veth, not the VPC subnet's
-router, and it is the same link-local address on every node, 169.254.1.1, as in the AWS VPC CNI. A
-chained interface plugin such as `ptp` puts that address on the host end of the veth and installs, in
-the pod, a route to it and the default route through it (the `routes` of the answer).
+route out of its veth). The pod's gateway is therefore the host, not the VPC subnet's router: the
+daemon gives the node's own primary address, which a chained `ptp` puts on the host end of each veth
+(the CNI plugin widens the pod's /32 to a prefix covering it, as `ptp` requires — `ipamd.cni.plugin`).
+Without a node address (tests), the link-local 169.254.1.1 of the AWS VPC CNI is used.
 """
 
 from __future__ import annotations
@@ -20,21 +20,20 @@ from ipamd.model import AddressState, EniView, PoolSnapshot
 from ipamd.wire import Allocation, IpConfig, PodInfo, Route
 
 POD_GATEWAY = "169.254.1.1"
-POD_ROUTES = (Route("0.0.0.0/0", POD_GATEWAY),)
 
 
 def _cidr(address: str) -> str:
     return f"{address}/{ipaddress.ip_address(address).max_prefixlen}"
 
 
-def allocation(record: AllocationRecord) -> Allocation:
+def allocation(record: AllocationRecord, gateway: str = POD_GATEWAY) -> Allocation:
     pod = PodInfo(record.pod_namespace, record.pod_name, record.pod_uid)
     return Allocation(
         network=record.key.network,
         container_id=record.key.container_id,
         ifname=record.key.ifname,
-        ips=tuple(IpConfig(_cidr(a), POD_GATEWAY, record.eni_id) for a in record.addresses),
-        routes=POD_ROUTES,
+        ips=tuple(IpConfig(_cidr(a), gateway, record.eni_id) for a in record.addresses),
+        routes=(Route("0.0.0.0/0", gateway),),
         created_at=record.created_at,
         pod=pod if pod != PodInfo() else None,
     )

@@ -133,12 +133,32 @@ def _allocation(answer: object) -> Allocation:
         raise CniError(ERR_IO, "unexpected answer from ipamd", str(err)) from None
 
 
+def interface_address(address: str, gateway: str) -> str:
+    """The pod's address as the interface plugin must configure it.
+
+    ipamd hands out single addresses (/32). Standard interface plugins such as `ptp` need the gateway
+    inside the address's prefix (they route to it on-link, and remove the prefix route the kernel
+    adds, so the prefix length decides nothing else): the address is given the longest prefix that
+    still covers the gateway — the node's own address, which `ptp` puts on the host end of each veth.
+    A link-local gateway (169.254.0.0/16, for plugins built for /32 pods) keeps the /32.
+    """
+    host = address.partition("/")[0]
+    if not gateway or gateway.startswith("169.254.") or ":" in host:
+        return address
+    a = int.from_bytes(bytes(int(o) for o in host.split(".")), "big")
+    g = int.from_bytes(bytes(int(o) for o in gateway.split(".")), "big")
+    return f"{host}/{32 - (a ^ g).bit_length()}"
+
+
 def ipam_result(alloc: Allocation, version: str) -> dict[str, object]:
     """The IPAM result in `version`'s shape: 0.4.0 carries each IP's `version`; no `interface`
     indexes (an IPAM plugin knows no interfaces)."""
     ips: list[dict[str, object]] = []
     for ip in alloc.ips:
-        entry: dict[str, object] = {"address": ip.address, "gateway": ip.gateway}
+        entry: dict[str, object] = {
+            "address": interface_address(ip.address, ip.gateway),
+            "gateway": ip.gateway,
+        }
         if version == "0.4.0":
             entry = {"version": "6" if ":" in ip.address else "4", **entry}
         ips.append(entry)

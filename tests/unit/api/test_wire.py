@@ -108,3 +108,11 @@ def test_parse_object_is_strict(raw: bytes) -> None:
 def test_deeply_nested_json_is_a_wire_error_not_a_crash() -> None:
     with pytest.raises(WireError):
         parse_object(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+
+def test_interface_address_covers_the_node_gateway_for_ptp() -> None:
+    from ipamd.cni.plugin import interface_address
+
+    assert interface_address("10.0.145.101/32", "10.0.0.5") == "10.0.145.101/16"
+    assert interface_address("10.0.0.7/32", "10.0.0.6") == "10.0.0.7/31"
+    assert interface_address("10.1.2.3/32", "169.254.1.1") == "10.1.2.3/32"

@@ -1,0 +1,211 @@
+"""End to end (b): a real containerd with its CRI plugin puts pods on ipamd.
+
+The test drives containerd over CRI v1 as the kubelet does (RunPodSandbox, PodSandboxStatus,
+StopPodSandbox, RemovePodSandbox). containerd runs the conflist of `conflist.write_conflist` (ptp with
+`ipamd-cni` as IPAM; its own loopback) from a test bin dir holding `loopback`, `ptp` and `ipamd-cni`,
+and a pause image built here. ipamd runs embedded (addresses from the moto EC2 pool) with
+`IPAMD_CRI_SOCKET` on this containerd and a runtime leak GC that acts within seconds.
+
+One containerd and one ipamd serve the module; every test removes the pods it made.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ipamd.runtime._generated import cri_v1_pb2 as cri
+from tests.e2e.conflist import NETWORK, write_conflist
+from tests.e2e.containerd import Containerd
+from tests.e2e.support import (
+    PAUSE_IMAGE,
+    SYSTEM_CNI_DIR,
+    Ipamd,
+    bare,
+    make_workdir,
+    netns_addresses,
+    plugin_dir,
+    require,
+    require_root,
+    wait_until,
+)
+
+PODS = 20
+LEAK_GRACE_S = 2
+"""ipamd's leak grace: short, so that the GC acts within seconds, but longer than a RunPodSandbox, whose
+allocation exists before the sandbox is listed."""
+
+LEAKS_RELEASED = "ipamd_leaked_allocations_released_total"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclass
+class Node:
+    containerd: Containerd
+    ipamd: Ipamd
+
+    def run_pod(self, name: str, deadline_s: float = 60.0) -> str:
+        """RunPodSandbox, retried like the kubelet retries while ipamd answers "try again later"
+        (CNI code 11: the warm pool is empty for a moment and is growing)."""
+        client = self.containerd.client
+        end = time.monotonic() + deadline_s
+        while True:
+            try:
+                return client.run_sandbox("e2e", name, f"uid-{name}")
+            except grpc.RpcError as err:
+                if "try again later" not in str(err.details()) or time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
+
+    def remove_pod(self, sandbox_id: str) -> None:
+        self.containerd.client.stop_sandbox(sandbox_id)
+        self.containerd.client.remove_sandbox(sandbox_id)
+
+    def allocation_items(self) -> dict[str, dict[str, object]]:
+        """Sandbox ID → ipamd's allocation of its eth0 on the pod network."""
+        items = self.ipamd.get("/v1/allocations")["allocations"]
+        assert isinstance(items, list)
+        return {
+            item["container_id"]: item
+            for item in items
+            if item["network"] == NETWORK and item["ifname"] == "eth0"
+        }
+
+    def addresses(self) -> dict[str, str]:
+        """Sandbox ID → the one address (no prefix) ipamd allocated to it."""
+        held = {}
+        for sandbox_id, item in self.allocation_items().items():
+            ips = item["ips"]
+            assert isinstance(ips, list) and len(ips) == 1, item
+            held[sandbox_id] = bare(str(ips[0]["address"]))
+        return held
+
+
+@pytest.fixture(scope="module")
+def node(pause_image: Path) -> Iterator[Node]:
+    require_root()
+    require("containerd", "runc", "ctr", "ip", "nsenter", plugins=("loopback", "ptp"))
+    workdir = make_workdir("containerd")
+    containerd: Containerd | None = None
+    ipamd: Ipamd | None = None
+    try:
+        cni_bin = plugin_dir(workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "ptp")
+        cni_conf = workdir / "net.d"
+        cni_conf.mkdir()
+        write_conflist(cni_conf, str(workdir / "ipamd.sock"))
+        (workdir / "containerd").mkdir()
+        containerd = Containerd.create(
+            workdir / "containerd", cni_bin=cni_bin, cni_conf=cni_conf, sandbox_image=PAUSE_IMAGE
+        )
+        containerd.start()
+        containerd.import_image(pause_image)
+        ipamd = Ipamd.start(
+            workdir,
+            {
+                "IPAMD_CRI_SOCKET": str(containerd.socket),
+                "IPAMD_LEAK_GC_INTERVAL": "1",
+                "IPAMD_LEAK_GRACE": str(LEAK_GRACE_S),
+            },
+        )
+        ipamd.wait_ready()
+        yield Node(containerd, ipamd)
+    finally:
+        if containerd is not None:
+            containerd.cleanup()  # first: the DELs of the pods it stops go to ipamd
+        code, log = (ipamd.stop(), ipamd.log_tail()) if ipamd is not None else (0, "")
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert code == 0, f"ipamd exited {code}:\n{log}"
+
+
+def test_pods_get_distinct_addresses_from_the_pool_and_free_them(node: Node) -> None:
+    assert node.containerd.client.version().startswith("containerd ")
+    names = [f"pod-{i:02d}" for i in range(PODS)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        sandbox_ids = list(pool.map(node.run_pod, names))
+
+    held = node.addresses()
+    assert set(held) == set(sandbox_ids), "ipamd holds one allocation per sandbox, keyed by its ID"
+    assert len(set(held.values())) == PODS, f"addresses are distinct: {sorted(held.values())}"
+    states = node.ipamd.address_states()
+    items = node.allocation_items()
+    for name, sandbox_id in zip(names, sandbox_ids, strict=True):
+        address = held[sandbox_id]
+        assert states.get(address) == "assigned", f"{address} is an assigned address of an ENI"
+        status = node.containerd.client.sandbox_status(sandbox_id)
+        assert status.ready and status.ips == (address,), (status, address)
+        in_netns = netns_addresses(node.containerd.netns_path(sandbox_id), "eth0")
+        assert {bare(a) for a in in_netns} == {address}
+        assert items[sandbox_id]["pod"] == {"namespace": "e2e", "name": name, "uid": f"uid-{name}"}
+
+    def stop_then_remove(sandbox_id: str) -> None:
+        node.containerd.client.stop_sandbox(sandbox_id)
+        assert sandbox_id not in node.addresses(), "StopPodSandbox's DEL freed the address"
+        node.containerd.client.remove_sandbox(sandbox_id)
+
+    def remove(sandbox_id: str) -> None:
+        node.containerd.client.remove_sandbox(sandbox_id)  # stops it first, with a DEL
+        assert sandbox_id not in node.addresses(), "RemovePodSandbox's DEL freed the address"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(stop_then_remove, sandbox_ids[: PODS // 2]))
+        list(pool.map(remove, sandbox_ids[PODS // 2 :]))
+    assert node.addresses() == {}
+    assert node.containerd.client.list_sandboxes() == []
+    states = node.ipamd.address_states()
+    assert {states[a] for a in held.values()} == {"cooling"}, "freed addresses cool before reuse"
+
+
+def test_leak_gc_frees_the_address_of_a_sandbox_removed_behind_its_back(node: Node) -> None:
+    live = [node.run_pod(f"live-{i}") for i in range(2)]
+    doomed = node.run_pod("doomed")
+    doomed_netns = node.containerd.netns_path(doomed)
+    phantom = {"container_id": "no-such-sandbox", "ifname": "eth0", "network": NETWORK}
+
+    def allocated() -> bool | None:
+        status, body = node.ipamd.call("POST", "/v1/allocations", phantom)
+        assert status == 200 or body.get("retryable"), body
+        return True if status == 200 else None
+
+    wait_until(allocated, "an allocation for a container that no sandbox has")
+    before = node.addresses()
+    assert set(before) == {*live, doomed, "no-such-sandbox"}
+    released_before = node.ipamd.metric(LEAKS_RELEASED)
+    try:
+        # The sandbox's task and container go with `ctr`, then containerd restarts: its CRI plugin
+        # recovers the sandboxes from containerd's metadata, where this one is gone. No DEL ran.
+        node.containerd.forget_sandbox(doomed)
+        node.containerd.restart()
+        listed = {s.id: s.state for s in node.containerd.client.list_sandboxes()}
+        assert listed == dict.fromkeys(live, cri.SANDBOX_READY), listed
+
+        def collected() -> dict[str, str] | None:
+            now = node.addresses()
+            assert set(live) <= set(now), "the leak GC never frees a live sandbox's address"
+            return now if set(now) == set(live) else None
+
+        after = wait_until(collected, "the leak GC freeing the two leaked allocations", 60.0)
+        assert after == {sandbox_id: before[sandbox_id] for sandbox_id in live}
+        assert node.ipamd.metric(LEAKS_RELEASED) == released_before + 2, "freed by the leak GC"
+        states = node.ipamd.address_states()
+        assert {states[before[doomed]], states[before["no-such-sandbox"]]} == {"cooling"}
+        intents = node.ipamd.get("/v1/intents")["intents"]
+        assert isinstance(intents, list)
+        assert {doomed, "no-such-sandbox"} <= {i["container_id"] for i in intents}, intents
+
+        time.sleep(2)  # more GC rounds
+        assert node.addresses() == after, "live sandboxes keep their addresses"
+    finally:
+        subprocess.run(["umount", doomed_netns], check=False, capture_output=True)
+        Path(doomed_netns).unlink(missing_ok=True)
+        for sandbox_id in live:
+            node.remove_pod(sandbox_id)
+    assert node.addresses() == {}
