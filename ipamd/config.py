@@ -33,6 +33,7 @@ from ipamd.config_kinds import (
     integer,
     parse_endpoint,
     parse_host_port,
+    parse_optional_path,
     parse_tags,
     show_tags,
 )
@@ -177,6 +178,15 @@ class Config:
     prefix_fallback_to_ips: bool = field(metadata=_setting(
         "IPAMD_PREFIX_FALLBACK_TO_IPS", BOOL, "false", "", "none (growth stops)",
         "Prefix mode: when the subnet has no free /28 left, grow with secondary IPs instead."))
+    cni_conf_dir: str | None = field(metadata=_setting(
+        "IPAMD_CNI_CONF_DIR", Kind(parse_optional_path, lambda value: value or ""), "", "",
+        "the entrypoint's conflist copy",
+        "Where ipamd writes its CNI conflist once ready (atomically) and removes it on a clean "
+        "stop, so the runtime reports the network ready only while ipamd can serve; unset = never."))
+    cni_conflist_template: str | None = field(metadata=_setting(
+        "IPAMD_CNI_CONFLIST_TEMPLATE", Kind(parse_optional_path, lambda value: value or ""), "", "",
+        "none", "The conflist ipamd writes (its `ipamd-cni` socket is set to IPAMD_SOCKET); "
+        "required with IPAMD_CNI_CONF_DIR."))
 
     # Grace windows and intervals.
     delete_intent_ttl_s: float = field(metadata=_setting(
@@ -261,6 +271,11 @@ SETTINGS: tuple[Setting, ...] = tuple(
 
 def _cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) -> list[str]:
     """Rules between settings, checked only when the settings involved parsed."""
+    if values.get("cni_conf_dir") and not values.get("cni_conflist_template"):
+        return [
+            f"IPAMD_CNI_CONF_DIR={texts['IPAMD_CNI_CONF_DIR']!r}: needs "
+            "IPAMD_CNI_CONFLIST_TEMPLATE, the conflist to write"
+        ]
     targets = ("warm_ip_target", "warm_prefix_target", "minimum_ip_target")
     if values.get("enable_prefix_delegation") is True and all(values.get(t) == 0 for t in targets):
         # VPC CNI's entrypoint refuses this too: prefix mode with no target never grows the pool.

@@ -126,6 +126,14 @@ def _parse_socket_path(text: str) -> str:
     return text
 
 
+def parse_optional_path(text: str) -> str | None:
+    if not text:
+        return None
+    if not text.startswith("/"):
+        raise ValueError("must be an absolute path")
+    return text
+
+
 def parse_endpoint(text: str) -> str | None:
     if not text:
         return None

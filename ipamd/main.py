@@ -19,11 +19,13 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 from aiohttp import web
 
 from cloud.ec2 import Boto3Ec2, client_config, make_client
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
+from ipamd import conflist
 from ipamd.api.app import create_app
 from ipamd.api.server import serve_unix
 from ipamd.api.views import POD_GATEWAY
@@ -102,8 +104,26 @@ def _how_to_try(config: Config) -> str:
     )
 
 
+def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Path | None:
+    """Write the conflist once ready; with an unusable state file, make sure none is there."""
+    if config.cni_conf_dir is None or config.cni_conflist_template is None or data is None:
+        return None
+    target = Path(config.cni_conf_dir) / Path(config.cni_conflist_template).name
+    if not daemon.ready:
+        conflist.remove(target, "state_unavailable")
+        return None
+    return conflist.write(target.parent, target.name, data)
+
+
 async def serve(config: Config, embedded: bool) -> int:
     clock = SystemClock()
+    conflist_bytes = None
+    if config.cni_conflist_template is not None:
+        try:
+            conflist_bytes = conflist.render(Path(config.cni_conflist_template), config.socket_path)
+        except conflist.ConflistError as err:
+            print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
+            return EXIT_CONFIG
     async with AsyncExitStack() as stack:
         recorders = Recorders()
         ec2, imds_url = await _cloud(config, embedded, stack, recorders)
@@ -132,9 +152,14 @@ async def serve(config: Config, embedded: bool) -> int:
         await daemon.start()
         if daemon.engine.unavailable is not None:
             print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
+        written = _publish_conflist(config, daemon, conflist_bytes)
         if embedded:
             print(_how_to_try(config), file=sys.stderr)
-        return await _run_until_stopped(daemon)
+        try:
+            return await _run_until_stopped(daemon)
+        finally:
+            if written is not None:
+                conflist.remove(written, "stopped", only_if=conflist_bytes)
 
 
 def _repair_handler(daemon: Daemon) -> Callable[[web.Request], Awaitable[web.Response]]:

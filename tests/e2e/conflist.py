@@ -1,8 +1,8 @@
 """The CNI network configuration that puts pods on ipamd: Debian's (upstream's) `ptp` interface plugin
 with `ipamd-cni` as its IPAM.
 
-One function writes it, so that the end-to-end tests and a node's install step (a DaemonSet init
-container writing into the runtime's CNI conf dir) use the same file. The runtime's loopback is not
+On a node ipamd itself writes it, once ready, from `deploy/cni/10-ipamd.conflist` (the containerd test
+runs exactly that); this module gives the same network to the tests that exec `ptp` directly. The runtime's loopback is not
 part of it: containerd and CRI-O bring up `lo` themselves with the `loopback` plugin from the CNI bin
 dir, which must hold `loopback`, `ptp` and `ipamd-cni`.
 """

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from ipamd.runtime._generated import cri_v1_pb2 as cri
-from tests.e2e.conflist import NETWORK, write_conflist
+from tests.e2e.conflist import NETWORK
 from tests.e2e.containerd import Containerd
 from tests.e2e.support import (
     PAUSE_IMAGE,
@@ -90,6 +90,17 @@ class Node:
         return held
 
 
+DEPLOYED_CONFLIST = Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.conflist"
+
+
+def wait_for_file(path: Path, deadline_s: float = 30.0) -> None:
+    """ipamd publishes the conflist right after it turns ready; poll the separate process's output."""
+    end = time.monotonic() + deadline_s
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} did not appear"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def node(pause_image: Path) -> Iterator[Node]:
     require_root()
@@ -101,7 +112,6 @@ def node(pause_image: Path) -> Iterator[Node]:
         cni_bin = plugin_dir(workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "ptp")
         cni_conf = workdir / "net.d"
         cni_conf.mkdir()
-        write_conflist(cni_conf, str(workdir / "ipamd.sock"))
         (workdir / "containerd").mkdir()
         containerd = Containerd.create(
             workdir / "containerd", cni_bin=cni_bin, cni_conf=cni_conf, sandbox_image=PAUSE_IMAGE
@@ -114,9 +124,13 @@ def node(pause_image: Path) -> Iterator[Node]:
                 "IPAMD_CRI_SOCKET": str(containerd.socket),
                 "IPAMD_LEAK_GC_INTERVAL": "1",
                 "IPAMD_LEAK_GRACE": str(LEAK_GRACE_S),
+                # ipamd writes the conflist itself once ready, from the file the DaemonSet ships.
+                "IPAMD_CNI_CONF_DIR": str(cni_conf),
+                "IPAMD_CNI_CONFLIST_TEMPLATE": str(DEPLOYED_CONFLIST),
             },
         )
         ipamd.wait_ready()
+        wait_for_file(cni_conf / DEPLOYED_CONFLIST.name)
         yield Node(containerd, ipamd)
     finally:
         if containerd is not None:

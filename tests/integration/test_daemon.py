@@ -71,7 +71,11 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _start(tmp_path: Path) -> Running:
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "deploy" / "cni" / "10-ipamd.conflist"
+
+
+def _start(tmp_path: Path, **extra: str) -> Running:
     state_dir = tmp_path / "state"
     socket_path = tmp_path / "ipamd.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IPAMD_", "WARM_", "AWS_"))}
@@ -82,6 +86,7 @@ def _start(tmp_path: Path) -> Running:
         IPAMD_CRI_SOCKET=str(tmp_path / "no-runtime.sock"),
         IPAMD_LOG_FORMAT="json",
         IPAMD_METRICS_ADDR=f"127.0.0.1:{metrics_port}",
+        **extra,
     )
     process = subprocess.Popen(
         [str(BIN / "ipamd"), "run", "--embedded"],
@@ -173,6 +178,55 @@ def test_corrupt_state_file_keeps_the_daemon_up_but_refuses_add(tmp_path: Path) 
         assert code == 0
         assert str(state) in stderr and "ipamctl repair" in stderr
         assert state.read_bytes() == b"not a database" * 100
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.communicate()
+
+
+def test_conflist_appears_once_ready_and_goes_on_a_clean_stop(tmp_path: Path) -> None:
+    conf_dir = tmp_path / "net.d"
+    running = _start(
+        tmp_path, IPAMD_CNI_CONF_DIR=str(conf_dir), IPAMD_CNI_CONFLIST_TEMPLATE=str(TEMPLATE)
+    )
+    try:
+        assert running.wait_for("/readyz") == 200
+        written = conf_dir / TEMPLATE.name
+        deadline = time.monotonic() + 30
+        while not written.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        conf = json.loads(written.read_text())
+        assert conf["plugins"][0]["ipam"] == {
+            "type": "ipamd-cni",
+            "socket": str(running.socket_path),
+        }
+        assert [p.name for p in conf_dir.iterdir()] == [TEMPLATE.name], "no temp file left"
+        code, _ = _stop(running)
+        assert code == 0
+        assert not written.exists(), "removed on a clean stop: the node's network is not ready"
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.communicate()
+
+
+def test_no_conflist_while_the_state_file_is_unusable(tmp_path: Path) -> None:
+    conf_dir = tmp_path / "net.d"
+    conf_dir.mkdir()
+    (conf_dir / TEMPLATE.name).write_text("{}")  # left by an earlier run
+    state = tmp_path / "state" / "ipamd.db"
+    state.parent.mkdir()
+    state.write_bytes(b"garbage" * 100)
+    running = _start(
+        tmp_path, IPAMD_CNI_CONF_DIR=str(conf_dir), IPAMD_CNI_CONFLIST_TEMPLATE=str(TEMPLATE)
+    )
+    try:
+        assert running.wait_for("/readyz", status=503) == 503
+        deadline = time.monotonic() + 30
+        while (conf_dir / TEMPLATE.name).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not (conf_dir / TEMPLATE.name).exists()
+        assert _stop(running)[0] == 0
     finally:
         if running.process.poll() is None:
             running.process.kill()

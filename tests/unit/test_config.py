@@ -47,6 +47,8 @@ def test_defaults_from_an_empty_mapping() -> None:
         log_format="auto",
         log_level="info",
         prefix_fallback_to_ips=False,
+        cni_conf_dir=None,
+        cni_conflist_template=None,
         delete_intent_ttl_s=600.0,
         pool_interval_s=5.0,
         shrink_interval_s=30.0,

@@ -1,0 +1,44 @@
+# ipamd's image: the daemon (`ipamd run`), `ipamctl`, the DaemonSet's probe, and what its init
+# container installs on the node (`ipamd-cni` with its own Python runtime). Build: `make image`
+# (needs a container engine: Docker, Podman or BuildKit). deploy/ holds the manifests that run it.
+#
+# Versions are pinned: the base image by tag (set PYTHON_IMAGE to `python:...@sha256:...` to pin it
+# by digest in your build), Python packages by deploy/image/constraints.txt, Debian packages by the
+# base image's Debian release.
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+
+# --- build: the virtualenv, the plugin's runtime and the launcher ---------------------------------
+FROM ${PYTHON_IMAGE} AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY ipamd ./ipamd
+COPY cloud ./cloud
+COPY datastore ./datastore
+COPY deploy/image ./deploy/image
+RUN python -m venv /opt/ipamd/venv \
+ && /opt/ipamd/venv/bin/pip install --no-cache-dir --disable-pip-version-check \
+      --constraint deploy/image/constraints.txt .
+# ipamd-cni's private runtime: the interpreter, its libraries and the stdlib modules the plugin
+# imports, built from this image's Python (deploy/image/build_cni_bundle.py says why and how).
+RUN /opt/ipamd/venv/bin/python deploy/image/build_cni_bundle.py /opt/ipamd/cni/bundle
+# The file the node executes as `ipamd-cni`: static, so it needs nothing from the node.
+RUN gcc -static -Os -s -Wall -Wextra -Werror -o /opt/ipamd/cni/ipamd-cni deploy/image/cni-launcher.c
+
+# --- runtime ---------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+COPY --from=build /opt/ipamd /opt/ipamd
+COPY deploy/cni/10-ipamd.conflist /opt/ipamd/cni/10-ipamd.conflist
+COPY deploy/image/install-cni.sh deploy/image/ipamd_probe.py /opt/ipamd/bin/
+ENV PATH=/opt/ipamd/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    IPAMD_LOG_FORMAT=json
+# Not root by default. The DaemonSet runs both containers as root with every capability dropped,
+# because the node paths they write (CNI dirs, socket and state dirs) and the containerd socket
+# belong to root; `docker run ipamd:... ipamctl ...` and the like need none of that.
+USER 65532:65532
+ENTRYPOINT ["/opt/ipamd/venv/bin/ipamd"]
+CMD ["run"]

@@ -1,0 +1,78 @@
+"""The node's CNI conflist, written by ipamd itself: atomically, only once the daemon is ready, and
+removed on a clean stop. The kubelet reads a conflist as "the network is ready", so it must never
+appear before ipamd can serve an ADD (VPC CNI's entrypoint does the same).
+
+The file is the template (`IPAMD_CNI_CONFLIST_TEMPLATE`) with every `ipamd-cni` plugin's socket set to
+this daemon's. A stop removes the file only if it still holds what this process wrote, so a newer
+ipamd's file survives an older one's exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+class ConflistError(ValueError):
+    """The template cannot be used; names the file and why."""
+
+
+def render(template: Path, socket_path: str) -> bytes:
+    try:
+        conf = json.loads(template.read_text())
+    except (OSError, ValueError) as err:
+        raise ConflistError(f"{template}: cannot read a JSON conflist: {err}") from err
+    plugins = conf.get("plugins") if isinstance(conf, dict) else None
+    ours = [
+        p
+        for p in plugins or []
+        if isinstance(p, dict)
+        and isinstance(p.get("ipam"), dict)
+        and p["ipam"].get("type") == "ipamd-cni"
+    ]
+    if not ours:
+        raise ConflistError(f"{template}: no plugin in `plugins` has ipam type ipamd-cni")
+    for plugin in ours:
+        plugin["ipam"]["socket"] = os.path.abspath(socket_path)
+    return (json.dumps(conf, indent=2) + "\n").encode()
+
+
+def write(conf_dir: Path, name: str, data: bytes) -> Path:
+    """Write `conf_dir/name` atomically: a hidden temp file (libcni ignores it), fsync, rename,
+    fsync the directory."""
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    target = conf_dir / name
+    temp = conf_dir / f".{name}.{os.getpid()}.tmp"
+    try:
+        with temp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        temp.chmod(0o644)
+        os.replace(temp, target)
+        fd = os.open(conf_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+    logger.info("cni.conflist_written path=%s", target)
+    return target
+
+
+def remove(target: Path, reason: str, only_if: bytes | None = None) -> None:
+    """Remove the conflist; with `only_if`, only while it holds exactly those bytes."""
+    try:
+        if only_if is not None and target.read_bytes() != only_if:
+            return
+        target.unlink()
+    except FileNotFoundError:
+        return
+    logger.info("cni.conflist_removed path=%s reason=%s", target, reason)
