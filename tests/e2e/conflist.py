@@ -3,8 +3,8 @@ with `ipamd-cni` as its IPAM.
 
 On a node ipamd itself writes it, once ready, from `deploy/cni/10-ipamd.conflist` (the containerd test
 runs exactly that); this module gives the same network to the tests that exec `ptp` directly. The
-runtime's loopback is not part of it: containerd and CRI-O bring up `lo` themselves with the `loopback` plugin from the CNI bin
-dir, which must hold `loopback`, `ptp` and `ipamd-cni`.
+runtime's loopback is not part of it: containerd and CRI-O bring up `lo` themselves with the
+`loopback` plugin from the CNI bin dir, which must hold `loopback`, `ptp` and `ipamd-cni`.
 """
 
 from __future__ import annotations
