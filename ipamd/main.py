@@ -141,6 +141,7 @@ async def serve(config: Config, embedded: bool) -> int:
             gc_grace_s=config.leak_grace_s,
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,
+            pool_settings=lambda: _pool_settings(daemon),
         )
         app.middlewares.append(latency_middleware(recorders))
         app.router.add_post("/v1/repair", _repair_handler(daemon))
@@ -172,6 +173,25 @@ def _repair_handler(daemon: Daemon) -> Callable[[web.Request], Awaitable[web.Res
             return web.json_response(body, status=503)
 
     return handle
+
+
+def _pool_settings(daemon: Daemon) -> dict[str, object]:
+    """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`)."""
+    targets, limits = daemon.pool._settings.targets, daemon.pool._limits
+    return {
+        "mode": daemon.pool.strategy.kind,
+        "targets": {
+            "WARM_ENI_TARGET": targets.warm_eni_target,
+            "WARM_IP_TARGET": targets.warm_ip_target,
+            "MINIMUM_IP_TARGET": targets.minimum_ip_target,
+            "WARM_PREFIX_TARGET": targets.warm_prefix_target,
+        },
+        "limits": {
+            "max_enis": limits.max_enis,
+            "units_per_eni": limits.units_per_eni,
+            "max_pods": daemon.engine.settings.max_pods,
+        },
+    }
 
 
 def _sources(daemon: Daemon) -> Sources:

@@ -90,6 +90,7 @@ ENGINE = web.AppKey("engine", Engine)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 GC_GRACE_S = web.AppKey("gc_grace_s", float)
 POD_GATEWAY_KEY = web.AppKey("pod_gateway", str)
+POOL_SETTINGS: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("pool_settings")
 CLOCK = web.AppKey("clock", Clock)
 
 DEFAULT_INTENTS_LIMIT = 1000
@@ -217,7 +218,9 @@ async def gc(request: web.Request) -> web.Response:
 
 async def pool(request: web.Request) -> web.Response:
     query(request)
-    return _json(views.pool(request.app[ENGINE].snapshot()))
+    body = views.pool(request.app[ENGINE].snapshot())
+    body.update(request.app[POOL_SETTINGS]())
+    return _json(body)
 
 
 async def enis(request: web.Request) -> web.Response:
@@ -261,6 +264,7 @@ def create_app(
     gc_grace_s: float,
     clock: Clock,
     pod_gateway: str = views.POD_GATEWAY,
+    pool_settings: Callable[[], dict[str, object]] = dict,
 ) -> web.Application:
     """The API over `engine`. `ready` says whether the daemon has restored its state and finished its
     first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb."""
@@ -269,6 +273,7 @@ def create_app(
     app[READY] = ready
     app[GC_GRACE_S] = gc_grace_s
     app[POD_GATEWAY_KEY] = pod_gateway
+    app[POOL_SETTINGS] = pool_settings
     app[CLOCK] = clock
     one = PATH_ALLOCATIONS + "/{container_id}/{ifname}"
     app.router.add_routes(

@@ -50,7 +50,12 @@ def render_status(pool: dict[str, Any]) -> str:
         f"allocations: {pool['allocations']}  delete intents: {pool['intents']}  "
         f"quarantined: {pool['quarantined']}"
     )
-    return _table(rows) + "\n\n" + summary
+    lines = [_table(rows), "", summary]
+    if "targets" in pool:
+        knobs = "  ".join(f"{k}={v}" for k, v in pool["targets"].items())
+        limits = "  ".join(f"{k}={v}" for k, v in pool["limits"].items())
+        lines += [f"mode: {pool.get('mode', '')}  targets: {knobs}", f"limits: {limits}"]
+    return "\n".join(lines)
 
 
 def render_list(answer: Any) -> str:

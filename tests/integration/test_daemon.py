@@ -152,6 +152,7 @@ def test_embedded_daemon_serves_add_and_del_and_stops_cleanly(daemon: Running) -
     assert status_out.returncode == 0, status_out.stderr
     assert "ASSIGNED" in status_out.stdout and "total" in status_out.stdout
     assert "(primary)" in status_out.stdout
+    assert "WARM_ENI_TARGET=1" in status_out.stdout and "max_enis=3" in status_out.stdout
     repair = _ipamctl(daemon.socket_path, "repair")
     assert repair.returncode == 1 and "runtime" in repair.stderr, "no runtime: nothing judged dead"
     code, stderr = _stop(daemon)
