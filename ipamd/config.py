@@ -202,9 +202,10 @@ class Config:
         "Least time between two shrinks, so that a burst of DELs before ADDs does not send "
         "addresses back to EC2 only to request them again."))
     ec2_reconcile_interval_s: float = field(metadata=_setting(
-        "IPAMD_EC2_RECONCILE_INTERVAL", INTERVAL, "60", "s",
+        "IPAMD_EC2_RECONCILE_INTERVAL", INTERVAL, "300", "s",
         "`nodeIPPoolReconcileInterval` (60 s, fixed)",
-        "Period of the EC2 drift reconcile, which also runs whenever the IMDS hint disagrees."))
+        "Period of the steady EC2 drift sweep (12 Describe calls an hour: thousands of nodes share "
+        "one account's API budget); it also runs at once whenever the 5 s IMDS hint disagrees."))
     imds_hint_interval_s: float = field(metadata=_setting(
         "IPAMD_IMDS_HINT_INTERVAL", INTERVAL, "5", "s", "none",
         "Period of the cheap IMDS comparison, which can only trigger an EC2 reconcile."))

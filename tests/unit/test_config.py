@@ -52,7 +52,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         delete_intent_ttl_s=600.0,
         pool_interval_s=5.0,
         shrink_interval_s=30.0,
-        ec2_reconcile_interval_s=60.0,
+        ec2_reconcile_interval_s=300.0,
         imds_hint_interval_s=5.0,
         reconcile_grace_s=60.0,
         leak_gc_interval_s=60.0,
