@@ -76,7 +76,6 @@ class Daemon:
         if await self.engine.claim_instance(self.instance_id):
             logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine))
         await self.drift.run_once()
-        await self.pool.adopt()
         await self.leak_gc.run_once()  # an unreachable runtime proves nothing and blocks nothing
         self.ready = True
         logger.info("daemon.ready instance_id=%s", self.instance_id)
