@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
+from cloud.ports import Ec2Api
 from ipamd.engine.engine import Engine
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
@@ -166,30 +168,61 @@ def _consistent(snapshot: PoolSnapshot) -> None:
     assert owned == snapshot.allocations, "one address per allocation in this test, all accounted"
 
 
+class _SnapshottingEc2:
+    """Wraps the node's EC2 port: a snapshot as each call starts and as it returns, the moments the
+    pool manager is between deciding and applying."""
+
+    def __init__(self, inner: Ec2Api) -> None:
+        self._inner = inner
+        self.take: Callable[[], None] = lambda: None
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
+
+        async def observed(*args: Any, **kwargs: Any) -> Any:
+            self.take()
+            try:
+                return await attr(*args, **kwargs)
+            finally:
+                self.take()
+
+        return observed
+
+
 async def test_s30_snapshots_during_churn_and_growth_are_consistent(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path, "t3.small")
+    wrappers: list[_SnapshottingEc2] = []
+
+    def wrap(inner: Ec2Api) -> _SnapshottingEc2:
+        wrappers.append(_SnapshottingEc2(inner))
+        return wrappers[-1]
+
+    node = await open_cloud_node(embedded, tmp_path, "t3.small", api_wrapper=wrap)
     snapshots: list[PoolSnapshot] = []
-    stop = asyncio.Event()
+    wrappers[0].take = lambda: snapshots.append(node.engine.snapshot())
 
-    async def observe() -> None:
-        while not stop.is_set():
-            snapshots.append(node.engine.snapshot())
+    async def observed(operation: Awaitable[object]) -> None:
+        # Snapshots while the engine has decided and its commit is in flight on the store thread.
+        # (A few turns of the loop, not a spin: a spinning observer starves the store thread of
+        # the GIL and one commit then takes a second.)
+        task = asyncio.ensure_future(operation)
+        for _ in range(3):
             await asyncio.sleep(0)
-
-    async def churn() -> None:
-        for i in range(40):
-            with contextlib.suppress(NoAddressAvailable):
-                await node.engine.assign(key(f"p{i}"))
-            if i % 3 == 0:
-                await node.engine.release(key(f"p{i // 2}"))
-            await node.pool.run_once()
-        stop.set()
+            snapshots.append(node.engine.snapshot())
+        with contextlib.suppress(NoAddressAvailable):
+            await task
 
     try:
-        await asyncio.gather(observe(), churn())
-        assert len(snapshots) > 40
+        for i in range(40):
+            await observed(node.engine.assign(key(f"p{i}")))
+            if i % 3 == 0:
+                await observed(node.engine.release(key(f"p{i // 2}")))
+            await node.pool.run_once()
+        assert node.calls.count("AttachNetworkInterface") >= 1, "the pool grew during the churn"
+        assert len(snapshots) > 80
         for snapshot in snapshots:
             _consistent(snapshot)
         node.check()
