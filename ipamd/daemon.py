@@ -143,6 +143,7 @@ async def build_daemon(
             cluster_name=config.cluster_name,
             extra_tags=config.additional_eni_tags,
             subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
+            release_grace_s=config.reconcile_grace_s,
         ),
         clock,
     )

@@ -59,6 +59,9 @@ class PoolSettings:
     subnet_exhausted_cooldown_s: float = 120.0
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 60.0
+    release_grace_s: float = 60.0
+    """How long EC2's listing may still show a unit ipamd returned (IPAMD_RECONCILE_GRACE): adopting
+    within it would bring the unit back."""
 
 
 @dataclass(slots=True)
@@ -126,10 +129,24 @@ class PoolManager:
                     eni.eni_id, eni.device_index, eni.subnet_id, eni.is_primary, self._clock.now()
                 )
                 await self._engine.add_eni(record)
-            missing = [c for c in eni.units(kind) if c not in self._engine.state.units]
+            missing = self._adoptable(eni.units(kind))
             await self._engine.add_units(eni.eni_id, missing, kind)
             added += len(missing)
         return added
+
+    def _adoptable(self, listed: tuple[str, ...]) -> list[str]:
+        """Units EC2 lists and the inventory lacks, except those ipamd returned within the grace
+        window: EC2's listing may not show the return yet (as in the drift reconcile)."""
+        state, now = self._engine.state, self._clock.now()
+        return [
+            c
+            for c in listed
+            if c not in state.units
+            and (
+                (released := state.released.get(c)) is None
+                or now - released.released_at >= self._settings.release_grace_s
+            )
+        ]
 
     async def run_once(self) -> PoolPlan:
         """One tick: plan and apply, unless backing off. Returns the plan applied (empty if none)."""
@@ -285,8 +302,7 @@ class PoolManager:
         for eni in enis:
             if eni.eni_id == eni_id:
                 kind = self.strategy.kind
-                missing = [c for c in eni.units(kind) if c not in self._engine.state.units]
-                await self._engine.add_units(eni_id, missing, kind)
+                await self._engine.add_units(eni_id, self._adoptable(eni.units(kind)), kind)
 
     # -- shrinking -----------------------------------------------------------------------------
 
@@ -339,19 +355,23 @@ class PoolManager:
             await self._timed("unassign", self._ec2.unassign_units(eni_id, kind, cidrs))
         except NotFound:
             pass  # already gone from the ENI: the release is complete
-        except CloudError:
-            # A timeout or a 500 may come after EC2 acted: never make the units free on a guess.
-            await self._settle_release(eni_id, cidrs)
+        except CloudError as err:
+            await self._settle_release(eni_id, cidrs, err)
             raise
         finally:
             self.releases_in_flight.difference_update(cidrs)
         await self._engine.finish_release(cidrs)
         logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
 
-    async def _settle_release(self, eni_id: str, cidrs: list[str]) -> None:
-        """After a failed unassign, EC2's listing decides: listed units are free again, the others
-        were released. If EC2 cannot be read either, they stay releasing (never handed out) until
-        the drift reconcile settles them the same way."""
+    async def _settle_release(self, eni_id: str, cidrs: list[str], err: CloudError) -> None:
+        """After a failed unassign. A refusal means EC2 did nothing: the units are free again. An
+        unknown outcome (a timeout, a 5xx, throttling after a retried attempt) is never settled on a
+        guess: units EC2 no longer lists were released; the ones it still lists stay `releasing`
+        (never handed out), because a Describe taken now may lag the unassign, until the drift
+        reconcile settles them with a listing taken past the grace window."""
+        if not err.retryable:
+            await self._engine.abort_release(cidrs)
+            return
         try:
             enis = await self._timed(
                 "describe", self._ec2.describe_enis(self._instance.instance_id)
@@ -361,10 +381,7 @@ class PoolManager:
         listed = {
             c for e in enis if e.eni_id == eni_id for c in (*e.units("ip"), *e.units("prefix"))
         }
-        kept = [c for c in cidrs if c in listed]
         gone = [c for c in cidrs if c not in listed]
-        if kept:
-            await self._engine.abort_release(kept)
         if gone:
             await self._engine.finish_release(gone)
 
@@ -392,22 +409,34 @@ class PoolManager:
             await self._engine.abort_release(marked)  # nothing was asked of EC2 yet
             raise
         attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
-        try:
-            if attachment is not None:
+        if attachment is not None:
+            try:
                 await self._timed("detach", self._ec2.detach_eni(attachment))
+            except NotFound:
+                pass
+            except CloudError as err:
+                await self._settle_detach(eni_id, marked, err)
+                raise
+        try:
             await self._timed("delete_eni", self._ec2.delete_eni(eni_id))
         except NotFound:
             pass
         except CloudError:
-            # Detached (deleted or not) is no longer ours to use: it leaves the inventory and ENI GC
-            # deletes it if needed. Still attached: it stays, its units free again. Unknown: its units
-            # stay releasing, never handed out, until the drift reconcile sees what EC2 did.
-            attached = await self._attached_here(eni_id)
-            if attached is False:
-                await self._engine.remove_eni(eni_id)
-            elif attached:
-                await self._engine.abort_release(marked)
+            # Detached, deleted or not: no longer ours to use. It leaves the inventory; ENI GC
+            # deletes it if it is still there.
+            await self._engine.remove_eni(eni_id)
             raise
+
+    async def _settle_detach(self, eni_id: str, marked: tuple[str, ...], err: CloudError) -> None:
+        """After a failed detach. A refusal means EC2 did nothing: the units are free again. An
+        unknown outcome: if EC2 no longer lists the ENI attached, it leaves the inventory; if it
+        still does, that listing may lag the detach, so the units stay `releasing` (never handed
+        out) until the drift reconcile sees, past the grace window, what EC2 did."""
+        if not err.retryable:
+            await self._engine.abort_release(marked)
+            return
+        if await self._attached_here(eni_id) is False:
+            await self._engine.remove_eni(eni_id)
 
     # -- the loop ------------------------------------------------------------------------------
 

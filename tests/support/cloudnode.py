@@ -21,6 +21,7 @@ from ipamd.engine.pool import PoolManager, PoolSettings
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS, UnitStrategy
 from ipamd.policy.plan import compute_pod_limit
+from ipamd.reconcile.ec2_drift import Ec2Drift
 from tests.support.invariants import check_invariants
 
 # Generous buckets: these tests are about correctness, and the fake clock does not refill them.
@@ -72,6 +73,18 @@ class CloudNode:
             if (await self.pool.run_once()).is_empty():
                 return rounds
         raise AssertionError(f"the pool did not settle in {max_rounds} rounds: {self.pool.plan()}")
+
+    def drift(self, grace_s: float = 60.0) -> Ec2Drift:
+        """The EC2 drift reconcile wired as the daemon wires it."""
+        return Ec2Drift(
+            self.engine,
+            self.api,
+            self.world.instance_id,
+            (self.strategy.kind,),
+            grace_s,
+            self.clock,
+            lambda: self.pool.releases_in_flight,
+        )
 
     def check(self) -> None:
         check_invariants(self.engine, self.path, self.clock.now())
