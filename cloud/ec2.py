@@ -223,13 +223,8 @@ class Boto3Ec2:
         }
         answer = await self._call("AttachNetworkInterface", params, mutating=True, repeatable=False)
         attachment_id = str(answer["AttachmentId"])
-        attribute = {"AttachmentId": attachment_id, "DeleteOnTermination": True}
         try:
-            await self._call(
-                "ModifyNetworkInterfaceAttribute",
-                {"NetworkInterfaceId": eni_id, "Attachment": attribute},
-                mutating=True,
-            )
+            await self.set_delete_on_termination(eni_id, attachment_id)
         except CloudError:
             # Attached without DeleteOnTermination, the ENI would outlive the instance. Undo the
             # attach, so the caller, seeing a failed attach, finds a detached ENI it can delete.
@@ -239,6 +234,14 @@ class Boto3Ec2:
                 logger.warning("ec2.attach_undo_failed eni_id=%s error=%s", eni_id, undo)
             raise
         return attachment_id
+
+    async def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
+        attribute = {"AttachmentId": attachment_id, "DeleteOnTermination": True}
+        await self._call(
+            "ModifyNetworkInterfaceAttribute",
+            {"NetworkInterfaceId": eni_id, "Attachment": attribute},
+            mutating=True,
+        )
 
     async def detach_eni(self, attachment_id: str) -> None:
         await self._call("DetachNetworkInterface", {"AttachmentId": attachment_id}, mutating=True)

@@ -8,7 +8,9 @@ unit, so it holds across a restart. Outside it:
 - a unit EC2 lists and ipamd lacks enters the inventory as free;
 - a free unit EC2 no longer lists leaves; an owned one becomes `lost`, never free;
 - a unit left `releasing` by a release that is no longer in flight (ipamd died mid-release) is settled
-  by EC2: gone means released, still listed means the release never happened and it is free again.
+  by EC2: gone means released, still listed means the release never happened and it is free again;
+- an ENI ipamd created for this instance that is attached without DeleteOnTermination (ipamd died
+  between the attach and setting it) gets it, so it cannot outlive the instance.
 
 Nothing enters the inventory that EC2 does not list.
 """
@@ -19,8 +21,9 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from cloud.errors import CloudError
 from cloud.models import NetworkInterface, UnitKind
-from cloud.ports import Ec2Api
+from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
 from datastore.records import EniRecord
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
@@ -38,6 +41,8 @@ class DriftReport:
     settled_kept: list[str] = field(default_factory=list)
     enis_added: list[str] = field(default_factory=list)
     enis_gone: list[str] = field(default_factory=list)
+    enis_bound_to_instance: list[str] = field(default_factory=list)
+    """ENIs of ours found attached without DeleteOnTermination, and given it."""
 
     def changed(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
@@ -72,10 +77,29 @@ class Ec2Drift:
         listed = {e.eni_id: e for e in enis if e.device_index is not None}
         for eni in listed.values():
             await self._reconcile_eni(eni, report)
+            await self._bind_to_instance(eni, report)
         await self._gone_enis(listed, report)
         if report.changed():
             logger.warning("reconcile.drift report=%s", report)
         return report
+
+    async def _bind_to_instance(self, eni: NetworkInterface, report: DriftReport) -> None:
+        ours = (
+            eni.tags.get(TAG_MANAGED_BY) == MANAGED_BY
+            and eni.tags.get(TAG_INSTANCE_ID) == self._instance_id
+        )
+        if not ours or eni.is_primary or eni.delete_on_termination or eni.attachment_id is None:
+            return
+        if eni.eni_id in self._in_flight():
+            return  # the pool manager is attaching it right now and sets it itself
+        try:
+            await self._ec2.set_delete_on_termination(eni.eni_id, eni.attachment_id)
+        except CloudError as err:
+            logger.warning(
+                "reconcile.delete_on_termination_failed eni_id=%s error=%s", eni.eni_id, err
+            )
+            return
+        report.enis_bound_to_instance.append(eni.eni_id)
 
     def _recent(self, at: float) -> bool:
         return self._clock.now() - at < self._grace_s

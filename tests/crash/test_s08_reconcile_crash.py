@@ -26,7 +26,8 @@ finished every request the child sent, and then, in-process:
 Between rounds the parent sometimes assigns an address to an ENI behind ipamd's back, so the next
 child's drift has something to adopt (and a kill can land in that commit). ENIs the kills leave
 detached (created and never attached, detached and never deleted) must be findable by ENI GC's tag
-query. Attached ENIs without DeleteOnTermination are counted, not failed on: see the last test.
+query, and no attached ENI may be left without DeleteOnTermination (a kill between the attach and
+setting it leaves one; the restart drift sets it: see the last test).
 
 Most kills (60%) come at a random instant after a random number of steps, 10% during start-up; most
 of a child's time goes to Describe calls, so the other 30% are aimed: the parent waits for a chosen
@@ -508,14 +509,11 @@ class Parent:
         self.counts["detached ENIs left for ENI GC (max)"] = max(
             self.counts["detached ENIs left for ENI GC (max)"], len(detached)
         )
-        # Counted, not asserted: a kill between AttachNetworkInterface and the call that sets
-        # DeleteOnTermination leaves such an ENI, and nothing sets it later. The deterministic test
-        # below pins that bug; once it is fixed, assert `outliving == []` here.
+        # A kill between AttachNetworkInterface and the call that sets DeleteOnTermination leaves
+        # such an ENI; the restart drift must have set it.
         attached = await self.ec2.describe_enis(self.instance.instance_id)
         outliving = sorted(e.eni_id for e in attached if not e.delete_on_termination)
-        if outliving:
-            self.counts["rounds ending with ENIs attached without DeleteOnTermination"] += 1
-            print(f"{where}: attached without DeleteOnTermination: {outliving}")
+        assert not outliving, f"{where}: attached without DeleteOnTermination: {outliving}"
 
     def invariants(self, engine: Engine, where: str) -> None:
         try:
@@ -623,18 +621,6 @@ class KilledBeforeDeleteOnTermination:
         return getattr(self._client, name)
 
 
-class EniOutlivesInstance(AssertionError):
-    pass
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=EniOutlivesInstance,
-    reason="a kill between AttachNetworkInterface and ModifyNetworkInterfaceAttribute "
-    "(DeleteOnTermination) leaves the ENI attached without DeleteOnTermination; drift and "
-    "pool adopt and use it as is, and nothing sets it later (Boto3Ec2.attach_eni only undoes "
-    "the attach when the modify call fails, which a dead process cannot do)",
-)
 async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
     tmp_path: Path,
 ) -> None:
@@ -642,7 +628,8 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
     creates and attaches an ENI for new pods, and the process dies before the attachment gets
     DeleteOnTermination. After the restart, EC2's view decides, as ever — but an ENI attached to
     the instance must be one that goes away with it, or it leaks (detached, tagged for an instance
-    whose ENI GC never runs again) when the instance terminates."""
+    whose ENI GC never runs again) when the instance terminates. The restart drift gives it
+    DeleteOnTermination."""
     with EmbeddedEc2() as host:
         node = await open_cloud_node(host, tmp_path, worker.INSTANCE_TYPE, targets=worker.TARGETS)
         try:
@@ -671,14 +658,14 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
             )
             report = await drift.run_once()
             assert len(report.enis_added) == 1, f"the attached ENI is adopted: {report}"
+            assert report.enis_bound_to_instance == report.enis_added, "and bound to the instance"
             await node.settle()
             node.check()
             attached = await node.ec2.describe_enis(node.world.instance_id)
             assert report.enis_added[0] in {e.eni_id for e in attached}, "and kept, in use"
             outliving = [e.eni_id for e in attached if not e.delete_on_termination]
-            if outliving:
-                raise EniOutlivesInstance(
-                    f"attached without DeleteOnTermination after the restart: {outliving}"
-                )
+            assert not outliving, f"attached without DeleteOnTermination: {outliving}"
+            again = await drift.run_once()
+            assert not again.enis_bound_to_instance, "set once, not on every round"
         finally:
             await node.engine.close()

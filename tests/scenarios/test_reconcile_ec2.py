@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
-from cloud.ports import Ec2Api
+from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
 from ipamd.engine.engine import Engine
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
@@ -226,5 +226,47 @@ async def test_s30_snapshots_during_churn_and_growth_are_consistent(
         for snapshot in snapshots:
             _consistent(snapshot)
         node.check()
+    finally:
+        await node.engine.close()
+
+
+def _attach_raw(node: CloudNode, device_index: int, tags: dict[str, str]) -> str:
+    """An ENI created and attached with the raw client, as a process killed before setting
+    DeleteOnTermination (or another tool) leaves it: attached, DeleteOnTermination false."""
+    client = node.world.client()
+    created = client.create_network_interface(
+        SubnetId=node.world.subnet_id,
+        TagSpecifications=[
+            {
+                "ResourceType": "network-interface",
+                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            }
+        ],
+    )
+    eni_id: str = created["NetworkInterface"]["NetworkInterfaceId"]
+    client.attach_network_interface(
+        NetworkInterfaceId=eni_id, InstanceId=node.world.instance_id, DeviceIndex=device_index
+    )
+    return eni_id
+
+
+async def test_drift_gives_our_attached_eni_delete_on_termination_and_leaves_others_alone(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node = await open_cloud_node(embedded, tmp_path, "m5.large")
+    try:
+        ours = _attach_raw(
+            node, 1, {TAG_INSTANCE_ID: node.world.instance_id, TAG_MANAGED_BY: MANAGED_BY}
+        )
+        foreign = _attach_raw(node, 2, {"team": "someone-else"})
+        before = {e.eni_id: e for e in await node.ec2.describe_enis(node.world.instance_id)}
+        assert not before[ours].delete_on_termination and not before[foreign].delete_on_termination
+
+        report = await node.drift().run_once()
+        assert report.enis_bound_to_instance == [ours]
+        after = {e.eni_id: e for e in await node.ec2.describe_enis(node.world.instance_id)}
+        assert after[ours].delete_on_termination, "ours now goes with the instance"
+        assert not after[foreign].delete_on_termination, "not ipamd's to decide"
+        assert not (await node.drift().run_once()).enis_bound_to_instance, "set once"
     finally:
         await node.engine.close()

@@ -54,6 +54,12 @@ class PassThroughEc2:
             "attach_eni", lambda: self.inner.attach_eni(eni_id, instance_id, device_index)
         )
 
+    async def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
+        await self._around(
+            "set_delete_on_termination",
+            lambda: self.inner.set_delete_on_termination(eni_id, attachment_id),
+        )
+
     async def detach_eni(self, attachment_id: str) -> None:
         await self._around("detach_eni", lambda: self.inner.detach_eni(attachment_id))
 

@@ -247,6 +247,15 @@ class FakeEc2:
         assert eni.attachment_id is not None
         return eni.attachment_id
 
+    async def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
+        # This fake attaches with DeleteOnTermination set in one step, so there is nothing to set.
+        self.calls["set_delete_on_termination"] += 1
+        eni = self._eni("ModifyNetworkInterfaceAttribute", eni_id)
+        if eni.attachment_id != attachment_id:
+            raise NotFound(
+                "ModifyNetworkInterfaceAttribute", "InvalidAttachmentID.NotFound", attachment_id
+            )
+
     async def detach_eni(self, attachment_id: str) -> None:
         self._fault("detach_eni", after=False)
         self.calls["detach_eni"] += 1
