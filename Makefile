@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check bench clean image
+.PHONY: run test check bench bench-cluster chaos report clean image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,18 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Many nodes against one account's EC2 API budget, in simulated time (IPAMD_BENCH_NODES=2000 for more).
+bench-cluster: $(STAMP)
+	$(BIN)/python -m bench.cluster
+
+# The daemon as a real process under pod churn and a schedule of faults.
+chaos: $(STAMP)
+	$(BIN)/python -m chaos
+
+# make bench + short cluster and chaos runs -> docs/benchmarks.md and its plots.
+report: $(STAMP)
+	$(BIN)/python -m bench.report
 
 # The container image (Dockerfile); needs a container engine, which `make test` does not. Name it
 # with IMAGE=registry/ipamd:tag; CONTAINER_ENGINE=podman to use Podman.
