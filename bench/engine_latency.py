@@ -19,8 +19,8 @@ PODS = 250
 
 
 async def run(workdir: Path) -> dict[str, float]:
-    ip_add, ip_del = await _add_then_del(workdir / "ip", enis=9, per_eni=30, kind="ip")
-    prefix_add, _ = await _add_then_del(workdir / "prefix", enis=3, per_eni=10, kind="prefix")
+    ip_add, ip_del = await add_then_del(workdir / "ip", enis=9, per_eni=30, kind="ip")
+    prefix_add, _ = await add_then_del(workdir / "prefix", enis=3, per_eni=10, kind="prefix")
     return {
         "engine_add_p50_ms": p50(ip_add),
         "engine_add_p99_ms": p99(ip_add),
@@ -30,7 +30,7 @@ async def run(workdir: Path) -> dict[str, float]:
     }
 
 
-async def _add_then_del(
+async def add_then_del(
     workdir: Path, enis: int, per_eni: int, kind: UnitKind
 ) -> tuple[list[float], list[float]]:
     """Time `PODS` ADDs one by one, then their DELs; returns (ADD samples, DEL samples) in ms."""

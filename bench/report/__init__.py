@@ -1,0 +1,1 @@
+"""`make report`: docs/benchmarks.md and its plots from one run of every benchmark."""

@@ -1,0 +1,156 @@
+"""`docs/benchmarks.md` from the figures of one `make report` run: plain tables, the plots beside."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+TARGETS: Mapping[str, float] = {
+    "engine_add_p50_ms": 1.0,
+    "engine_del_p50_ms": 1.0,
+    "del_intent_cost_ratio": 1.5,
+    "restore_ms_250_alloc_86400_intents": 500.0,
+    "plan_ms_15eni_11760_ips": 5.0,
+    "reconcile_cpu_ms_11760_ips": 50.0,
+    "ec2_describe_per_node_hour_steady": 15.0,
+}
+"""Upper bounds the project holds itself to (see `bench/` module docstrings)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    machine: str
+    bench: Mapping[str, float]
+    del_p50_ms_by_intents: Sequence[tuple[int, float]]
+    cluster: Mapping[str, Any]
+    """The JSON of the largest short cluster run (`python -m bench.cluster --json`)."""
+    cluster_sizes: Mapping[int, Mapping[str, float]]
+    """Steady-run EC2 calls per node-hour by operation, per cluster size."""
+    chaos: Mapping[str, Any]
+    """The JSON of the short chaos run (`python -m chaos --json`)."""
+    plots: Mapping[str, str] = field(default_factory=dict)
+    """Plot name -> path relative to docs/."""
+
+
+def render(f: Figures) -> str:
+    parts = [
+        "# ipamd benchmarks\n",
+        "Written by `make report` (do not edit by hand): `make bench`, then short runs of the "
+        "cluster simulator (`make bench-cluster`) and of the chaos runner (`make chaos`). "
+        "The full-size runs print the same figures; this page shows the short ones.\n",
+        f"Machine: {f.machine}\n",
+        _engine_section(f),
+        _cluster_section(f),
+        _chaos_section(f),
+    ]
+    return "\n".join(parts)
+
+
+def _engine_section(f: Figures) -> str:
+    rows = [(name, _num(value), _target(name, value)) for name, value in sorted(f.bench.items())]
+    intents = [(f"{n:,}", _num(ms)) for n, ms in f.del_p50_ms_by_intents]
+    return "\n".join(
+        [
+            "## One node (`make bench`)\n",
+            _table(("figure", "value", "target"), rows),
+            "",
+            _image(f, "add_latency", "ADD latency distribution"),
+            "",
+            "DEL p50 against outstanding delete intents (one node, 250 pods, durable commits):\n",
+            _table(("outstanding intents", "DEL p50 (ms)"), intents),
+            "",
+            _image(f, "del_cost", "DEL cost against outstanding intents"),
+            "",
+        ]
+    )
+
+
+def _cluster_section(f: Figures) -> str:
+    c = f.cluster
+    runs = c.get("runs", {})
+    metrics = sorted({m for run in runs.values() for m in run})
+    run_names = sorted(runs)
+    rows = [(m, *(_num(runs[r].get(m)) for r in run_names)) for m in metrics]
+    calls = c.get("calls_per_node_hour", {})
+    ops = sorted({op for per in calls.values() for op in per})
+    call_rows = [(op, *(_num(calls[r].get(op)) for r in sorted(calls))) for op in ops]
+    size_ops = sorted({op for per in f.cluster_sizes.values() for op in per})
+    sizes = sorted(f.cluster_sizes)
+    size_rows = [(op, *(_num(f.cluster_sizes[n].get(op)) for n in sizes)) for op in size_ops]
+    return "\n".join(
+        [
+            f"## A cluster against one EC2 API budget ({c.get('nodes', '?')} nodes, simulated time)\n",
+            _table(("figure", *run_names), rows),
+            "",
+            "EC2 calls per node-hour by operation:\n",
+            _table(("operation", *sorted(calls)), call_rows),
+            "",
+            _image(f, "pool_over_time", "Pool size against pods over time"),
+            "",
+            "Steady workload, EC2 calls per node-hour against cluster size:\n",
+            _table(("operation", *(f"{n} nodes" for n in sizes)), size_rows),
+            "",
+            _image(f, "calls_by_cluster_size", "EC2 calls per node-hour against cluster size"),
+            "",
+        ]
+    )
+
+
+def _chaos_section(f: Figures) -> str:
+    c = f.chaos
+    kinds = c.get("by_kind", {})
+    rows = [
+        (kind, str(v.get("injected", 0)), str(v.get("survived", 0)))
+        for kind, v in sorted(kinds.items())
+    ]
+    totals = [
+        (name, _num(c.get(name)))
+        for name in (
+            "faults_injected",
+            "faults_survived",
+            "acknowledged_lost",
+            "double_owners",
+            "adds_acknowledged",
+            "dels_acknowledged",
+            "wall_s",
+        )
+        if name in c
+    ]
+    return "\n".join(
+        [
+            "## Chaos: the daemon as a real process under faults\n",
+            _table(("figure", "value"), totals),
+            "",
+            _table(("fault", "injected", "survived"), rows),
+            "",
+        ]
+    )
+
+
+def _image(f: Figures, name: str, alt: str) -> str:
+    path = f.plots.get(name)
+    return f"![{alt}]({path})" if path else f"_{alt}: no data in this run._"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _num(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.3f}"
+
+
+def _target(name: str, value: float) -> str:
+    bound = TARGETS.get(name)
+    if bound is None:
+        return ""
+    return f"≤ {_num(bound)} ({'met' if value <= bound else 'NOT met'})"

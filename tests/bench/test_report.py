@@ -1,0 +1,89 @@
+"""The benchmark report's rendering: every plot is a real PNG the page links to, every figure given
+appears in its table, and a figure over its target is called out."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bench.report import markdown, plots
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+CLUSTER = {
+    "nodes": 3,
+    "runs": {
+        "steady": {"invariant_violations": 0, "add_failed_no_address": 0},
+        "burst": {"time_to_address_p99_s": 4.5, "throttled_calls": 17},
+    },
+    "calls_per_node_hour": {
+        "steady": {"DescribeNetworkInterfaces": 12.0, "AssignPrivateIpAddresses": 0.5},
+        "burst": {"DescribeNetworkInterfaces": 30.0},
+    },
+    "pool_series": {
+        "ip": [[0, 0, 9], [60, 5, 14], [120, 2, 11]],
+        "prefix": [[0, 0, 16], [60, 20, 48]],
+    },
+}
+CHAOS = {
+    "faults_injected": 8,
+    "faults_survived": 8,
+    "acknowledged_lost": 0,
+    "double_owners": 0,
+    "by_kind": {
+        "sigkill": {"injected": 4, "survived": 4},
+        "disk_full": {"injected": 4, "survived": 4},
+    },
+}
+
+
+def _draw_all(docs: Path) -> dict[str, str]:
+    images = docs / "benchmarks"
+    plots.add_latency({"ip": [0.3, 0.31, 0.5, 1.2], "prefix": [0.35, 0.4]}, images / "a.png")
+    plots.del_cost([(0, 0.25), (1000, 0.26), (86_400, 0.27)], images / "d.png")
+    plots.pool_over_time(CLUSTER["pool_series"], images / "p.png")  # type: ignore[arg-type]
+    plots.calls_by_cluster_size(
+        {25: {"DescribeNetworkInterfaces": 12.0}, 50: {"DescribeNetworkInterfaces": 12.1}},
+        images / "c.png",
+    )
+    return {
+        "add_latency": "benchmarks/a.png",
+        "del_cost": "benchmarks/d.png",
+        "pool_over_time": "benchmarks/p.png",
+        "calls_by_cluster_size": "benchmarks/c.png",
+    }
+
+
+def test_report_links_real_plots_and_shows_every_figure(tmp_path: Path) -> None:
+    drawn = _draw_all(tmp_path)
+    page = markdown.render(
+        markdown.Figures(
+            machine="test machine",
+            bench={"engine_add_p50_ms": 0.318, "reconcile_cpu_ms_11760_ips": 51.0, "other": 7.0},
+            del_p50_ms_by_intents=[(0, 0.25), (86_400, 0.27)],
+            cluster=CLUSTER,
+            cluster_sizes={25: {"DescribeNetworkInterfaces": 12.0}},
+            chaos=CHAOS,
+            plots=drawn,
+        )
+    )
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert sorted(links) == sorted(drawn.values())
+    for link in links:
+        data = (tmp_path / link).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5_000, f"{link} is not a drawn PNG"
+
+    assert "| engine_add_p50_ms | 0.318 | ≤ 1 (met) |" in page
+    assert "| reconcile_cpu_ms_11760_ips | 51 | ≤ 50 (NOT met) |" in page
+    assert "| other | 7 |  |" in page
+    assert "| 86,400 | 0.270 |" in page
+    assert "| time_to_address_p99_s | 4.500 |  |" in page  # columns: burst, then steady
+    assert "| DescribeNetworkInterfaces | 30 | 12 |" in page
+    assert "| disk_full | 4 | 4 |" in page
+    assert "| faults_survived | 8 |" in page
+
+
+def test_a_missing_plot_is_said_not_linked(tmp_path: Path) -> None:
+    page = markdown.render(markdown.Figures("m", {}, [], CLUSTER, {}, CHAOS, plots={}))
+    assert "](" not in page
+    assert "_Pool size against pods over time: no data in this run._" in page
