@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from cloud.errors import CloudError
 from cloud.models import UnitKind
 from cloud.ports import Ec2Api, Ec2Catalog, Imds
 from ipamd.clock import Clock
@@ -21,6 +23,7 @@ from ipamd.config import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, strategy_for
 from ipamd.policy.plan import compute_pod_limit
@@ -67,12 +70,27 @@ class Daemon:
     """Set once repair rebuilt the state file: the daemon exits so its supervisor starts it afresh."""
     ready: bool = False
     drift_wanted: asyncio.Event = field(default_factory=asyncio.Event)
+    start_retry_cap_s: float = 30.0
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def start(self) -> None:
-        """Bring the node to a state it can serve from; sets `ready`."""
+        """Bring the node to a state it can serve from; sets `ready`. EC2 answering badly or the
+        state disk refusing a write (full, read-only) is waited out with backoff, not-ready
+        meanwhile, rather than ending the process: a restart would only meet the same."""
         if self.engine.unavailable is not None:
             logger.error("daemon.not_ready reason=%s", self.engine.unavailable)
             return
+        delay = 1.0
+        while True:
+            try:
+                await self._start_once()
+                return
+            except (CloudError, StoreWriteFailed) as err:
+                logger.warning("daemon.start_failed error=%s retry_in_s=%.0f", err, delay)
+                await self.sleep(delay)
+                delay = min(delay * 2, self.start_retry_cap_s)
+
+    async def _start_once(self) -> None:
         if await self.engine.claim_instance(self.instance_id):
             logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine))
         await self.drift.run_once()

@@ -37,6 +37,7 @@ from datastore.records import EniRecord
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.stats import node_stats
+from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, plan_pool
@@ -160,7 +161,9 @@ class PoolManager:
             return plan
         try:
             await self._apply(plan)
-        except CloudError as err:
+        except (CloudError, StoreWriteFailed) as err:
+            # A full or failing disk is a failed tick like a failed EC2 call: the change was not
+            # recorded, so memory is unchanged; what EC2 did meanwhile the drift reconciles.
             self._failed(err)
             return plan
         self.health.plans_applied += 1
@@ -170,7 +173,7 @@ class PoolManager:
     def _growth_paused(self, now: float) -> bool:
         return now < self.health.subnet_exhausted_until and self._settings.fallback_strategy is None
 
-    def _failed(self, err: CloudError) -> None:
+    def _failed(self, err: CloudError | StoreWriteFailed) -> None:
         h = self.health
         h.failures += 1
         h.consecutive_failures += 1

@@ -3,8 +3,9 @@
 Each job is a reconciler's `run_once`, run with `max_instances=1` (a slow round is never overlapped
 by the next), `coalesce` (missed rounds collapse into one) and jitter (a fleet restarted together does
 not sweep EC2 together). A job that fails with an expected error (the cloud or the runtime answering
-badly) is logged and counted, and runs again next time; any other exception is a bug: it is recorded
-in `fatal` and `failed` is set, so the daemon stops loudly instead of limping on.
+badly, or the state disk refusing a write: full, read-only) is logged and counted, and runs again
+next time; any other exception is a bug: it is recorded in `fatal` and `failed` is set, so the
+daemon stops loudly instead of limping on.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from dataclasses import dataclass
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from cloud.errors import CloudError
+from ipamd.errors import StoreWriteFailed
 from ipamd.runtime.ports import RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
 
-EXPECTED = (CloudError, RuntimeUnavailable)
+EXPECTED = (CloudError, RuntimeUnavailable, StoreWriteFailed)
+"""A failed write changed nothing (ipamd's memory follows the state file), so the round is simply
+tried again; the API answers ADD with a retryable error meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)

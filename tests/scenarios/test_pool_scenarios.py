@@ -730,3 +730,34 @@ async def test_s32_add_at_full_capacity_does_not_claim_the_pool_is_growing(
         node.check()
     finally:
         await node.engine.close()
+
+
+@pytest.mark.parametrize("direction", ["grow", "shrink"])
+async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
+    embedded: EmbeddedEc2, tmp_path: Path, direction: str
+) -> None:
+    """A full state disk during pool work (the chaos runner found the daemon exiting on it): the tick
+    fails like a failed EC2 call, with backoff, memory unchanged; what EC2 did meanwhile the drift
+    reconciles once the disk takes writes again."""
+    targets = replace(EAGER, warm_ip_target=2)
+    opened = await open_cloud_node(embedded, tmp_path, targets=targets)
+    node, store = await _on_faulty_store(opened, targets)
+    try:
+        if direction == "shrink":
+            await _fill_then_empty(node, 3, "old")  # one free address more than wanted
+        plan = node.pool.plan()
+        assert plan.assign if direction == "grow" else plan.release_units
+        before = node.engine.state.to_image()
+        store.fail_next("read_only")
+        await node.pool.run_once()  # raises nothing: the daemon's pool loop keeps going
+        assert not store.faults, "the tick's first commit met the failing disk"
+        assert node.pool.health.errors_by_code == {"store_write_failed": 1}
+        assert node.pool.health.backoff_until >= node.clock.now()
+        assert node.engine.state.to_image() == before, "nothing half-applied in memory"
+
+        node.clock.advance(61.0)  # past the backoff and the grace window
+        await node.drift().run_once()
+        await node.settle()
+        node.check()  # EC2's view and ipamd's agree again
+    finally:
+        await node.engine.close()

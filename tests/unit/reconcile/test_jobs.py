@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cloud.errors import Throttled
+from ipamd.errors import StoreWriteFailed
 from ipamd.reconcile.jobs import Job, Jobs
 from ipamd.runtime.ports import RuntimeUnavailable
 
@@ -17,6 +18,8 @@ async def test_expected_failures_are_counted_and_crashes_are_fatal() -> None:
             raise Throttled("DescribeNetworkInterfaces", "RequestLimitExceeded")
         if len(calls) == 2:
             raise RuntimeUnavailable("socket gone")
+        if len(calls) == 3:
+            raise StoreWriteFailed("write to ipamd.db failed: database or disk is full")
 
     async def broken() -> None:
         raise KeyError("a bug")
@@ -24,10 +27,12 @@ async def test_expected_failures_are_counted_and_crashes_are_fatal() -> None:
     job = Job("drift", flaky, 60.0)
     assert not await jobs.run_now(job)
     assert not await jobs.run_now(job)
+    assert not await jobs.run_now(job)
     assert await jobs.run_now(job)
     assert jobs.outcomes == {
         ("drift", "Throttled"): 1,
         ("drift", "RuntimeUnavailable"): 1,
+        ("drift", "StoreWriteFailed"): 1,
         ("drift", "ok"): 1,
     }
     assert not jobs.failed.is_set()
