@@ -237,6 +237,12 @@ class Config:
     ec2_call_timeout_s: float = field(metadata=_setting(
         "IPAMD_EC2_CALL_TIMEOUT", INTERVAL, "10", "s", "none",
         "Deadline on each EC2 call ipamd awaits, so a hung call cannot stall a task."))
+
+    # The IMDS endpoint (last, with a default, so that constructing a Config without it still works).
+    imds_endpoint: str | None = field(default=None, metadata=_setting(
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT", Kind(parse_endpoint, lambda value: value or ""), "",
+        "", "none",
+        "IMDS base URL (http:// or https://), the AWS SDKs' variable; unset = `http://169.254.169.254`."))
     # fmt: on
 
     @classmethod

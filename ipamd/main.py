@@ -63,11 +63,11 @@ async def _cloud(
     if not embedded:
         region = config.aws_region or os.environ.get("AWS_DEFAULT_REGION")
         if region is None:
-            async with Imdsv2Client() as imds:
+            async with Imdsv2Client(config.imds_endpoint or DEFAULT_BASE_URL) as imds:
                 region = (await imds.identity()).region
         client = make_client(region, config.ec2_endpoint, float(config.ec2_http_timeout_s))
         adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
-        return adapter, DEFAULT_BASE_URL
+        return adapter, config.imds_endpoint or DEFAULT_BASE_URL
     from cloud.embedded.imds_sim import ImdsSimulator
     from cloud.embedded.world import EmbeddedEc2
 
