@@ -1,0 +1,129 @@
+"""`python -m bench.cluster`: the cluster simulator's runs, `name: value` lines on stdout (progress on
+stderr), and with `--json PATH` the document the benchmark report reads.
+
+Runs (all on m5.large nodes with VPC CNI's defaults, WARM_ENI_TARGET=1, and EC2's documented API
+budget; `--runs` picks some):
+
+- `steady`: IP mode, ~15 pods per node with 30-minute mean lifetimes, 1 % of DELs missed, measured
+  for `--hours` after a 10-minute ramp;
+- `burst_<P>_pods`: P pods (10 per node by default: 5,000 at 500 nodes) scheduled within a minute
+  onto an idle, warm cluster and kept; it ends when every pod has its address (or its deadline);
+- `steady_prefix`: the steady workload in prefix mode (WARM_PREFIX_TARGET=1), for half of `--hours`;
+- `churn` (only when asked for: `--runs steady,burst,steady_prefix,churn`): the steady workload while
+  20 % of the nodes an hour are terminated and replaced, for half of `--hours`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from bench.cluster.front import Ec2Budget
+from bench.cluster.report import document, lines, write_json
+from bench.cluster.runner import run_spec
+from bench.cluster.sim import RunResult, RunSpec
+from cloud.embedded.world import EmbeddedEc2
+
+NODES_ENV = "IPAMD_BENCH_NODES"
+DEFAULT_NODES = 500
+DEFAULT_HOURS = 0.5
+"""Measured cluster hours of the steady run: 500 nodes for half an hour is 250 node-hours, which
+keeps the default runs within 10 minutes on two cores."""
+RUN_KINDS = ("steady", "burst", "steady_prefix", "churn")
+DEFAULT_RUNS = ("steady", "burst", "steady_prefix")
+"""`churn` is left out by default: with it, 500 nodes no longer fit in 10 minutes on two cores."""
+
+
+def specs(
+    nodes: int, hours: float, burst_pods: int, seed: int, budget: Ec2Budget
+) -> dict[str, RunSpec]:
+    base = RunSpec("steady", nodes, measure_s=hours * 3600, budget=budget, seed=seed)
+    return {
+        "steady": base,
+        "burst": replace(
+            base, name=f"burst_{burst_pods}_pods", burst_pods=burst_pods, seed=seed + 1
+        ),
+        "churn": replace(
+            base, name="churn", measure_s=hours * 1800, churn_per_hour=0.2, seed=seed + 2
+        ),
+        "steady_prefix": replace(
+            base, name="steady_prefix", prefix=True, measure_s=hours * 1800, seed=seed + 3
+        ),
+    }
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    default_nodes = int(os.environ.get(NODES_ENV) or DEFAULT_NODES)
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=default_nodes,
+        help=f"cluster size (default ${NODES_ENV}, else {DEFAULT_NODES})",
+    )
+    parser.add_argument(
+        "--hours",
+        type=float,
+        default=DEFAULT_HOURS,
+        help="measured cluster hours of the steady run (churn and prefix: half)",
+    )
+    parser.add_argument("--burst-pods", type=int, default=None, help="default: 10 per node")
+    parser.add_argument(
+        "--runs",
+        default=",".join(DEFAULT_RUNS),
+        help=f"comma-separated subset of {','.join(RUN_KINDS)}",
+    )
+    parser.add_argument("--no-throttling", action="store_true", help="an unlimited EC2 account")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    unknown = set(args.runs.split(",")) - set(RUN_KINDS)
+    if unknown:
+        parser.error(f"unknown runs: {', '.join(sorted(unknown))}")
+    return args
+
+
+def say(message: str) -> None:
+    print(f"bench.cluster: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    budget = Ec2Budget(throttling=not args.no_throttling)
+    burst_pods = args.burst_pods if args.burst_pods is not None else 10 * args.nodes
+    chosen = specs(args.nodes, args.hours, burst_pods, args.seed, budget)
+    prefix = f"bench_cluster_{args.nodes}_nodes"
+    results: dict[str, tuple[RunResult, float]] = {}
+    started = time.perf_counter()
+    with EmbeddedEc2() as host:
+        for kind in args.runs.split(","):
+            spec = chosen[kind]
+            say(f"{spec.name}: {spec.nodes} nodes ...")
+            t0 = time.perf_counter()
+            result = run_spec(spec, host, say)
+            wall_s = time.perf_counter() - t0
+            results[spec.name] = (result, wall_s)
+            for line in lines(prefix, spec.name, result, wall_s):
+                print(line, flush=True)
+            for problem in result.problems:
+                say(f"{spec.name}: VIOLATION {problem}")
+    total_violations = sum(r.violations for r, _ in results.values())
+    print(f"{prefix}_invariant_violations: {total_violations:.3f}")
+    print(f"{prefix}_throttled_calls: {sum(r.throttled_total for r, _ in results.values()):.3f}")
+    print(f"{prefix}_wall_s: {time.perf_counter() - started:.3f}", flush=True)
+    if args.json is not None:
+        write_json(args.json, document(args.nodes, results))
+
+
+if __name__ == "__main__":
+    main()

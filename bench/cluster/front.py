@@ -1,0 +1,141 @@
+"""The account's EC2 front: the API budget every node of the cluster draws from, and the count of
+every request that reached EC2, by operation and outcome.
+
+EC2 throttles each account and Region with token buckets (EC2 API reference, "Request throttling for
+the Amazon EC2 API"): one family for non-mutating actions (Describe*), one for mutating actions. A
+request that finds its bucket empty is refused with `RequestLimitExceeded` and EC2 does nothing. The
+documented defaults are the `Ec2Budget` defaults: non-mutating 100 tokens refilled at 20/s, mutating
+200 tokens refilled at 5/s. Newer revisions of that page describe buckets per API action; with
+`per_action=True` each action gets buckets of those sizes of its own instead of sharing its family's
+(the stricter, shared model is the default). Buckets refill by the virtual clock.
+
+Each request also has a latency (virtual seconds from request to answer); EC2 acts when the request
+arrives. The front knows nothing of ipamd and nothing of moto: `MotoEc2Client` asks it to `admit` a
+request before serving it and tells it the outcome.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+OK = "ok"
+THROTTLED = "RequestLimitExceeded"
+
+NON_MUTATING = frozenset(
+    {"DescribeNetworkInterfaces", "DescribeInstances", "DescribeInstanceTypes"}
+)
+"""The read-only actions ipamd calls; every other action counts as mutating."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ec2Budget:
+    """The account's API budget and the latency of each request (virtual seconds)."""
+
+    describe_capacity: int = 100
+    """Non-mutating (Describe*) bucket size: EC2's documented default."""
+    describe_refill_per_s: float = 20.0
+    """Non-mutating refill rate: EC2's documented default."""
+    mutate_capacity: int = 200
+    """Mutating bucket size: EC2's documented default."""
+    mutate_refill_per_s: float = 5.0
+    """Mutating refill rate: EC2's documented default."""
+    per_action: bool = False
+    """One pair of bucket sizes per API action instead of one bucket per family."""
+    throttling: bool = True
+    """False: an unlimited account (nothing is ever refused)."""
+    describe_latency_s: float = 0.1
+    """Request to answer, non-mutating calls."""
+    mutate_latency_s: float = 0.3
+    """Request to answer, mutating calls."""
+
+
+class AccountBucket:
+    """A token bucket that refuses (EC2's, unlike ipamd's client-side bucket, never lends)."""
+
+    def __init__(self, capacity: int, refill_per_s: float, now_s: float) -> None:
+        self.capacity = float(capacity)
+        self.refill_per_s = refill_per_s
+        self._tokens = float(capacity)
+        self._stamp = now_s
+
+    def tokens(self, now_s: float) -> float:
+        self._refill(now_s)
+        return self._tokens
+
+    def try_take(self, now_s: float) -> bool:
+        self._refill(now_s)
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _refill(self, now_s: float) -> None:
+        elapsed = max(0.0, now_s - self._stamp)
+        self._tokens = min(self.capacity, self._tokens + elapsed * self.refill_per_s)
+        self._stamp = now_s
+
+
+class AccountFront:
+    """Admits or throttles each request against the account's buckets and counts outcomes."""
+
+    def __init__(self, budget: Ec2Budget, now_s: Callable[[], float]) -> None:
+        self.budget = budget
+        self._now_s = now_s
+        self._buckets: dict[str, AccountBucket] = {}
+        self.calls: Counter[tuple[str, str]] = Counter()
+        """Requests that reached EC2, by (operation, outcome): `ok`, `RequestLimitExceeded` or the
+        error code EC2 answered with."""
+        self.last_latency_s = 0.0
+        """The latency of the request admitted last (read by the executor that delivers answers)."""
+
+    @staticmethod
+    def mutating(operation: str) -> bool:
+        return operation not in NON_MUTATING
+
+    def bucket(self, operation: str) -> AccountBucket:
+        family = "mutating" if self.mutating(operation) else "non-mutating"
+        name = f"{family}:{operation}" if self.budget.per_action else family
+        found = self._buckets.get(name)
+        if found is None:
+            b = self.budget
+            found = (
+                AccountBucket(b.mutate_capacity, b.mutate_refill_per_s, self._now_s())
+                if self.mutating(operation)
+                else AccountBucket(b.describe_capacity, b.describe_refill_per_s, self._now_s())
+            )
+            self._buckets[name] = found
+        return found
+
+    def admit(self, operation: str) -> bool:
+        """Whether EC2 takes the request now; a refusal is counted as throttled."""
+        mutating = self.mutating(operation)
+        self.last_latency_s = (
+            self.budget.mutate_latency_s if mutating else self.budget.describe_latency_s
+        )
+        if not self.budget.throttling or self.bucket(operation).try_take(self._now_s()):
+            return True
+        self.calls[operation, THROTTLED] += 1
+        return False
+
+    def record(self, operation: str, outcome: str) -> None:
+        self.calls[operation, outcome] += 1
+
+    def snapshot(self) -> Counter[tuple[str, str]]:
+        return Counter(self.calls)
+
+    def throttled(self, since: Counter[tuple[str, str]] | None = None) -> int:
+        return sum(n for (_, outcome), n in self._since(since).items() if outcome == THROTTLED)
+
+    def by_operation(self, since: Counter[tuple[str, str]] | None = None) -> Counter[str]:
+        """Requests per operation (every outcome) since the snapshot `since`."""
+        counts: Counter[str] = Counter()
+        for (operation, _), n in self._since(since).items():
+            counts[operation] += n
+        return counts
+
+    def _since(self, since: Counter[tuple[str, str]] | None) -> Counter[tuple[str, str]]:
+        if since is None:
+            return Counter(self.calls)
+        return self.calls - since

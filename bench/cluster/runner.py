@@ -1,0 +1,230 @@
+"""Drives one `RunSpec` on a virtual-time loop and returns its `RunResult` (see `bench.cluster.sim`
+for the phases of a run)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from bench.cluster.front import AccountFront
+from bench.cluster.moto_client import MotoEc2Client
+from bench.cluster.sim import Cluster, RunResult, RunSpec, install_executor, new_front
+from bench.cluster.vtime import VirtualClock, VirtualTimeLoop
+from bench.cluster.workload import Workload
+from cloud.embedded.world import EmbeddedEc2
+
+Progress = Callable[[str], None]
+QUIET_LOGGERS = ("ipamd", "cloud", "datastore")
+FINAL_CHECK_GAP_S = 120.0
+"""The last check is taken twice, this far apart, so that an ENI between two steps is not a leak."""
+
+
+def state_root() -> str | None:
+    """Where the state files go: RAM (/dev/shm) where there is one; durability is not measured."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() else None
+
+
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """ipamd logs every throttled call and every pool change; at 500 nodes that is noise."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def run_spec(spec: RunSpec, host: EmbeddedEc2, progress: Progress = lambda _: None) -> RunResult:
+    """One run, start to finish, on a fresh virtual-time loop and a fresh moto world."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"ipamd-cluster-{spec.name}-", dir=state_root()))
+    loop = VirtualTimeLoop()
+    try:
+        with quiet_logs():
+            return loop.run_until_complete(_run(spec, host, workdir, progress))
+    finally:
+        _close_loop(loop)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in left:
+        task.cancel()
+    if left:
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+async def _run(spec: RunSpec, host: EmbeddedEc2, workdir: Path, progress: Progress) -> RunResult:
+    loop = asyncio.get_running_loop()
+    clock = VirtualClock(loop)
+    front = new_front(spec, clock)
+    install_executor(loop, front)
+    cluster = Cluster(spec, host, workdir)
+    client = MotoEc2Client(front, cluster.backend, cluster.instances)
+    ids = cluster.launch_instances(spec.nodes, 0)
+    cluster.join(ids, spec.join_spread_s, client)
+    await asyncio.sleep(spec.join_spread_s + spec.warmup_s)
+    progress(f"{spec.name}: {len(cluster.nodes)} nodes ready at t={clock.elapsed_s():.0f}s")
+    workload = Workload(cluster.live_nodes, clock, cluster.rng, spec.pods, spec.name)
+    background: list[asyncio.Task[None]] = []
+    try:
+        start_s = clock.elapsed_s()
+        background.append(
+            loop.create_task(_every(spec.sample_s, lambda: _sample(cluster, clock, start_s)))
+        )
+        background.append(
+            loop.create_task(_every(spec.checkpoint_s, lambda: _check(cluster, clock)))
+        )
+        phase = _burst if spec.burst_pods else _steady
+        await phase(cluster, workload, front, clock, client, progress)
+        _check(cluster, clock)
+        await asyncio.sleep(FINAL_CHECK_GAP_S)
+        _check(cluster, clock)
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await workload.close()
+        await cluster.close()
+    result = cluster.result
+    result.pods = workload.stats
+    result.throttled_total = front.throttled()
+    result.client_retries = sum(_retries(n.adapter) for n in (*cluster.nodes, *cluster.retired))
+    result.pool_failures = sum(n.pool.health.failures for n in (*cluster.nodes, *cluster.retired))
+    result.job_failures = sum(
+        n for (_, outcome), n in cluster.jobs.outcomes.items() if outcome != "ok"
+    )
+    result.sim_s = clock.elapsed_s()
+    return result
+
+
+def _retries(adapter: object) -> int:
+    recorder = getattr(adapter, "recorder", None)
+    return int(getattr(recorder, "retries", 0))
+
+
+async def _every(interval_s: float, action: Callable[[], None]) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        action()
+
+
+def _sample(cluster: Cluster, clock: VirtualClock, start_s: float) -> None:
+    cluster.sample(clock.elapsed_s() - start_s)
+
+
+def _check(cluster: Cluster, clock: VirtualClock) -> None:
+    cluster.check(clock.now())
+
+
+def _measure_from(front: AccountFront) -> Counter[tuple[str, str]]:
+    return front.snapshot()
+
+
+def _close_window(
+    cluster: Cluster, front: AccountFront, since: Counter[tuple[str, str]], window_s: float
+) -> None:
+    result = cluster.result
+    result.window_s = window_s
+    result.calls = dict(front.by_operation(since))
+    result.throttled = front.throttled(since)
+
+
+async def _steady(
+    cluster: Cluster,
+    workload: Workload,
+    front: AccountFront,
+    clock: VirtualClock,
+    client: MotoEc2Client,
+    progress: Progress,
+) -> None:
+    spec = cluster.spec
+    workload.mean_lifetime_s = spec.mean_lifetime_s
+    target = round(spec.nodes * spec.pods_per_node)
+    end = clock.now() + spec.ramp_s + spec.measure_s
+    tasks = [
+        asyncio.create_task(workload.spread(target, spec.ramp_s)),
+        asyncio.create_task(workload.arrivals(target / spec.mean_lifetime_s, end)),
+    ]
+    if spec.churn_per_hour > 0:
+        tasks.append(asyncio.create_task(_churn(cluster, workload, client)))
+    await asyncio.sleep(spec.ramp_s)
+    progress(f"{spec.name}: ramp done, {workload.stats.scheduled} pods scheduled")
+    since = _measure_from(front)
+    await _report_every(
+        spec.measure_s, clock, lambda: progress(_status(cluster, workload, front, clock))
+    )
+    _close_window(cluster, front, since, spec.measure_s)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _report_every(duration_s: float, clock: VirtualClock, say: Callable[[], None]) -> None:
+    end = clock.elapsed_s() + duration_s
+    while clock.elapsed_s() < end:
+        await asyncio.sleep(min(1800.0, end - clock.elapsed_s()))
+        say()
+
+
+def _status(cluster: Cluster, workload: Workload, front: AccountFront, clock: VirtualClock) -> str:
+    stats = workload.stats
+    return (
+        f"{cluster.spec.name}: t={clock.elapsed_s():.0f}s nodes={len(cluster.nodes)} "
+        f"pods={sum(len(n.pods) for n in cluster.nodes)} failed={stats.failed_no_address} "
+        f"throttled={front.throttled()} violations={cluster.result.violations}"
+    )
+
+
+async def _churn(cluster: Cluster, workload: Workload, client: MotoEc2Client) -> None:
+    """Replace `churn_per_hour` of the nodes per hour, one at a time, evenly spaced."""
+    spec = cluster.spec
+    gap_s = 3600.0 / max(spec.churn_per_hour * spec.nodes, 1e-9)
+    index = spec.nodes
+    while True:
+        await asyncio.sleep(gap_s)
+        ready = [n for n in cluster.nodes if n.ready]
+        if not ready:
+            continue
+        victim = cluster.rng.choice(ready)
+        await cluster.retire(victim)
+        workload.reschedule(victim)
+        cluster.result.nodes_replaced += 1
+        ids = cluster.launch_instances(1, index)
+        index += 1
+        cluster.join(ids, spec.rejoin_after_s, client)
+
+
+async def _burst(
+    cluster: Cluster,
+    workload: Workload,
+    front: AccountFront,
+    clock: VirtualClock,
+    client: MotoEc2Client,
+    progress: Progress,
+) -> None:
+    spec = cluster.spec
+    workload.mean_lifetime_s = None
+    since = _measure_from(front)
+    started = clock.elapsed_s()
+    await workload.spread(spec.burst_pods, spec.burst_window_s)
+    deadline = started + spec.burst_window_s + spec.pods.deadline_s + 60.0
+    await workload.settle(deadline - clock.elapsed_s())
+    done_s = clock.elapsed_s() - started
+    status = _status(cluster, workload, front, clock)
+    progress(f"{spec.name}: the burst settled after {done_s:.0f}s virtual; {status}")
+    await asyncio.sleep(spec.burst_settle_s)
+    _close_window(cluster, front, since, clock.elapsed_s() - started)

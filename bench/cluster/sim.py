@@ -1,0 +1,247 @@
+"""One run of the cluster simulator: a fresh moto account with N instances, an ipamd node on each, a
+workload, and the measurements (`RunResult`).
+
+A run goes: the nodes join over `join_spread_s` (each reads EC2 at start as the daemon does, and is
+ready once its first drift check passed), the cluster idles `warmup_s`, then the workload starts:
+`steady` keeps about `pods_per_node` pods per node (a ramp to that level over `ramp_s`, then Poisson
+arrivals and exponential lifetimes), `burst` schedules `burst_pods` pods within `burst_window_s` and
+keeps them, and `churn_per_hour` (with steady) terminates that share of the nodes per hour — their
+ENIs go with the instance (DeleteOnTermination), their pods are scheduled elsewhere — while fresh
+instances join to replace them. The measured window is the steady part after the ramp (or the
+whole burst); invariants are checked every `checkpoint_s` and at the end. Instances are launched
+and terminated outside the front: those are the autoscaler's calls, not ipamd's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.cluster.front import AccountFront, Ec2Budget
+from bench.cluster.invariants import awaiting_eni_gc, check_cluster, leaked_enis
+from bench.cluster.moto_client import MotoEc2Client
+from bench.cluster.node import MotoImds, SimNode, build_node, start_node
+from bench.cluster.vtime import LatencyExecutor, VirtualClock
+from bench.cluster.workload import PodSettings, PodStats
+from cloud.calls import CallLog
+from cloud.ec2 import Boto3Ec2
+from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World
+from cloud.errors import CloudError
+from ipamd.config import Config
+from ipamd.reconcile.jobs import Jobs
+
+INSTANCE_TYPE = "m5.large"
+NODES_PER_SUBNET = 10
+"""Nodes per /20 subnet. Small subnets keep the simulated cluster fast: moto's address rules
+(`cloud.embedded.eni_rules.subnet_space`) read every address of the subnet on each assign."""
+SUBNETS_PER_VPC = 16
+MAX_PROBLEMS_KEPT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    name: str
+    nodes: int
+    prefix: bool = False
+    pods_per_node: float = 15.0
+    mean_lifetime_s: float = 1800.0
+    ramp_s: float = 600.0
+    measure_s: float = 3600.0
+    """Steady: the measured window after the ramp."""
+    burst_pods: int = 0
+    """More than 0: a burst run instead of a steady one."""
+    burst_window_s: float = 60.0
+    burst_settle_s: float = 300.0
+    churn_per_hour: float = 0.0
+    rejoin_after_s: float = 60.0
+    join_spread_s: float = 120.0
+    warmup_s: float = 120.0
+    checkpoint_s: float = 900.0
+    sample_s: float = 60.0
+    budget: Ec2Budget = field(default_factory=Ec2Budget)
+    pods: PodSettings = field(default_factory=PodSettings)
+    seed: int = 1
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    window_s: float = 0.0
+    calls: dict[str, int] = field(default_factory=dict)
+    """EC2 requests in the measured window, by operation (every outcome)."""
+    throttled: int = 0
+    throttled_total: int = 0
+    client_retries: int = 0
+    pods: PodStats = field(default_factory=PodStats)
+    problems: list[str] = field(default_factory=list)
+    violations: int = 0
+    checkpoints: int = 0
+    pool_failures: int = 0
+    job_failures: int = 0
+    nodes_replaced: int = 0
+    awaiting_eni_gc: int = 0
+    """Detached ENIs of live nodes left to their ENI GC, at the end."""
+    series: list[tuple[float, int, int]] = field(default_factory=list)
+    """(seconds since the workload began, pods holding an address, addresses in the pools)."""
+    sim_s: float = 0.0
+
+
+class Cluster:
+    def __init__(self, spec: RunSpec, host: EmbeddedEc2, workdir: Path) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.rng = random.Random(spec.seed)
+        self.world: World = host.world(INSTANCE_TYPE, seed=spec.seed)
+        self.backend: Any = self.world.backend()
+        self._client = self.world.client()
+        self._subnets: list[tuple[str, str]] = []
+        self.instances: dict[str, Any] = {}
+        self.nodes: list[SimNode] = []
+        self.retired: list[SimNode] = []
+        env = {"ENABLE_PREFIX_DELEGATION": "true"} if spec.prefix else {}
+        self.config = Config.from_env(env)
+        self.jobs = Jobs()
+        self.result = RunResult(spec)
+        self._joins: set[asyncio.Task[None]] = set()
+        self._serial = 0
+        self._eni_suspects: set[str] = set()
+
+    # -- EC2 side ------------------------------------------------------------------------------
+
+    def _subnet_for(self, index: int) -> tuple[str, str]:
+        """The (subnet, security group) of the `index`th node: `NODES_PER_SUBNET` nodes to a /20,
+        `SUBNETS_PER_VPC` /20s to a VPC, new VPCs as the cluster grows."""
+        while index // NODES_PER_SUBNET >= len(self._subnets):
+            self._add_vpc()
+        return self._subnets[index // NODES_PER_SUBNET]
+
+    def _add_vpc(self) -> None:
+        n = len(self._subnets) // SUBNETS_PER_VPC + 1  # 10.0.0.0/16 is the world's own
+        vpc = self._client.create_vpc(CidrBlock=f"10.{n}.0.0/16")["Vpc"]["VpcId"]
+        group = self._client.create_security_group(
+            GroupName=f"ipamd-nodes-{n}", Description="cluster nodes", VpcId=vpc
+        )["GroupId"]
+        for k in range(SUBNETS_PER_VPC):
+            subnet = self._client.create_subnet(
+                VpcId=vpc,
+                CidrBlock=f"10.{n}.{16 * k}.0/20",
+                AvailabilityZone=self.world.availability_zone,
+            )["Subnet"]["SubnetId"]
+            self._subnets.append((str(subnet), str(group)))
+
+    def launch_instances(self, count: int, first_index: int) -> list[str]:
+        ids: list[str] = []
+        for index in range(first_index, first_index + count):
+            subnet, group = self._subnet_for(index)
+            answer = self._client.run_instances(
+                ImageId=IMAGE_ID,
+                InstanceType=INSTANCE_TYPE,
+                MinCount=1,
+                MaxCount=1,
+                NetworkInterfaces=[
+                    {
+                        "DeviceIndex": 0,
+                        "SubnetId": subnet,
+                        "Groups": [group],
+                        "DeleteOnTermination": True,
+                    }
+                ],
+            )
+            ids.append(str(answer["Instances"][0]["InstanceId"]))
+        known = set(ids)
+        self.instances.update({i.id: i for i in self.backend.all_instances() if i.id in known})
+        return ids
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def live_nodes(self) -> Sequence[SimNode]:
+        return self.nodes
+
+    async def _join(self, instance_id: str, delay_s: float, client: MotoEc2Client) -> None:
+        await asyncio.sleep(delay_s)
+        self._serial += 1
+        name = f"node-{self._serial:04d}"
+        loop = asyncio.get_running_loop()
+        adapter = Boto3Ec2(
+            client,
+            recorder=CallLog(),
+            call_timeout_s=self.config.ec2_call_timeout_s,
+            clock=loop.time,
+            rng=random.Random(self.rng.random()),
+        )
+        imds = MotoImds(self.instances[instance_id], self.world.region)
+        clock = VirtualClock(loop)
+        node = None
+        backoff_s = 1.0
+        while node is None:
+            try:
+                node = await build_node(
+                    name,
+                    self.workdir / name / "ipamd.db",
+                    self.config,
+                    adapter,
+                    imds,
+                    clock,
+                    self.rng,
+                )
+            except CloudError:  # the daemon exits and is restarted
+                await asyncio.sleep(self.rng.uniform(0, backoff_s))
+                backoff_s = min(backoff_s * 2, 60.0)
+        self.nodes.append(node)
+        await start_node(node, self.config, self.jobs, self.rng)
+
+    def join(self, instance_ids: Sequence[str], spread_s: float, client: MotoEc2Client) -> None:
+        loop = asyncio.get_running_loop()
+        for n, instance_id in enumerate(instance_ids):
+            delay_s = spread_s * n / max(len(instance_ids), 1)
+            task = loop.create_task(self._join(instance_id, delay_s, client))
+            self._joins.add(task)
+            task.add_done_callback(self._joins.discard)
+
+    async def retire(self, node: SimNode) -> None:
+        """Terminate the node's instance (its ENIs go with it) after stopping its ipamd."""
+        await node.stop()
+        self.nodes.remove(node)
+        self.retired.append(node)
+        self.backend.terminate_instances([node.instance_id])
+        self.instances.pop(node.instance_id, None)
+
+    async def close(self) -> None:
+        for task in list(self._joins):
+            task.cancel()
+        await asyncio.gather(*self._joins, return_exceptions=True)
+        for node in self.nodes:
+            await node.stop()
+
+    # -- checks and samples ----------------------------------------------------------------------
+
+    def check(self, now: float) -> None:
+        problems = check_cluster(self.nodes, self.instances, now)
+        suspects = set(leaked_enis(self.nodes, self.backend))
+        problems += sorted(suspects & self._eni_suspects)
+        self._eni_suspects = suspects
+        self.result.checkpoints += 1
+        self.result.violations += len(problems)
+        room = MAX_PROBLEMS_KEPT - len(self.result.problems)
+        self.result.problems += problems[: max(room, 0)]
+        self.result.awaiting_eni_gc = awaiting_eni_gc(self.nodes, self.backend)
+        if self.jobs.fatal is not None:
+            self.result.violations += 1
+            self.result.problems.append(f"a job crashed: {self.jobs.fatal!r}")
+
+    def sample(self, t_s: float) -> None:
+        pods = sum(len(n.engine.state.allocations) for n in self.nodes)
+        addresses = sum(n.pool_addresses() for n in self.nodes)
+        self.result.series.append((round(t_s, 1), pods, addresses))
+
+
+def new_front(spec: RunSpec, clock: VirtualClock) -> AccountFront:
+    return AccountFront(spec.budget, clock.elapsed_s)
+
+
+def install_executor(loop: asyncio.AbstractEventLoop, front: AccountFront) -> None:
+    loop.set_default_executor(LatencyExecutor(loop, lambda: front.last_latency_s))

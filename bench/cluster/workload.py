@@ -1,0 +1,200 @@
+"""Pods, as Kubernetes drives them through a node's runtime and CNI: scheduled onto a ready node with
+room (the less loaded of two picked at random), the sandbox created, then CNI ADD (`Engine.assign`);
+later the sandbox is removed and CNI DEL (`Engine.release`) sent, unless the DEL goes missing, which
+leaves the address to the runtime leak GC.
+
+An ADD refused with `NoAddressAvailable` has already woken the node's pool manager (the engine sets
+`pool_wanted`); the runtime retries the ADD every `retry_s` virtual seconds, as kubelet retries a pod
+sandbox that failed to start, until it gets an address or `deadline_s` has passed: that pod counts as
+an ADD failed for want of an address. Time to address runs from the first ADD to the one that got
+an address. When a node is terminated, its pods are scheduled again elsewhere (a controller replaces
+them); any waiting pod task of the old node ends on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from bench.cluster.node import SimNode
+from datastore.records import AllocationKey
+from ipamd.clock import Clock
+from ipamd.errors import IpamdError, NoAddressAvailable
+from ipamd.model import PodRef
+from ipamd.policy.plan import HOST_NETWORK_PODS
+
+NETWORK = "k8s-pod-network"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSettings:
+    retry_s: float = 1.0
+    """Between two ADDs of a pod that found no address."""
+    deadline_s: float = 1800.0
+    """After its first ADD, a pod still without an address counts as failed."""
+    missed_del_ratio: float = 0.01
+    """Share of deletions whose CNI DEL never reaches ipamd."""
+
+
+@dataclass
+class PodStats:
+    time_to_address_s: list[float] = field(default_factory=list)
+    failed_no_address: int = 0
+    add_errors: Counter[str] = field(default_factory=Counter)
+    scheduled: int = 0
+    unschedulable: int = 0
+    deleted: int = 0
+    missed_dels: int = 0
+    rescheduled: int = 0
+    waiting: int = 0
+    """Pods whose ADD is being retried right now."""
+
+
+class Workload:
+    """Schedules pods onto the cluster's nodes and runs each pod's life as a task."""
+
+    def __init__(
+        self,
+        nodes: Callable[[], Sequence[SimNode]],
+        clock: Clock,
+        rng: random.Random,
+        settings: PodSettings,
+        family: str,
+    ) -> None:
+        self._nodes = nodes
+        self._clock = clock
+        self._rng = rng
+        self._settings = settings
+        self._family = family
+        self._serial = 0
+        self.stats = PodStats()
+        self.mean_lifetime_s: float | None = None
+        """Mean of the pods' exponentially distributed lifetimes; None: they live until the end."""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def place(self) -> SimNode | None:
+        """A ready node with room: the less loaded of two drawn at random (a few draws at most)."""
+        nodes = self._nodes()
+        if not nodes:
+            return None
+        picks = [n for n in (self._rng.choice(nodes) for _ in range(8)) if self._fits(n)][:2]
+        if not picks:
+            picks = [n for n in nodes if self._fits(n)][:1]
+        return min(picks, key=lambda n: len(n.pods)) if picks else None
+
+    @staticmethod
+    def _fits(node: SimNode) -> bool:
+        return node.ready and not node.gone and len(node.pods) < node.max_pods - HOST_NETWORK_PODS
+
+    def launch(self) -> bool:
+        """Schedule one pod; False if no node has room for it."""
+        node = self.place()
+        if node is None:
+            self.stats.unschedulable += 1
+            return False
+        self._serial += 1
+        cid = hashlib.sha256(f"{self._family}-{self._serial}".encode()).hexdigest()
+        node.pods.add(cid)
+        self.stats.scheduled += 1
+        task = asyncio.get_running_loop().create_task(self._pod(node, cid))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    def reschedule(self, node: SimNode) -> None:
+        """The node is gone: its pods start again elsewhere, with fresh lifetimes."""
+        for _ in range(len(node.pods)):
+            self.stats.rescheduled += 1
+            self.launch()
+        node.pods.clear()
+
+    async def _pod(self, node: SimNode, cid: str) -> None:
+        key = AllocationKey(NETWORK, cid, "eth0")
+        node.runtime.start(cid)
+        if not await self._add(node, key):
+            node.runtime.stop(cid)
+            node.pods.discard(cid)
+            await self._release(node, key)  # the runtime's DEL after a failed ADD
+            return
+        if self.mean_lifetime_s is None:
+            return
+        await asyncio.sleep(self._rng.expovariate(1.0 / self.mean_lifetime_s))
+        if not node.gone:
+            await self._delete(node, key)
+
+    async def _add(self, node: SimNode, key: AllocationKey) -> bool:
+        started = self._clock.now()
+        pod = PodRef("default", key.container_id[:12], key.container_id[:32])
+        waiting = False
+        try:
+            while not node.gone:
+                try:
+                    await node.engine.assign(key, pod)
+                except NoAddressAvailable:
+                    if self._clock.now() - started >= self._settings.deadline_s:
+                        self.stats.failed_no_address += 1
+                        return False
+                    if not waiting:
+                        waiting = True
+                        self.stats.waiting += 1
+                    await asyncio.sleep(self._settings.retry_s)
+                    continue
+                except IpamdError as err:
+                    self.stats.add_errors[type(err).__name__] += 1
+                    return False
+                self.stats.time_to_address_s.append(self._clock.now() - started)
+                return True
+            return False
+        finally:
+            if waiting:
+                self.stats.waiting -= 1
+
+    async def _delete(self, node: SimNode, key: AllocationKey) -> None:
+        node.runtime.stop(key.container_id)
+        node.pods.discard(key.container_id)
+        self.stats.deleted += 1
+        if self._rng.random() < self._settings.missed_del_ratio:
+            self.stats.missed_dels += 1
+            return
+        await self._release(node, key)
+
+    async def _release(self, node: SimNode, key: AllocationKey) -> None:
+        if node.gone:
+            return
+        try:
+            await node.engine.release(key)
+        except IpamdError as err:
+            self.stats.add_errors[f"del_{type(err).__name__}"] += 1
+
+    async def arrivals(self, rate_per_s: float, until_s: float) -> None:
+        """Poisson arrivals at `rate_per_s` until the clock reads `until_s`."""
+        while True:
+            await asyncio.sleep(self._rng.expovariate(rate_per_s))
+            if self._clock.now() >= until_s:
+                return
+            self.launch()
+
+    async def spread(self, count: int, over_s: float) -> None:
+        """`count` pods scheduled evenly over `over_s` seconds."""
+        gap_s = over_s / max(count, 1)
+        for _ in range(count):
+            self.launch()
+            await asyncio.sleep(gap_s)
+
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait until every pod task has ended (pods that live on end once they have an address),
+        or `timeout_s`."""
+        if self._tasks and timeout_s > 0:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,150 @@
+"""The cluster simulator (`bench.cluster`): its EC2 front throttles as EC2 does and refills by virtual
+time, virtual time really is virtual, and small clusters keep every invariant under the steady and
+bursty workloads."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bench.cluster.front import THROTTLED, AccountFront, Ec2Budget
+from bench.cluster.moto_client import MotoEc2Client
+from bench.cluster.report import calls_per_node_hour, percentile
+from bench.cluster.runner import run_spec
+from bench.cluster.sim import RunSpec
+from bench.cluster.vtime import LatencyExecutor, VirtualTimeLoop
+from cloud.ec2 import Boto3Ec2
+from cloud.embedded.world import EmbeddedEc2, World
+from cloud.errors import Throttled
+from cloud.ratelimit import RetryPolicy
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[EmbeddedEc2]:
+    with EmbeddedEc2() as embedded:
+        yield embedded
+
+
+class Now:
+    def __init__(self) -> None:
+        self.s = 0.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def test_the_front_refuses_past_its_bucket_and_refills_with_time() -> None:
+    now = Now()
+    front = AccountFront(Ec2Budget(mutate_capacity=3, mutate_refill_per_s=2.0), now)
+    admitted = [front.admit("AssignPrivateIpAddresses") for _ in range(5)]
+    assert admitted == [True, True, True, False, False]
+    assert front.throttled() == 2
+    assert front.admit("DescribeNetworkInterfaces")  # the other family has its own bucket
+    now.s = 0.4  # 0.8 tokens: still nothing
+    assert not front.admit("AttachNetworkInterface")
+    now.s = 0.5  # 1 token
+    assert front.admit("AttachNetworkInterface")
+    assert not front.admit("AttachNetworkInterface")
+    now.s = 100.0  # refilled, never beyond capacity
+    assert [front.admit("CreateNetworkInterface") for _ in range(4)] == [True, True, True, False]
+
+
+def test_per_action_buckets_keep_actions_apart() -> None:
+    front = AccountFront(Ec2Budget(mutate_capacity=1, per_action=True), Now())
+    assert front.admit("AssignPrivateIpAddresses")
+    assert front.admit("AttachNetworkInterface")
+    assert not front.admit("AssignPrivateIpAddresses")
+
+
+def test_a_throttled_request_reaches_ipamd_as_request_limit_exceeded(
+    host: EmbeddedEc2,
+) -> None:
+    """Through the real adapter: EC2 does nothing, the adapter retries, gives up as `Throttled`."""
+    world: World = host.world("m5.large", seed=7)
+    loop = VirtualTimeLoop()
+    front = AccountFront(Ec2Budget(describe_capacity=2, describe_refill_per_s=0.001), loop.time)
+    loop.set_default_executor(LatencyExecutor(loop, lambda: front.last_latency_s))
+    instances = {i.id: i for i in world.backend().all_instances()}
+    client = MotoEc2Client(front, world.backend(), instances)
+    adapter = Boto3Ec2(client, clock=loop.time, retry=RetryPolicy(max_attempts=3))
+
+    async def describe_three_times() -> list[object]:
+        results: list[object] = []
+        for _ in range(3):
+            try:
+                results.append(len(await adapter.describe_enis(world.instance_id)))
+            except Throttled as err:
+                results.append(err.code)
+        return results
+
+    try:
+        outcome = loop.run_until_complete(describe_three_times())
+        virtual_s = loop.time()
+    finally:
+        loop.close()
+    assert outcome == [1, 1, THROTTLED]
+    assert front.calls["DescribeNetworkInterfaces", THROTTLED] == 3  # one per attempt
+    assert virtual_s > 0.2  # two answers of 0.1 s each, plus the backoff between attempts
+
+
+def test_virtual_time_passes_without_waiting() -> None:
+    loop = VirtualTimeLoop()
+    started = time.perf_counter()
+    try:
+        loop.run_until_complete(asyncio.sleep(7200.0))
+        assert loop.time() == pytest.approx(7200.0)
+    finally:
+        loop.close()
+    assert time.perf_counter() - started < 1.0
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 0.5) == 0.0
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert percentile([float(n) for n in range(1, 101)], 0.99) == 99.0
+
+
+def test_a_small_steady_cluster_keeps_every_invariant(host: EmbeddedEc2) -> None:
+    spec = RunSpec("steady", 12, pods_per_node=15, ramp_s=300, measure_s=1800, warmup_s=120, seed=3)
+    result = run_spec(spec, host)
+    assert result.problems == []
+    assert result.violations == 0
+    assert result.checkpoints >= 3
+    assert result.pods.failed_no_address == 0
+    assert result.pods.add_errors == {}
+    assert result.pods.scheduled > spec.nodes * spec.pods_per_node  # the ramp, then arrivals
+    assert result.pods.deleted > 0
+    calls = calls_per_node_hour(result)
+    # The steady sweep: one DescribeNetworkInterfaces per node every 300 s, ~12 a node-hour.
+    assert 8 <= calls["DescribeNetworkInterfaces"] <= 30
+    # Pods were placed at ~15 per node, so the series shows them held by pools at least as large.
+    assert result.series
+    assert all(addresses >= pods for _, pods, addresses in result.series)
+
+
+def test_a_burst_under_throttling_reports_time_to_address(host: EmbeddedEc2) -> None:
+    budget = Ec2Budget(mutate_capacity=10, mutate_refill_per_s=1.0)
+    spec = RunSpec("burst", 15, burst_pods=300, warmup_s=60, budget=budget, seed=4)
+    result = run_spec(spec, host)
+    tta = result.pods.time_to_address_s
+    assert len(tta) == 300
+    assert result.pods.failed_no_address == 0
+    assert result.violations == 0, result.problems
+    assert result.throttled > 0  # the small budget did bite
+    assert percentile(tta, 0.99) > percentile(tta, 0.5)  # some pods waited for the pool to grow
+    assert percentile(tta, 0.99) > 1.0
+
+
+def test_node_churn_keeps_the_address_invariants(host: EmbeddedEc2) -> None:
+    """A node terminated while its pool manager was between two steps (created but not attached, or
+    detached but not deleted, an ENI) leaves that ENI behind: no node's ENI GC collects another
+    instance's ENIs. That is the one kind of violation churn may report; addresses stay sound."""
+    spec = RunSpec("churn", 10, ramp_s=300, measure_s=1200, warmup_s=60, churn_per_hour=2.0, seed=5)
+    result = run_spec(spec, host)
+    assert result.nodes_replaced >= 5
+    assert result.pods.rescheduled > 0  # the terminated nodes' pods started again elsewhere
+    assert result.pods.failed_no_address == 0
+    assert all("no node collects it" in p for p in result.problems), result.problems
