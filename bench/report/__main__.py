@@ -21,9 +21,10 @@ from typing import Any
 
 from bench.report import markdown, plots, series
 
-CLUSTER_SIZES = (25, 50, 100, 200)
-"""Short steady cluster runs for the calls-against-size plot; the largest also feeds the tables."""
-CLUSTER_ARGS = ("--hours", "1")
+CLUSTER_SIZES = (25, 50, 100)
+"""Short cluster runs (steady in both modes) for the calls-against-size plot; the largest also
+feeds the tables and the pool-over-time plot."""
+CLUSTER_ARGS = ("--runs", "steady,steady_prefix", "--hours", "1")
 CHAOS_FAULTS = 24
 
 
