@@ -20,6 +20,7 @@ from cloud.errors import (
     AddressLimitExceeded,
     CallTimeout,
     CloudError,
+    InUse,
     NotFound,
     SubnetExhausted,
 )
@@ -99,6 +100,10 @@ class PoolManager:
         self.health = PoolHealth()
         self.pending_enis: set[str] = set()
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
+        self._unattached: dict[str, NetworkInterface] = {}
+        """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer):
+        the next ENI the plan wants is this one, not another CreateNetworkInterface. Under an
+        account's exhausted API budget, creating anew on every tick would only add calls."""
         self.releases_in_flight: set[str] = set()
         """Units whose unassign (or whose ENI's detach) is being called right now: reconcile leaves
         them to this call instead of judging a half-done release."""
@@ -157,6 +162,8 @@ class PoolManager:
         plan = self.plan()
         if self._growth_paused(now) and (plan.assign or plan.new_enis):
             plan = replace(plan, assign=(), new_enis=())
+        if not plan.new_enis:
+            await self._drop_unattached()
         if plan.is_empty():
             return plan
         try:
@@ -237,7 +244,28 @@ class PoolManager:
         attached = await self._timed(
             "describe", self._ec2.describe_enis(self._instance.instance_id)
         )
+        for eni_id in {e.eni_id for e in attached} & set(self._unattached):
+            # Attached after all (an answer lost): the drift adopts it into the inventory.
+            del self._unattached[eni_id]
+            self.pending_enis.discard(eni_id)
         index = self._free_device_index({e.device_index for e in attached})
+        if self._unattached:
+            eni = self._unattached.pop(next(iter(self._unattached)))
+        else:
+            eni = await self._create_eni()
+        self.pending_enis.add(eni.eni_id)
+        try:
+            await self._attach(eni, index)
+            await self._engine.add_eni(
+                EniRecord(eni.eni_id, index, eni.subnet_id, False, self._clock.now())
+            )
+        finally:
+            if eni.eni_id not in self._unattached:
+                self.pending_enis.discard(eni.eni_id)
+        logger.info("pool.eni_attached eni_id=%s device_index=%d", eni.eni_id, index)
+        await self._grow_eni(eni.eni_id, count)
+
+    async def _create_eni(self) -> NetworkInterface:
         now = self._clock.now()
         tags = {
             TAG_INSTANCE_ID: self._instance.instance_id,
@@ -247,7 +275,7 @@ class PoolManager:
         }
         if self._settings.cluster_name:
             tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
-        eni = await self._timed(
+        return await self._timed(
             "create_eni",
             self._ec2.create_eni(
                 self._instance.subnet_id,
@@ -256,35 +284,41 @@ class PoolManager:
                 tags,
             ),
         )
-        self.pending_enis.add(eni.eni_id)
-        try:
-            await self._attach(eni, index)
-            await self._engine.add_eni(
-                EniRecord(eni.eni_id, index, eni.subnet_id, False, self._clock.now())
-            )
-        finally:
-            self.pending_enis.discard(eni.eni_id)
-        logger.info("pool.eni_attached eni_id=%s device_index=%d", eni.eni_id, index)
-        await self._grow_eni(eni.eni_id, count)
 
     async def _attach(self, eni: NetworkInterface, index: int) -> None:
         try:
             await self._timed(
                 "attach", self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
             )
-        except CloudError:
+        except CloudError as err:
             # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
             attached = await self._attached_here(eni.eni_id)
-            if attached is not False:
-                if attached:
-                    return  # EC2 did attach it
-                raise  # cannot tell: leave it to reconcile (adopts it) or ENI GC (deletes it)
-            # Not attached, so nothing can use it: delete it now rather than leave it to ENI GC.
+            if attached:
+                return  # EC2 did attach it
+            if attached is None or err.retryable:
+                # Cannot tell, or worth another try: the next ENI the plan wants is this one (if
+                # it was attached after all, the drift adopts it; if ipamd dies, ENI GC deletes it).
+                self._unattached[eni.eni_id] = eni
+                raise
+            # Refused, and not attached, so nothing can use it: delete it now.
             try:
                 await self._timed("delete_eni", self._ec2.delete_eni(eni.eni_id))
             except CloudError as cleanup:
                 logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
             raise
+
+    async def _drop_unattached(self) -> None:
+        """The plan no longer wants an ENI: delete the ones kept for another attach."""
+        for eni_id in list(self._unattached):
+            try:
+                await self._timed("delete_eni", self._ec2.delete_eni(eni_id))
+            except (NotFound, InUse):
+                pass  # gone, or attached after all (the drift adopts it)
+            except CloudError as err:
+                logger.warning("pool.unattached_kept eni_id=%s error=%s", eni_id, err)
+                continue  # tried again on a later tick
+            del self._unattached[eni_id]
+            self.pending_enis.discard(eni_id)
 
     def _free_device_index(self, also_used: set[int | None]) -> int:
         used = {e.device_index for e in self._engine.state.enis.values()} | also_used

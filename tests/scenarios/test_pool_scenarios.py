@@ -430,12 +430,12 @@ async def test_s25_throttling_and_errors_during_churn(
         assert served > refused, "ADDs are served from the warm pool"
 
         faults.clear()
-        node.clock.advance(120)  # past any backoff and cooldown
+        node.clock.advance(120)  # past any backoff and cooldown, and the grace window
         # A partial failure of an assign or attach leaves units (or an ENI) on EC2 that ipamd
-        # never heard of: in the daemon the EC2 drift reconcile adopts them; here adopt() does.
-        await node.pool.adopt()
+        # never heard of, and a release of unknown outcome leaves units releasing: the EC2 drift
+        # settles both, as in the daemon.
+        await node.drift().run_once()
         await node.settle()
-        # A release whose outcome is unknown is settled by EC2's listing (tests at the end).
         assert _releasing(node) == set(), "nothing stuck releasing"
         node.check()
     finally:
@@ -759,5 +759,58 @@ async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
         await node.drift().run_once()
         await node.settle()
         node.check()  # EC2's view and ipamd's agree again
+    finally:
+        await node.engine.close()
+
+
+async def test_s25_throttled_attach_reuses_the_created_eni_instead_of_creating_another(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """Under an exhausted mutating budget, an ENI whose attach was throttled is the one attached on
+    the next tick: one CreateNetworkInterface, not one per tick (the cluster simulator showed
+    creates running far ahead of attaches)."""
+    node, faults = await _faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
+    )
+    try:
+        faults.throttle("AttachNetworkInterface")
+        for _ in range(3):
+            node.clock.advance(120)  # past any backoff
+            await node.pool.run_once()
+        assert node.pool.health.errors_by_code == {"RequestLimitExceeded": 3}
+        assert node.calls.count("CreateNetworkInterface") == 1, "one ENI created, kept for retry"
+        (kept,) = node.pool.pending_enis
+        faults.clear()
+        await _rounds(node)
+        assert kept in node.engine.state.enis, "the kept ENI is the one attached"
+        assert node.calls.count("CreateNetworkInterface") == 1
+        assert node.engine.snapshot().counts[AddressState.FREE] >= 5
+        assert not node.pool.pending_enis
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_an_eni_kept_for_another_attach_is_deleted_once_no_longer_wanted(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node, faults = await _faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
+    )
+    try:
+        faults.throttle("AttachNetworkInterface")
+        await node.pool.run_once()
+        (kept,) = node.pool.pending_enis
+        faults.clear()
+        node.pool._settings = replace(node.pool._settings, targets=replace(EAGER, warm_ip_target=1))
+        node.clock.advance(120)
+        assert not (await node.pool.run_once()).new_enis, "no ENI wanted any more"
+        assert not node.pool.pending_enis
+        client = node.world.client()
+        gone = client.describe_network_interfaces(
+            Filters=[{"Name": "network-interface-id", "Values": [kept]}]
+        )["NetworkInterfaces"]
+        assert gone == [], "deleted, not left for ENI GC"
+        node.check()
     finally:
         await node.engine.close()
