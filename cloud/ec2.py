@@ -291,10 +291,14 @@ class Boto3Ec2:
         async with self._eni_lock(eni_id):
             await self._call("UnassignPrivateIpAddresses", params, mutating=True, repeatable=False)
 
-    async def find_enis(self, tags: Mapping[str, str]) -> tuple[NetworkInterface, ...]:
+    async def find_enis(
+        self, tags: Mapping[str, str], *, available_only: bool = False
+    ) -> tuple[NetworkInterface, ...]:
         if not tags:
             raise ValueError("find_enis needs at least one tag: an untagged query scans the VPC")
         filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in sorted(tags.items())]
+        if available_only:
+            filters.append({"Name": "status", "Values": ["available"]})
         raw = await self._describe_all(
             "DescribeNetworkInterfaces", "NetworkInterfaces", {"Filters": filters}
         )

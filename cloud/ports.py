@@ -65,8 +65,11 @@ class Ec2Api(Protocol):
 
     async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None: ...
 
-    async def find_enis(self, tags: Mapping[str, str]) -> tuple[NetworkInterface, ...]:
-        """ENIs carrying all of `tags`, attached or not (a tag-scoped query, never a VPC scan)."""
+    async def find_enis(
+        self, tags: Mapping[str, str], *, available_only: bool = False
+    ) -> tuple[NetworkInterface, ...]:
+        """ENIs carrying all of `tags` (a tag-scoped query, never a VPC scan); attached or not, or
+        only detached ones (status `available`, filtered by EC2) with `available_only`."""
         ...
 
 

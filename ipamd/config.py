@@ -141,7 +141,8 @@ class Config:
         "`k8s.amazonaws.com` or starting with `aws:` are errors."))
     disable_leaked_eni_cleanup: bool = field(metadata=_setting(
         "DISABLE_LEAKED_ENI_CLEANUP", BOOL, "false", "", "`DISABLE_LEAKED_ENI_CLEANUP`",
-        "Turn off ENI GC (deleting detached ENIs that ipamd created for this instance)."))
+        "Turn off ENI GC (deleting detached ENIs that ipamd created: the cluster's when "
+        "CLUSTER_NAME is set, else this instance's)."))
     disable_metrics: bool = field(metadata=_setting(
         "DISABLE_METRICS", BOOL, "false", "", "`DISABLE_METRICS`",
         "Do not serve Prometheus metrics."))
@@ -222,7 +223,8 @@ class Config:
         "listed by the runtime yet."))
     eni_gc_interval_s: float = field(metadata=_setting(
         "IPAMD_ENI_GC_INTERVAL", INTERVAL, "3600", "s", "leaked-ENI sweep (1 h, fixed)",
-        "Period of ENI GC, which deletes detached ENIs that ipamd created for this instance."))
+        "Period of ENI GC, which deletes detached ENIs that ipamd created (the cluster's when "
+        "CLUSTER_NAME is set, else this instance's)."))
     eni_gc_grace_s: float = field(metadata=_setting(
         "IPAMD_ENI_GC_GRACE", GRACE, "300", "s", "`eniDeleteCooldownTime` (5 min, fixed)",
         "A detached ENI younger than this is kept: it may be between create and attach."))

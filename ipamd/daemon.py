@@ -187,6 +187,7 @@ async def build_daemon(
         config.eni_gc_grace_s,
         clock,
         lambda: pool.pending_enis | set(engine.state.enis),
+        cluster_name=config.cluster_name,
     )
     return Daemon(
         config=config,

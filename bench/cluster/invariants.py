@@ -8,11 +8,11 @@
 - no ENI is leaked (a finding counts when two consecutive checks make it, since an ENI attached by
   a call whose answer was lost is adopted by the drift check the IMDS hint triggers seconds later):
   every ENI attached to a node's instance beyond its primary is in that node's inventory or in
-  flight in its pool manager, and every detached ENI is in flight, or is one of
-  ipamd's for a live node (tagged with its instance), which that node's ENI GC deletes past its
-  grace period (the pool manager leaves an ENI it could not attach or delete, e.g. when throttled,
-  to ENI GC). Those are counted apart (`awaiting_eni_gc`); a detached ENI no live node will collect
-  (its instance is gone) is leaked.
+  flight in its pool manager, and every detached ENI is in flight, or is one of ipamd's that a
+  live node's ENI GC deletes past its grace period: tagged with the cluster's name (every node
+  sweeps the cluster's) or with a live node's instance (the pool manager leaves an ENI it could not
+  attach or delete, e.g. when throttled, to ENI GC; so does a node terminated mid-step). Those are
+  counted apart (`awaiting_eni_gc`); a detached ENI no live node will collect is leaked.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.cluster.node import SimNode
 from cloud.embedded import eni_rules
-from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY
+from cloud.ports import MANAGED_BY, TAG_CLUSTER_NAME, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from tests.support.invariants import check_invariants
 
 
@@ -93,12 +93,10 @@ def _eni_findings(nodes: Iterable[SimNode], backend: Any) -> list[tuple[str, str
         if eni.instance is None:
             tags: dict[str, str] = backend.tags.get(eni.id, {})
             ours = tags.get(TAG_MANAGED_BY) == MANAGED_BY
-            collector = by_instance.get(tags.get(TAG_INSTANCE_ID, ""))
-            why = (
-                AWAITING_GC
-                if ours and collector is not None
-                else "detached and no node collects it"
+            collected = by_instance.get(tags.get(TAG_INSTANCE_ID, "")) is not None or any(
+                n.eni_gc_cluster == tags.get(TAG_CLUSTER_NAME) for n in by_instance.values()
             )
+            why = AWAITING_GC if ours and collected else "detached and no node collects it"
             findings.append((eni.id, why))
             continue
         owner = by_instance.get(eni.instance.id)

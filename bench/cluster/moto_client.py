@@ -117,6 +117,7 @@ class MotoEc2Client:
 
     def _filtered(self, filters: list[Mapping[str, Any]]) -> list[Any]:
         wanted = {str(f["Name"]): set(f["Values"]) for f in filters}
+        statuses = wanted.pop("status", None)
         instance_ids = wanted.pop("attachment.instance-id", None)
         if instance_ids is not None:
             candidates = [
@@ -128,7 +129,11 @@ class MotoEc2Client:
         else:
             candidates = list(self._backend.enis.values())
         tags = {name.removeprefix("tag:"): values for name, values in wanted.items()}
-        return [e for e in candidates if self._tagged(e.id, tags)]
+        return [
+            e
+            for e in candidates
+            if self._tagged(e.id, tags) and (statuses is None or e.status in statuses)
+        ]
 
     def _tagged(self, eni_id: str, tags: Mapping[str, set[str]]) -> bool:
         held: Mapping[str, str] = self._backend.tags.get(eni_id, {})

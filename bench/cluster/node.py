@@ -90,6 +90,8 @@ class SimNode:
     drift_wanted: asyncio.Event
     ready: bool = False
     gone: bool = False
+    eni_gc_cluster: str = ""
+    """The cluster whose detached ENIs this node's ENI GC sweeps ("" = only its own instance's)."""
     pods: set[str] = field(default_factory=set)
     """Container IDs of the pods scheduled here and not yet deleted."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -161,9 +163,11 @@ async def build_node(
         config.eni_gc_grace_s,
         clock,
         lambda: pool.pending_enis | set(engine.state.enis),
+        cluster_name=config.cluster_name,
     )
     runtime = FakeRuntime(clock)
     return SimNode(
+        eni_gc_cluster=config.cluster_name,
         name=name,
         instance_id=instance.instance_id,
         path=path,

@@ -42,6 +42,11 @@ SUBNETS_PER_VPC = 16
 MAX_PROBLEMS_KEPT = 20
 
 
+CLUSTER_NAME = "sim"
+"""Every node runs with this CLUSTER_NAME: the ENIs it creates carry it, and its ENI GC sweeps
+the cluster's leftovers, those of terminated nodes included."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     name: str
@@ -102,7 +107,9 @@ class Cluster:
         self.instances: dict[str, Any] = {}
         self.nodes: list[SimNode] = []
         self.retired: list[SimNode] = []
-        env = {"ENABLE_PREFIX_DELEGATION": "true"} if spec.prefix else {}
+        env = {"CLUSTER_NAME": CLUSTER_NAME}
+        if spec.prefix:
+            env["ENABLE_PREFIX_DELEGATION"] = "true"
         self.config = Config.from_env(env)
         self.jobs = Jobs()
         self.result = RunResult(spec)

@@ -1,9 +1,13 @@
-"""ENI GC: delete ENIs ipamd created for this instance that are detached and old enough to be sure
-they are leftovers (a crash between create and attach, a failed detach-then-delete).
+"""ENI GC: delete ENIs ipamd created that are detached and old enough to be sure they are leftovers
+(a crash between create and attach, a failed detach-then-delete).
 
-The query is scoped by tags (this instance, created by ipamd), never a VPC-wide scan. An ENI is spared
-while it is fresh (the grace window covers create → attach, which can take seconds), while the pool
-manager is attaching it, and whenever it is in ipamd's inventory.
+With a cluster name, the sweep covers the cluster's ENIs, as VPC CNI's does: an instance that
+terminated between create and attach (or between detach and delete) never sweeps its own again, so
+its leftovers are deleted by whichever node sweeps next. Without one, it covers this instance's.
+The query is scoped by tags (created by ipamd; the cluster or this instance) and status
+`available`, never a VPC-wide scan. An ENI is spared while it is fresh (the grace window covers
+create → attach, which can take seconds), while the pool manager is attaching it, and whenever it
+is in ipamd's inventory.
 """
 
 from __future__ import annotations
@@ -14,7 +18,14 @@ from datetime import datetime
 
 from cloud.errors import CloudError, InUse, NotFound
 from cloud.models import NetworkInterface
-from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
+from cloud.ports import (
+    MANAGED_BY,
+    TAG_CLUSTER_NAME,
+    TAG_CREATED_AT,
+    TAG_INSTANCE_ID,
+    TAG_MANAGED_BY,
+    Ec2Api,
+)
 from ipamd.clock import Clock
 
 logger = logging.getLogger(__name__)
@@ -28,19 +39,23 @@ class EniGc:
         grace_s: float,
         clock: Clock,
         spared: Callable[[], Collection[str]],
+        cluster_name: str = "",
     ) -> None:
         self._ec2 = ec2
         self._instance_id = instance_id
         self._grace_s = grace_s
         self._clock = clock
         self._spared = spared
+        self._scope = (
+            {TAG_CLUSTER_NAME: cluster_name, TAG_MANAGED_BY: MANAGED_BY}
+            if cluster_name
+            else {TAG_INSTANCE_ID: instance_id, TAG_MANAGED_BY: MANAGED_BY}
+        )
         self.deleted = 0
 
     async def run_once(self) -> tuple[str, ...]:
         """Delete what qualifies; returns the ENI IDs deleted."""
-        enis = await self._ec2.find_enis(
-            {TAG_INSTANCE_ID: self._instance_id, TAG_MANAGED_BY: MANAGED_BY}
-        )
+        enis = await self._ec2.find_enis(self._scope, available_only=True)
         spared = set(self._spared())
         deleted: list[str] = []
         for eni in enis:

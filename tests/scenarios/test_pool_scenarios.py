@@ -20,7 +20,13 @@ import pytest
 
 from cloud.embedded.faults import FaultInjector
 from cloud.embedded.world import EmbeddedEc2
-from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
+from cloud.ports import (
+    MANAGED_BY,
+    TAG_CLUSTER_NAME,
+    TAG_CREATED_AT,
+    TAG_INSTANCE_ID,
+    TAG_MANAGED_BY,
+)
 from datastore.records import AllocationRecord
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager, PoolSettings
@@ -288,8 +294,12 @@ def _created_at(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _leftover_eni(client: Any, subnet_id: str, instance_id: str, created_at: str) -> str:
+def _leftover_eni(
+    client: Any, subnet_id: str, instance_id: str, created_at: str, cluster: str = ""
+) -> str:
     tags = {TAG_INSTANCE_ID: instance_id, TAG_MANAGED_BY: MANAGED_BY, TAG_CREATED_AT: created_at}
+    if cluster:
+        tags[TAG_CLUSTER_NAME] = cluster
     answer = client.create_network_interface(
         SubnetId=subnet_id,
         TagSpecifications=[
@@ -354,6 +364,45 @@ async def test_s24_eni_gc_spares_an_eni_being_attached(
         assert await gc.run_once() == (young,), "once past the grace window"
         assert _eni_status(client)[foreign] == "available", "never another instance's"
         assert _eni_status(client)[fresh] == "in-use"
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_eni_gc_with_a_cluster_name_sweeps_what_terminated_nodes_left(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """A node terminated between create and attach never sweeps its own leftovers again: with a
+    cluster name, any node of the cluster deletes them once old enough (as VPC CNI's sweep does);
+    another cluster's, and anything attached, are never touched."""
+    targets = replace(EAGER, warm_ip_target=5)  # t3.small: a second ENI
+    node = await open_cloud_node(embedded, tmp_path, "t3.small", targets=targets)
+    client = node.world.client()
+    subnet, now = node.world.subnet_id, node.clock.now()
+    old = _created_at(now - 3600)
+    try:
+        await node.settle()
+        dead_node = _leftover_eni(client, subnet, "i-0dead00000000000a", old, cluster="prod")
+        fresh = _leftover_eni(client, subnet, "i-0dead00000000000b", _created_at(now), "prod")
+        other_cluster = _leftover_eni(client, subnet, "i-0dead00000000000c", old, cluster="dev")
+        attached = set(node.engine.state.enis)
+        ours = await node.api.find_enis({TAG_MANAGED_BY: MANAGED_BY})
+        detached = await node.api.find_enis({TAG_MANAGED_BY: MANAGED_BY}, available_only=True)
+        assert {e.status for e in ours} == {"in-use", "available"}, "the pool attached one"
+        assert {e.status for e in detached} == {"available"}, "EC2 filters by status"
+
+        def spared() -> set[str]:
+            return node.pool.pending_enis | set(node.engine.state.enis)
+
+        gc = EniGc(node.api, node.world.instance_id, 600.0, node.clock, spared, "prod")
+        assert await gc.run_once() == (dead_node,)
+        left = _eni_status(client)
+        assert dead_node not in left
+        assert left[fresh] == "available" and left[other_cluster] == "available"
+        assert attached <= set(left), "attached ENIs untouched"
+
+        scoped = EniGc(node.api, node.world.instance_id, 0.0, node.clock, spared)
+        assert await scoped.run_once() == (), "without a cluster name: this instance's only"
         node.check()
     finally:
         await node.engine.close()

@@ -74,8 +74,12 @@ class PassThroughEc2:
     async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
         await self._around("unassign_units", lambda: self.inner.unassign_units(eni_id, kind, cidrs))
 
-    async def find_enis(self, tags: Mapping[str, str]) -> tuple[NetworkInterface, ...]:
-        return await self._around("find_enis", lambda: self.inner.find_enis(tags))
+    async def find_enis(
+        self, tags: Mapping[str, str], *, available_only: bool = False
+    ) -> tuple[NetworkInterface, ...]:
+        return await self._around(
+            "find_enis", lambda: self.inner.find_enis(tags, available_only=available_only)
+        )
 
 
 class GatedEc2(PassThroughEc2):

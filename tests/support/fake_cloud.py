@@ -317,14 +317,18 @@ class FakeEc2:
         self._remove_units(eni, list(cidrs))
         self._fault("unassign_units", after=True)
 
-    async def find_enis(self, tags: Mapping[str, str]) -> tuple[NetworkInterface, ...]:
+    async def find_enis(
+        self, tags: Mapping[str, str], *, available_only: bool = False
+    ) -> tuple[NetworkInterface, ...]:
         self.calls["find_enis"] += 1
         if not tags:
             raise ValueError("find_enis needs at least one tag: an untagged query scans the VPC")
         return tuple(
             self._as_model(e, list(e.units), e.device_index is not None)
             for e in self.enis.values()
-            if not e.deleted and all(e.tags.get(k) == v for k, v in tags.items())
+            if not e.deleted
+            and all(e.tags.get(k) == v for k, v in tags.items())
+            and not (available_only and e.device_index is not None)
         )
 
     # -- Ec2Catalog ------------------------------------------------------------------------------
