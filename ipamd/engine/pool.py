@@ -1,9 +1,10 @@
 """The pool manager: applies the policy's plan through the EC2 port.
 
 Grow: fill existing ENIs, then create, tag and attach new ones; every unit enters the inventory from
-EC2's own answer. Shrink: units are marked `releasing` (a committed change) before EC2 is called, so no
-ADD can take them; if they became needed meanwhile the release is aborted. The engine's lock is never
-held across an EC2 call. Failures back off with jitter; subnet exhaustion pauses growth for a cooldown.
+EC2's own answer. Shrink (`pool_release`): units are marked `releasing` (a committed change) before
+EC2 is called, so no ADD can take them; if they became needed meanwhile the release is aborted.
+The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
+pauses growth for a cooldown.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import TypeVar
 
 from cloud.errors import (
     AddressLimitExceeded,
-    CallTimeout,
     CloudError,
     InUse,
     NotFound,
@@ -37,6 +37,7 @@ from cloud.ports import (
 from datastore.records import EniRecord
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
+from ipamd.engine.pool_release import Releaser, attached_here, timed
 from ipamd.engine.stats import node_stats
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
@@ -104,9 +105,15 @@ class PoolManager:
         """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer):
         the next ENI the plan wants is this one, not another CreateNetworkInterface. Under an
         account's exhausted API budget, creating anew on every tick would only add calls."""
-        self.releases_in_flight: set[str] = set()
+        self._releaser = Releaser(
+            engine, ec2, instance.instance_id, settings.call_timeout_s, self._no_longer_excess
+        )
+
+    @property
+    def releases_in_flight(self) -> set[str]:
         """Units whose unassign (or whose ENI's detach) is being called right now: reconcile leaves
         them to this call instead of judging a half-done release."""
+        return self._releaser.in_flight
 
     @property
     def strategy(self) -> UnitStrategy:
@@ -214,16 +221,12 @@ class PoolManager:
         for count in plan.new_enis:
             await self._new_eni(count)
         if plan.release_units:
-            await self._release_units(plan.release_units)
+            await self._releaser.release_units(plan.release_units)
         for eni_id in plan.release_enis:
-            await self._release_eni(eni_id)
+            await self._releaser.release_eni(eni_id)
 
     async def _timed(self, operation: str, awaitable: Awaitable[T]) -> T:
-        try:
-            async with asyncio.timeout(self._settings.call_timeout_s):
-                return await awaitable
-        except TimeoutError as err:
-            raise CallTimeout(operation, "Timeout", "no answer in time") from err
+        return await timed(operation, awaitable, self._settings.call_timeout_s)
 
     # -- growing -------------------------------------------------------------------------------
 
@@ -325,14 +328,9 @@ class PoolManager:
         return next(i for i in range(1, len(used) + 2) if i not in used)
 
     async def _attached_here(self, eni_id: str) -> bool | None:
-        """Whether EC2 lists the ENI as attached to this instance; None when EC2 cannot say."""
-        try:
-            enis = await self._timed(
-                "describe", self._ec2.describe_enis(self._instance.instance_id)
-            )
-        except CloudError:
-            return None
-        return any(e.eni_id == eni_id for e in enis)
+        return await attached_here(
+            self._ec2, self._instance.instance_id, eni_id, self._settings.call_timeout_s
+        )
 
     async def _resync_eni(self, eni_id: str) -> None:
         enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
@@ -342,25 +340,6 @@ class PoolManager:
                 await self._engine.add_units(eni_id, self._adoptable(eni.units(kind)), kind)
 
     # -- shrinking -----------------------------------------------------------------------------
-
-    async def _release_units(self, cidrs: tuple[str, ...]) -> None:
-        marked = await self._engine.begin_release(cidrs)
-        keep = self._no_longer_excess(marked)
-        if keep:
-            logger.info("pool.release_aborted units=%d reason=needed", len(keep))
-            await self._engine.abort_release(keep)
-        going = [c for c in marked if c not in keep]
-        by_eni: dict[str, list[str]] = {}
-        for cidr in going:
-            by_eni.setdefault(self._engine.state.units[cidr].eni_id, []).append(cidr)
-        first_error: CloudError | None = None
-        for eni_id, eni_cidrs in by_eni.items():
-            try:
-                await self._unassign(eni_id, eni_cidrs)
-            except CloudError as err:
-                first_error = first_error or err
-        if first_error is not None:
-            raise first_error
 
     def _no_longer_excess(self, marked: tuple[str, ...]) -> set[str]:
         """Units marked for release that a fresh plan, counting them as free, would now keep."""
@@ -384,96 +363,6 @@ class PoolManager:
             if eni.eni_id in again.release_enis:
                 still.update(u.cidr for u in eni.units)
         return set(marked) - still
-
-    async def _unassign(self, eni_id: str, cidrs: list[str]) -> None:
-        kind = self._engine.state.units[cidrs[0]].kind
-        self.releases_in_flight.update(cidrs)
-        try:
-            await self._timed("unassign", self._ec2.unassign_units(eni_id, kind, cidrs))
-        except NotFound:
-            pass  # already gone from the ENI: the release is complete
-        except CloudError as err:
-            await self._settle_release(eni_id, cidrs, err)
-            raise
-        finally:
-            self.releases_in_flight.difference_update(cidrs)
-        await self._engine.finish_release(cidrs)
-        logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
-
-    async def _settle_release(self, eni_id: str, cidrs: list[str], err: CloudError) -> None:
-        """After a failed unassign. A refusal means EC2 did nothing: the units are free again. An
-        unknown outcome (a timeout, a 5xx, throttling after a retried attempt) is never settled on a
-        guess: units EC2 no longer lists were released; the ones it still lists stay `releasing`
-        (never handed out), because a Describe taken now may lag the unassign, until the drift
-        reconcile settles them with a listing taken past the grace window."""
-        if not err.retryable:
-            await self._engine.abort_release(cidrs)
-            return
-        try:
-            enis = await self._timed(
-                "describe", self._ec2.describe_enis(self._instance.instance_id)
-            )
-        except CloudError:
-            return
-        listed = {
-            c for e in enis if e.eni_id == eni_id for c in (*e.units("ip"), *e.units("prefix"))
-        }
-        gone = [c for c in cidrs if c not in listed]
-        if gone:
-            await self._engine.finish_release(gone)
-
-    async def _release_eni(self, eni_id: str) -> None:
-        state = self._engine.state
-        cidrs = tuple(state.units_by_eni.get(eni_id, {}))
-        marked = await self._engine.begin_release(cidrs)
-        if len(marked) != len(cidrs):
-            await self._engine.abort_release(marked)  # something on it is in use now: keep it
-            return
-        self.releases_in_flight.update((eni_id, *cidrs))
-        try:
-            await self._detach_and_delete(eni_id, marked)
-        finally:
-            self.releases_in_flight.difference_update((eni_id, *cidrs))
-        await self._engine.remove_eni(eni_id)
-        logger.info("pool.eni_released eni_id=%s", eni_id)
-
-    async def _detach_and_delete(self, eni_id: str, marked: tuple[str, ...]) -> None:
-        try:
-            enis = await self._timed(
-                "describe", self._ec2.describe_enis(self._instance.instance_id)
-            )
-        except CloudError:
-            await self._engine.abort_release(marked)  # nothing was asked of EC2 yet
-            raise
-        attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
-        if attachment is not None:
-            try:
-                await self._timed("detach", self._ec2.detach_eni(attachment))
-            except NotFound:
-                pass
-            except CloudError as err:
-                await self._settle_detach(eni_id, marked, err)
-                raise
-        try:
-            await self._timed("delete_eni", self._ec2.delete_eni(eni_id))
-        except NotFound:
-            pass
-        except CloudError:
-            # Detached, deleted or not: no longer ours to use. It leaves the inventory; ENI GC
-            # deletes it if it is still there.
-            await self._engine.remove_eni(eni_id)
-            raise
-
-    async def _settle_detach(self, eni_id: str, marked: tuple[str, ...], err: CloudError) -> None:
-        """After a failed detach. A refusal means EC2 did nothing: the units are free again. An
-        unknown outcome: if EC2 no longer lists the ENI attached, it leaves the inventory; if it
-        still does, that listing may lag the detach, so the units stay `releasing` (never handed
-        out) until the drift reconcile sees, past the grace window, what EC2 did."""
-        if not err.retryable:
-            await self._engine.abort_release(marked)
-            return
-        if await self._attached_here(eni_id) is False:
-            await self._engine.remove_eni(eni_id)
 
     # -- the loop ------------------------------------------------------------------------------
 

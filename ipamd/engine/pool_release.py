@@ -1,0 +1,167 @@
+"""The shrinking half of the pool manager: give units and whole ENIs back to EC2.
+
+Units are marked `releasing` (a committed change) before EC2 is called, so no ADD can take them; if
+they became needed meanwhile the release is aborted. A failure whose outcome EC2 did not tell (a
+timeout, a 5xx, throttling after a retried attempt) is never settled on a Describe taken at once,
+which may lag the change: what EC2 no longer lists is released, what it still lists stays
+`releasing` (never handed out) until the drift reconcile settles it with a listing taken past the
+grace window. A refusal means EC2 did nothing: the units are free again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from cloud.errors import CallTimeout, CloudError, NotFound
+from cloud.ports import Ec2Api
+from ipamd.engine.engine import Engine
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+async def timed(operation: str, awaitable: Awaitable[T], timeout_s: float) -> T:
+    """One port call under a deadline; no answer in time is a `CallTimeout` (outcome unknown)."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await awaitable
+    except TimeoutError as err:
+        raise CallTimeout(operation, "Timeout", "no answer in time") from err
+
+
+async def attached_here(
+    ec2: Ec2Api, instance_id: str, eni_id: str, timeout_s: float
+) -> bool | None:
+    """Whether EC2 lists the ENI as attached to the instance; None when EC2 cannot say."""
+    try:
+        enis = await timed("describe", ec2.describe_enis(instance_id), timeout_s)
+    except CloudError:
+        return None
+    return any(e.eni_id == eni_id for e in enis)
+
+
+class Releaser:
+    def __init__(
+        self,
+        engine: Engine,
+        ec2: Ec2Api,
+        instance_id: str,
+        timeout_s: float,
+        still_needed: Callable[[tuple[str, ...]], set[str]],
+    ) -> None:
+        self._engine = engine
+        self._ec2 = ec2
+        self._instance_id = instance_id
+        self._timeout_s = timeout_s
+        self._still_needed = still_needed
+        self.in_flight: set[str] = set()
+        """Units whose unassign (or whose ENI's detach) is being called right now: reconcile
+        leaves them to this call instead of judging a half-done release."""
+
+    async def release_units(self, cidrs: tuple[str, ...]) -> None:
+        marked = await self._engine.begin_release(cidrs)
+        keep = self._still_needed(marked)
+        if keep:
+            logger.info("pool.release_aborted units=%d reason=needed", len(keep))
+            await self._engine.abort_release(keep)
+        by_eni: dict[str, list[str]] = {}
+        for cidr in (c for c in marked if c not in keep):
+            by_eni.setdefault(self._engine.state.units[cidr].eni_id, []).append(cidr)
+        first_error: CloudError | None = None
+        for eni_id, eni_cidrs in by_eni.items():
+            try:
+                await self._unassign(eni_id, eni_cidrs)
+            except CloudError as err:
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+
+    async def release_eni(self, eni_id: str) -> None:
+        state = self._engine.state
+        cidrs = tuple(state.units_by_eni.get(eni_id, {}))
+        marked = await self._engine.begin_release(cidrs)
+        if len(marked) != len(cidrs):
+            await self._engine.abort_release(marked)  # something on it is in use now: keep it
+            return
+        self.in_flight.update((eni_id, *cidrs))
+        try:
+            await self._detach_and_delete(eni_id, marked)
+        finally:
+            self.in_flight.difference_update((eni_id, *cidrs))
+        await self._engine.remove_eni(eni_id)
+        logger.info("pool.eni_released eni_id=%s", eni_id)
+
+    async def _call(self, operation: str, awaitable: Awaitable[T]) -> T:
+        return await timed(operation, awaitable, self._timeout_s)
+
+    async def _unassign(self, eni_id: str, cidrs: list[str]) -> None:
+        kind = self._engine.state.units[cidrs[0]].kind
+        self.in_flight.update(cidrs)
+        try:
+            await self._call("unassign", self._ec2.unassign_units(eni_id, kind, cidrs))
+        except NotFound:
+            pass  # already gone from the ENI: the release is complete
+        except CloudError as err:
+            await self._settle_release(eni_id, cidrs, err)
+            raise
+        finally:
+            self.in_flight.difference_update(cidrs)
+        await self._engine.finish_release(cidrs)
+        logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
+
+    async def _settle_release(self, eni_id: str, cidrs: list[str], err: CloudError) -> None:
+        """After a failed unassign: a refusal frees the units again; after an unknown outcome the
+        units EC2 no longer lists were released and the others stay `releasing`."""
+        if not err.retryable:
+            await self._engine.abort_release(cidrs)
+            return
+        try:
+            enis = await self._call("describe", self._ec2.describe_enis(self._instance_id))
+        except CloudError:
+            return
+        listed = {
+            c for e in enis if e.eni_id == eni_id for c in (*e.units("ip"), *e.units("prefix"))
+        }
+        gone = [c for c in cidrs if c not in listed]
+        if gone:
+            await self._engine.finish_release(gone)
+
+    async def _detach_and_delete(self, eni_id: str, marked: tuple[str, ...]) -> None:
+        try:
+            enis = await self._call("describe", self._ec2.describe_enis(self._instance_id))
+        except CloudError:
+            await self._engine.abort_release(marked)  # nothing was asked of EC2 yet
+            raise
+        attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
+        if attachment is not None:
+            try:
+                await self._call("detach", self._ec2.detach_eni(attachment))
+            except NotFound:
+                pass
+            except CloudError as err:
+                await self._settle_detach(eni_id, marked, err)
+                raise
+        try:
+            await self._call("delete_eni", self._ec2.delete_eni(eni_id))
+        except NotFound:
+            pass
+        except CloudError:
+            # Detached, deleted or not: no longer ours to use. It leaves the inventory; ENI GC
+            # deletes it if it is still there.
+            await self._engine.remove_eni(eni_id)
+            raise
+
+    async def _settle_detach(self, eni_id: str, marked: tuple[str, ...], err: CloudError) -> None:
+        """After a failed detach: a refusal frees the units again; after an unknown outcome the ENI
+        leaves the inventory if EC2 no longer lists it attached, else its units stay `releasing`
+        until the drift sees, past the grace window, what EC2 did."""
+        if not err.retryable:
+            await self._engine.abort_release(marked)
+            return
+        attached = await attached_here(self._ec2, self._instance_id, eni_id, self._timeout_s)
+        if attached is False:
+            await self._engine.remove_eni(eni_id)
