@@ -555,8 +555,8 @@ def replay_machine(**shape: object) -> ReconcileMachine:
 def test_found_bug_1_unassign_timeout_not_settled_by_a_lagging_describe() -> None:
     """The primary ENI holds two free addresses, WARM_IP_TARGET=1: the pool returns one. EC2
     unassigns it, but the answer is lost (a read timeout), and EC2's listing taken at once still
-    shows the address. The bug: the pool manager's settle step trusted that listing and made the unit free again,
-    and the second ADD was handed an address EC2 no longer had. Now an unassign of unknown outcome
+    shows the address. The bug: the pool manager's settle step trusted that listing and made the
+    unit free again, and the second ADD was handed an address EC2 no longer had. Now an unassign of unknown outcome
     leaves the units EC2 still lists `releasing` (never handed out) until the drift settles them
     with a listing taken past the grace window."""
     machine = replay_machine()
@@ -582,8 +582,8 @@ def test_found_bug_2_eni_release_timeout_not_settled_by_a_lagging_describe(
     """A second ENI, attached more than the lag ago, empties and is released (WARM_ENI_TARGET=1,
     MIN_ENI_LIFETIME=0). EC2 detaches it; then the detach's answer is lost, or the delete times out
     before or after EC2 acted, and EC2's listing taken at once still shows the ENI attached. The
-    bug: the pool manager's ENI release trusted that listing, aborted the release, and the third ADD was
-    handed an address of an ENI no longer attached (or no longer existing). Now a failed delete
+    bug: the pool manager's ENI release trusted that listing, aborted the release, and the third
+    ADD was handed an address of an ENI no longer attached (or no longer existing). Now a failed delete
     after a detach that answered drops the ENI from the inventory (ENI GC deletes it), and a detach
     of unknown outcome leaves the units `releasing` until a listing past the grace window decides."""
     machine = replay_machine(
