@@ -556,9 +556,9 @@ def test_found_bug_1_unassign_timeout_not_settled_by_a_lagging_describe() -> Non
     """The primary ENI holds two free addresses, WARM_IP_TARGET=1: the pool returns one. EC2
     unassigns it, but the answer is lost (a read timeout), and EC2's listing taken at once still
     shows the address. The bug: the pool manager's settle step trusted that listing and made the
-    unit free again, and the second ADD was handed an address EC2 no longer had. Now an unassign of unknown outcome
-    leaves the units EC2 still lists `releasing` (never handed out) until the drift settles them
-    with a listing taken past the grace window."""
+    unit free again, and the second ADD was handed an address EC2 no longer had. Now an unassign
+    of unknown outcome leaves the units EC2 still lists `releasing` (never handed out) until the
+    drift settles them with a listing taken past the grace window."""
     machine = replay_machine()
     try:
         machine.ec2.fail_next("unassign_units", after_acting=True)
