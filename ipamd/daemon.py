@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,6 +73,7 @@ class Daemon:
     drift_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     start_retry_cap_s: float = 30.0
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    rng: random.Random = field(default_factory=random.Random)
 
     async def start(self) -> None:
         """Bring the node to a state it can serve from; sets `ready`. EC2 answering badly or the
@@ -86,8 +88,10 @@ class Daemon:
                 await self._start_once()
                 return
             except (CloudError, StoreWriteFailed) as err:
-                logger.warning("daemon.start_failed error=%s retry_in_s=%.0f", err, delay)
-                await self.sleep(delay)
+                # Full jitter: a fleet restarted together does not retry together.
+                wait = self.rng.uniform(0, delay)
+                logger.warning("daemon.start_failed error=%s retry_in_s=%.1f", err, wait)
+                await self.sleep(wait)
                 delay = min(delay * 2, self.start_retry_cap_s)
 
     async def _start_once(self) -> None:
@@ -124,6 +128,9 @@ class Ec2(Ec2Api, Ec2Catalog, Protocol):
     """Both EC2 ports, as one adapter serves them."""
 
 
+EngineOpener = Callable[[Path, Clock, EngineSettings], Awaitable[Engine]]
+
+
 async def build_daemon(
     config: Config,
     *,
@@ -132,10 +139,14 @@ async def build_daemon(
     runtime: RuntimeApi,
     addresses: SandboxAddresses,
     clock: Clock,
+    open_engine: EngineOpener = Engine.open,
+    rng: random.Random | None = None,
 ) -> Daemon:
     """Open the state and build every part on the adapters `main` made; nothing runs until `start()`
-    and the task group."""
-    engine = await Engine.open(Path(config.state_dir) / STATE_FILE, clock, engine_settings(config))
+    and the task group. (`open_engine` and `rng` let a simulation on virtual time build the same
+    parts.)"""
+    path = Path(config.state_dir) / STATE_FILE
+    engine = await open_engine(path, clock, engine_settings(config))
     identity = await imds.identity()
     instance = await ec2.describe_instance(identity.instance_id)
     raw_limits = await ec2.instance_limits(instance.instance_type)
@@ -164,6 +175,7 @@ async def build_daemon(
             release_grace_s=config.reconcile_grace_s,
         ),
         clock,
+        rng,
     )
 
     def in_flight() -> set[str]:
@@ -206,6 +218,7 @@ async def build_daemon(
         kinds=kinds,
         addresses=addresses,
         drift_wanted=daemon_events["drift"],
+        rng=rng or random.Random(),
     )
 
 

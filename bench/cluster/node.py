@@ -1,5 +1,5 @@
 """One simulated node: ipamd's real parts (engine on a real state file, pool manager, EC2 drift, IMDS
-hint, runtime leak GC, ENI GC), wired as `ipamd.daemon.build_daemon` wires them, on the node's own
+hint, runtime leak GC, ENI GC), built by `ipamd.daemon.build_daemon` itself, on the node's own
 `Boto3Ec2` adapter (its own client-side buckets and retries) talking to the shared account front.
 
 Differences from the daemon, all forced by virtual time (`bench.cluster.vtime`): the engine is built
@@ -25,18 +25,17 @@ from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
 from ipamd.clock import Clock
 from ipamd.config import Config
-from ipamd.daemon import engine_settings
+from ipamd.daemon import Daemon, build_daemon
+from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.engine.pool import PoolManager
 from ipamd.engine.state import NodeState
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.modes import strategy_for
-from ipamd.policy.plan import compute_pod_limit
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.jobs import Job, Jobs
 from ipamd.reconcile.leaks import LeakGc
+from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.fake_cloud import FakeRuntime
 
 STATE_FILE = "ipamd.db"
@@ -87,7 +86,7 @@ class SimNode:
     runtime: FakeRuntime
     adapter: Boto3Ec2
     max_pods: int
-    drift_wanted: asyncio.Event
+    daemon: Daemon
     ready: bool = False
     gone: bool = False
     eni_gc_cluster: str = ""
@@ -111,12 +110,18 @@ class SimNode:
         await self.engine.close()
 
 
-def open_engine(path: Path, clock: Clock, config: Config) -> Engine:
+async def open_inline_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
     """A fresh engine on `path`, its store used on the loop's thread (see the module docstring)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     store = Store.open(path)
-    state = NodeState.from_image(store.load())
-    return Engine(store, state, clock, engine_settings(config), InlineExecutor())
+    return Engine(store, NodeState.from_image(store.load()), clock, settings, InlineExecutor())
+
+
+class _NoSandboxAddresses:
+    """Repair's evidence source; the simulation never repairs."""
+
+    async def sandbox_addresses(self, sandbox_id: str) -> tuple[str, ...]:
+        raise RuntimeUnavailable("the simulated runtime records no sandbox addresses")
 
 
 async def build_node(
@@ -128,73 +133,45 @@ async def build_node(
     clock: Clock,
     rng: random.Random,
 ) -> SimNode:
-    """The node's parts, as `build_daemon` makes them (its EC2 reads included)."""
-    engine = open_engine(path, clock, config)
-    identity = await imds.identity()
-    instance = await adapter.describe_instance(identity.instance_id)
-    raw = await adapter.instance_limits(instance.instance_type)
-    limits = NodeLimits(max_enis=raw.max_enis, units_per_eni=raw.units_per_eni)
-    targets = PoolTargets.from_config(config)
-    strategy = strategy_for(config.enable_prefix_delegation)
-    max_pods = compute_pod_limit(targets, limits, strategy)
-    engine.settings = replace(engine.settings, max_pods=max_pods)
-    settings = PoolSettings(
-        targets=targets,
-        strategy=strategy,
-        cluster_name=config.cluster_name,
-        subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
-        release_grace_s=config.reconcile_grace_s,
-    )
-    pool = PoolManager(
-        engine, adapter, instance, limits, settings, clock, random.Random(rng.random())
-    )
-
-    def in_flight() -> set[str]:
-        return pool.releases_in_flight | pool.pending_enis
-
-    kinds = (strategy.kind,)
-    grace_s = config.reconcile_grace_s
-    drift = Ec2Drift(engine, adapter, instance.instance_id, kinds, grace_s, clock, in_flight)
-    wanted = asyncio.Event()
-    hint = ImdsHint(lambda: engine.state, imds, kinds, grace_s, clock, wanted.set)
-    eni_gc = EniGc(
-        adapter,
-        instance.instance_id,
-        config.eni_gc_grace_s,
-        clock,
-        lambda: pool.pending_enis | set(engine.state.enis),
-        cluster_name=config.cluster_name,
-    )
+    """The node's parts, made by the daemon's own `build_daemon` (its EC2 reads included)."""
     runtime = FakeRuntime(clock)
+    daemon = await build_daemon(
+        replace(config, state_dir=str(path.parent)),
+        ec2=adapter,
+        imds=imds,
+        runtime=runtime,
+        addresses=_NoSandboxAddresses(),
+        clock=clock,
+        open_engine=open_inline_engine,
+        rng=random.Random(rng.random()),
+    )
+    max_pods = daemon.engine.settings.max_pods
+    assert max_pods is not None, "build_daemon sets the node's pod limit"
     return SimNode(
+        daemon=daemon,
         eni_gc_cluster=config.cluster_name,
         name=name,
-        instance_id=instance.instance_id,
+        instance_id=daemon.instance_id,
         path=path,
-        engine=engine,
-        pool=pool,
-        drift=drift,
-        hint=hint,
-        leak_gc=LeakGc(engine, runtime, config.leak_grace_s, clock),
-        eni_gc=eni_gc,
+        engine=daemon.engine,
+        pool=daemon.pool,
+        drift=daemon.drift,
+        hint=daemon.hint,
+        leak_gc=daemon.leak_gc,
+        eni_gc=daemon.eni_gc,
         runtime=runtime,
         adapter=adapter,
         max_pods=max_pods,
-        drift_wanted=wanted,
     )
 
 
 async def start_node(node: SimNode, config: Config, jobs: Jobs, rng: random.Random) -> None:
-    """The daemon's start-up (claim the state, read EC2, first runtime listing: ready), retried on a
-    cloud error as a restarted daemon would be, then its loops."""
-    await node.engine.claim_instance(node.instance_id)
-    first = Job("start_drift", node.drift.run_once, 0.0)
-    delay_s = 1.0
-    while not await jobs.run_now(first):
-        await asyncio.sleep(rng.uniform(0, delay_s))
-        delay_s = min(delay_s * 2, 60.0)
-    await node.leak_gc.run_once()
-    node.ready = True
+    """The daemon's own start-up (`Daemon.start`: claim the state, read EC2 with backoff, first
+    runtime listing, ready), then its loops, the reconcile rounds counted in the shared `jobs`."""
+    daemon = node.daemon
+    daemon.jobs = jobs
+    await daemon.start()
+    node.ready = daemon.ready
     loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
         ("pool", lambda: node.pool.run(config.pool_interval_s)),
         (
@@ -221,7 +198,7 @@ async def start_node(node: SimNode, config: Config, jobs: Jobs, rng: random.Rand
             "eni_gc",
             _every(jobs, Job("eni_gc", node.eni_gc.run_once, config.eni_gc_interval_s, 60.0), rng),
         ),
-        ("drift_on_demand", lambda: _on_demand(jobs, node)),
+        ("drift_on_demand", daemon.drift_on_demand),
     ]
     loop = asyncio.get_running_loop()
     for name, run in loops:
@@ -237,12 +214,3 @@ def _every(jobs: Jobs, job: Job, rng: random.Random) -> Callable[[], Coroutine[A
             await jobs.run_now(job)
 
     return run
-
-
-async def _on_demand(jobs: Jobs, node: SimNode) -> None:
-    """The EC2 check the IMDS hint asks for (`Daemon.drift_on_demand`)."""
-    job = Job("ec2_drift_triggered", node.drift.run_once, 0.0)
-    while True:
-        await node.drift_wanted.wait()
-        node.drift_wanted.clear()
-        await jobs.run_now(job)
