@@ -123,6 +123,14 @@ class TokenBucket:
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self._rate
 
+    def try_take(self) -> bool:
+        """Take a token if one is there; never lends (how EC2's own buckets refuse a request)."""
+        self._refill()
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
     async def take(self) -> None:
         wait_s = self.reserve()
         if wait_s <= 0:

@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cloud.ratelimit import TokenBucket
+
 OK = "ok"
 THROTTLED = "RequestLimitExceeded"
 
@@ -51,39 +53,14 @@ class Ec2Budget:
     """Request to answer, mutating calls."""
 
 
-class AccountBucket:
-    """A token bucket that refuses (EC2's, unlike ipamd's client-side bucket, never lends)."""
-
-    def __init__(self, capacity: int, refill_per_s: float, now_s: float) -> None:
-        self.capacity = float(capacity)
-        self.refill_per_s = refill_per_s
-        self._tokens = float(capacity)
-        self._stamp = now_s
-
-    def tokens(self, now_s: float) -> float:
-        self._refill(now_s)
-        return self._tokens
-
-    def try_take(self, now_s: float) -> bool:
-        self._refill(now_s)
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
-
-    def _refill(self, now_s: float) -> None:
-        elapsed = max(0.0, now_s - self._stamp)
-        self._tokens = min(self.capacity, self._tokens + elapsed * self.refill_per_s)
-        self._stamp = now_s
-
-
 class AccountFront:
     """Admits or throttles each request against the account's buckets and counts outcomes."""
 
     def __init__(self, budget: Ec2Budget, now_s: Callable[[], float]) -> None:
         self.budget = budget
         self._now_s = now_s
-        self._buckets: dict[str, AccountBucket] = {}
+        self._buckets: dict[str, TokenBucket] = {}
+        """EC2's buckets: `TokenBucket.try_take`, which refuses rather than lends."""
         self.calls: Counter[tuple[str, str]] = Counter()
         """Requests that reached EC2, by (operation, outcome): `ok`, `RequestLimitExceeded` or the
         error code EC2 answered with."""
@@ -94,16 +71,16 @@ class AccountFront:
     def mutating(operation: str) -> bool:
         return operation not in NON_MUTATING
 
-    def bucket(self, operation: str) -> AccountBucket:
+    def bucket(self, operation: str) -> TokenBucket:
         family = "mutating" if self.mutating(operation) else "non-mutating"
         name = f"{family}:{operation}" if self.budget.per_action else family
         found = self._buckets.get(name)
         if found is None:
             b = self.budget
             found = (
-                AccountBucket(b.mutate_capacity, b.mutate_refill_per_s, self._now_s())
+                TokenBucket(b.mutate_refill_per_s, b.mutate_capacity, clock=self._now_s)
                 if self.mutating(operation)
-                else AccountBucket(b.describe_capacity, b.describe_refill_per_s, self._now_s())
+                else TokenBucket(b.describe_refill_per_s, b.describe_capacity, clock=self._now_s)
             )
             self._buckets[name] = found
         return found
@@ -114,7 +91,7 @@ class AccountFront:
         self.last_latency_s = (
             self.budget.mutate_latency_s if mutating else self.budget.describe_latency_s
         )
-        if not self.budget.throttling or self.bucket(operation).try_take(self._now_s()):
+        if not self.budget.throttling or self.bucket(operation).try_take():
             return True
         self.calls[operation, THROTTLED] += 1
         return False

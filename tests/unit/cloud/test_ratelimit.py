@@ -64,6 +64,14 @@ def test_concurrent_takers_wait_in_arrival_order(fake_time: FakeTime) -> None:
     assert bucket.tokens == -3.0
 
 
+def test_try_take_refuses_instead_of_lending_and_refills_with_time(fake_time: FakeTime) -> None:
+    bucket = _bucket(fake_time, rate=2.0, burst=3)
+    assert [bucket.try_take() for _ in range(4)] == [True, True, True, False]
+    assert bucket.tokens == 0.0, "a refusal takes nothing"
+    fake_time.now += 0.5  # one token at 2 per second
+    assert bucket.try_take() and not bucket.try_take()
+
+
 def test_drain_empties_but_keeps_debt(fake_time: FakeTime) -> None:
     bucket = _bucket(fake_time)
     bucket.drain()
