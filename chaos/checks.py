@@ -23,7 +23,7 @@ import aiohttp
 
 from chaos.node import ChaosNode
 from chaos.pods import IFNAME, Ledger
-from tests.support.invariants import read_disk
+from tests.support.invariants import has_unique_owner_index, read_disk
 
 Owners = dict[str, list[str]]
 """address -> the container IDs owning it."""
@@ -84,7 +84,7 @@ def _own(owners: Owners, record: dict[str, Any], addresses: list[str], verdict: 
 def _disk_owners(node: ChaosNode, verdict: Verdict) -> Owners | None:
     try:
         image = read_disk(node.state_file)
-        unique = _has_unique_owner_index(node)
+        unique = has_unique_owner_index(node.state_file)
     except (sqlite3.Error, OSError) as err:
         verdict.problems.append(f"state file unreadable: {err!r}")
         return None
@@ -97,17 +97,6 @@ def _disk_owners(node: ChaosNode, verdict: Verdict) -> Owners | None:
     if image.quarantine:
         verdict.problems.append(f"disk: claims set aside at load: {image.quarantine[:3]}")
     return owners
-
-
-def _has_unique_owner_index(node: ChaosNode) -> bool:
-    conn = sqlite3.connect(f"file:{node.state_file}?mode=ro", uri=True)
-    try:
-        row = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'one_owner_per_address'"
-        ).fetchone()
-    finally:
-        conn.close()
-    return row is not None and "UNIQUE" in str(row[0]).upper()
 
 
 def _check_owners(source: str, owners: Owners, ledger: Ledger, verdict: Verdict) -> None:

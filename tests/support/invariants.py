@@ -45,7 +45,7 @@ def check_invariants(engine: Engine, path: Path, now: float) -> None:
     # 1 on disk: no address has two owners, and the constraint that guarantees it is present.
     owners_on_disk = Counter(a for alloc in disk.allocations for a in alloc.addresses)
     assert [a for a, n in owners_on_disk.items() if n > 1] == []
-    assert _has_unique_owner_index(path)
+    assert has_unique_owner_index(path)
     # 4, 7: memory reflects exactly what committed.
     assert normalized(state.to_image()) == normalized(disk)
 
@@ -79,7 +79,8 @@ def check_state(state: NodeState, now: float, cooldown_s: float, intent_ttl_s: f
         assert state.owned_in_unit.get(cidr, 0) == owned_per_unit.get(cidr, 0)
 
 
-def _has_unique_owner_index(path: Path) -> bool:
+def has_unique_owner_index(path: Path) -> bool:
+    """Whether the state file still carries the UNIQUE index that makes two owners impossible."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         row = conn.execute(
