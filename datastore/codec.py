@@ -38,9 +38,18 @@ def write_mutation(conn: sqlite3.Connection, m: Mutation) -> None:
     ex("DELETE FROM cooldowns WHERE address = ?", [(a,) for a in m.delete_cooldowns])
     ex(f"DELETE FROM quarantine WHERE {_KEY}", [_key(k) for k in m.delete_quarantine])
     ex(
-        "INSERT OR REPLACE INTO enis VALUES (?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO enis (eni_id, device_index, subnet_id, is_primary, added_at, mac,"
+        " primary_ip) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (e.eni_id, e.device_index, e.subnet_id, int(e.is_primary), e.added_at)
+            (
+                e.eni_id,
+                e.device_index,
+                e.subnet_id,
+                int(e.is_primary),
+                e.added_at,
+                e.mac,
+                e.primary_ip,
+            )
             for e in m.put_enis
         ],
     )
@@ -97,9 +106,10 @@ def load_image(conn: sqlite3.Connection) -> StateImage:
     return StateImage(
         instance_id=meta.get("instance_id"),
         enis=tuple(
-            EniRecord(eni_id, index, subnet, bool(primary), added)
-            for eni_id, index, subnet, primary, added in conn.execute(
-                "SELECT * FROM enis ORDER BY device_index, eni_id"
+            EniRecord(eni_id, index, subnet, bool(primary), added, mac, primary_ip)
+            for eni_id, index, subnet, primary, added, mac, primary_ip in conn.execute(
+                "SELECT eni_id, device_index, subnet_id, is_primary, added_at, mac, primary_ip"
+                " FROM enis ORDER BY device_index, eni_id"
             )
         ),
         units=tuple(

@@ -33,6 +33,10 @@ class EniRecord:
     subnet_id: str
     is_primary: bool
     added_at: float
+    mac: str = ""
+    """As EC2 gives it (lower-case); "" until EC2 has been read for it (a version-1 state file)."""
+    primary_ip: str = ""
+    """The ENI's primary private address; "" as for `mac`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ a file whose version is newer than `SCHEMA_VERSION` was written by a newer ipamd
 from __future__ import annotations
 
 APPLICATION_ID = 0x69706D64  # "ipmd"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = (
     """CREATE TABLE meta (
@@ -80,7 +80,15 @@ _V1 = (
     ) STRICT""",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1}
+# Version 2: what the host side of an ENI is made of (its link is found by MAC; its primary address
+# goes on that link and selects its route table). Rows of version 1 get "" and are filled in by the
+# next EC2 reconcile, before host networking needs them.
+_V2 = (
+    "ALTER TABLE enis ADD COLUMN mac TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE enis ADD COLUMN primary_ip TEXT NOT NULL DEFAULT ''",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
 """Statements that bring a file from version N-1 to version N."""
 
 CROSS_CHECKED_TABLES = (

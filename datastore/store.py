@@ -91,8 +91,10 @@ class Store:
         if not self.missing_indexes:
             return
         with self._transaction():
-            for statement in MIGRATIONS[SCHEMA_VERSION]:
-                if any(name in statement for name in self.missing_indexes):
+            for statement in (s for v in sorted(MIGRATIONS) for s in MIGRATIONS[v]):
+                if statement.startswith("CREATE") and any(
+                    name in statement for name in self.missing_indexes
+                ):
                     self._conn.execute(statement)
         self.missing_indexes = frozenset()
 

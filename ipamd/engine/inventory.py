@@ -7,6 +7,7 @@ mutation); callers pass that evidence in. Pure functions returning the mutation 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from datastore.records import EniRecord, Mutation, ReleasedUnitRecord, UnitKind, UnitRecord
 from ipamd.engine.state import NodeState
@@ -14,9 +15,14 @@ from ipamd.errors import InventoryError
 
 
 def plan_add_eni(state: NodeState, eni: EniRecord) -> Mutation:
-    if eni.eni_id in state.enis:
+    """A new ENI enters; a known one keeps its record, except that facts EC2 now gives and the
+    record lacks (MAC, primary address: a state file of schema version 1) are filled in."""
+    known = state.enis.get(eni.eni_id)
+    if known is None:
+        return Mutation(put_enis=(eni,))
+    if (known.mac, known.primary_ip) == (eni.mac, eni.primary_ip) or not eni.mac:
         return Mutation()
-    return Mutation(put_enis=(eni,))
+    return Mutation(put_enis=(replace(known, mac=eni.mac, primary_ip=eni.primary_ip),))
 
 
 def plan_add_units(

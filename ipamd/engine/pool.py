@@ -80,6 +80,19 @@ class PoolHealth:
     errors_by_code: dict[str, int] = field(default_factory=dict)
 
 
+def eni_record(eni: NetworkInterface, device_index: int, now: float) -> EniRecord:
+    """The inventory's record of an ENI EC2 described (or just created and attached)."""
+    return EniRecord(
+        eni.eni_id,
+        device_index,
+        eni.subnet_id,
+        device_index == 0,
+        now,
+        mac=eni.mac.lower(),
+        primary_ip=eni.primary_ip,
+    )
+
+
 class PoolManager:
     def __init__(
         self,
@@ -138,10 +151,7 @@ class PoolManager:
             if eni.device_index is None:
                 continue
             if eni.eni_id not in self._engine.state.enis:
-                record = EniRecord(
-                    eni.eni_id, eni.device_index, eni.subnet_id, eni.is_primary, self._clock.now()
-                )
-                await self._engine.add_eni(record)
+                await self._engine.add_eni(eni_record(eni, eni.device_index, self._clock.now()))
             missing = self._adoptable(eni.units(kind))
             await self._engine.add_units(eni.eni_id, missing, kind)
             added += len(missing)
@@ -259,9 +269,7 @@ class PoolManager:
         self.pending_enis.add(eni.eni_id)
         try:
             await self._attach(eni, index)
-            await self._engine.add_eni(
-                EniRecord(eni.eni_id, index, eni.subnet_id, False, self._clock.now())
-            )
+            await self._engine.add_eni(eni_record(eni, index, self._clock.now()))
         finally:
             if eni.eni_id not in self._unattached:
                 self.pending_enis.discard(eni.eni_id)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from cloud.errors import CloudError
 from cloud.models import NetworkInterface, UnitKind
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
-from datastore.records import EniRecord
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
+from ipamd.engine.pool import eni_record
 
 logger = logging.getLogger(__name__)
 
@@ -106,16 +106,10 @@ class Ec2Drift:
 
     async def _reconcile_eni(self, eni: NetworkInterface, report: DriftReport) -> None:
         engine, state = self._engine, self._engine.state
-        if eni.eni_id not in state.enis:
-            await engine.add_eni(
-                EniRecord(
-                    eni.eni_id,
-                    eni.device_index or 0,
-                    eni.subnet_id,
-                    eni.is_primary,
-                    self._clock.now(),
-                )
-            )
+        known = state.enis.get(eni.eni_id)
+        if known is None or (eni.mac and not known.mac):
+            await engine.add_eni(eni_record(eni, eni.device_index or 0, self._clock.now()))
+        if known is None:
             report.enis_added.append(eni.eni_id)
         in_flight = set(self._in_flight())
         for kind in self._kinds:
