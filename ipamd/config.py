@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ipamd.config_kinds import (
     BOOL,
+    CIDRS,
     COUNT,
     GRACE,
     INSTANCE_TYPE,
@@ -29,6 +30,7 @@ from ipamd.config_kinds import (
     HostPort,
     Kind,
     Tags,
+    bounded,
     choice,
     integer,
     parse_endpoint,
@@ -39,6 +41,8 @@ from ipamd.config_kinds import (
 )
 
 LogFormat = Literal["auto", "json", "text"]
+HostNetworkMode = Literal["on", "off"]
+RandomizeSnat = Literal["prng", "hashrandom", "none"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 _SETTING_KEY = "ipamd.setting"
@@ -143,6 +147,26 @@ class Config:
         "DISABLE_LEAKED_ENI_CLEANUP", BOOL, "false", "", "`DISABLE_LEAKED_ENI_CLEANUP`",
         "Turn off ENI GC (deleting detached ENIs that ipamd created: the cluster's when "
         "CLUSTER_NAME is set, else this instance's)."))
+    eni_mtu: int = field(metadata=_setting(
+        "AWS_VPC_ENI_MTU", bounded(576, 9001), "9001", "bytes", "`AWS_VPC_ENI_MTU`",
+        "MTU of every secondary ENI's link (host networking on)."))
+    pod_mtu: int | None = field(metadata=_setting(
+        "POD_MTU", bounded(576, 9001, optional=True), "", "bytes", "`POD_MTU`",
+        "MTU of the pods' interfaces, written into the conflist as `mtu`; unset = AWS_VPC_ENI_MTU."))
+    external_snat: bool = field(metadata=_setting(
+        "AWS_VPC_K8S_CNI_EXTERNALSNAT", BOOL, "false", "", "`AWS_VPC_K8S_CNI_EXTERNALSNAT`",
+        "Pods leave the VPC with their own address, by their own ENI (the node sits behind a NAT "
+        "gateway): no SNAT, no connmark. False = SNAT to the primary ENI's primary address."))
+    exclude_snat_cidrs: tuple[str, ...] = field(metadata=_setting(
+        "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", CIDRS, "", "",
+        "`AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`",
+        "Comma-separated IPv4 CIDRs outside the VPC that pods reach without SNAT (e.g. a peered "
+        "network), as if they were VPC CIDRs."))
+    randomize_snat: RandomizeSnat = field(metadata=_setting(
+        "AWS_VPC_K8S_CNI_RANDOMIZESNAT", choice("prng", "hashrandom", "none"), "prng", "",
+        "`AWS_VPC_K8S_CNI_RANDOMIZESNAT`",
+        "Source ports of SNATed connections: `prng` (nft `fully-random`), `hashrandom` "
+        "(`random`) or `none`."))
     disable_metrics: bool = field(metadata=_setting(
         "DISABLE_METRICS", BOOL, "false", "", "`DISABLE_METRICS`",
         "Do not serve Prometheus metrics."))
@@ -162,6 +186,12 @@ class Config:
     cri_socket_path: str = field(metadata=_setting(
         "IPAMD_CRI_SOCKET", SOCKET, "/run/containerd/containerd.sock", "", "none",
         "CRI socket of the container runtime; the runtime leak GC lists pod sandboxes there."))
+    host_network: HostNetworkMode = field(metadata=_setting(
+        "IPAMD_HOST_NETWORK", choice("on", "off"), "on", "",
+        "none (always on)",
+        "Set up the node's datapath: per-ENI route tables, per-pod policy rules and SNAT. `off` "
+        "hands out addresses only, so pods on secondary ENIs cannot send (EC2's source/"
+        "destination check drops them); a laptop run never touches the host.", "off"))
     embedded_instance_type: str = field(metadata=_setting(
         "IPAMD_EMBEDDED_INSTANCE_TYPE", INSTANCE_TYPE, "m5.large", "", "none",
         "Instance type of the simulated instance under `ipamd run --embedded`."))
@@ -236,6 +266,11 @@ class Config:
         "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
         "`insufficientCidrErrorCooldown` (2 min, fixed)",
         "After EC2 reports the subnet out of addresses, growth waits this long before retrying."))
+    host_network_reconcile_interval_s: float = field(metadata=_setting(
+        "IPAMD_HOST_NETWORK_RECONCILE_INTERVAL", INTERVAL, "60", "s",
+        "none (rules pruned at start only)",
+        "Period of the host-network reconcile: ipamd's rules, routes and SNAT table made exactly "
+        "what the state implies, whatever changed them."))
     ec2_call_timeout_s: float = field(metadata=_setting(
         "IPAMD_EC2_CALL_TIMEOUT", INTERVAL, "10", "s", "none",
         "Deadline on each EC2 call ipamd awaits, so a hung call cannot stall a task."))

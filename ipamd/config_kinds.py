@@ -67,6 +67,38 @@ def integer(low: int, *, none: str | None = None, hint: str = "") -> Kind:
     return Kind(parse, lambda value: str(none) if value is None else str(value))
 
 
+def bounded(low: int, high: int, *, optional: bool = False) -> Kind:
+    """An integer in [`low`, `high`]; if `optional`, empty text is None."""
+    expected = f"must be an integer from {low} to {high}"
+
+    def parse(text: str) -> int | None:
+        if optional and not text:
+            return None
+        if not _INT.fullmatch(text) or not low <= int(text) <= high:
+            raise ValueError(expected)
+        return int(text)
+
+    return Kind(parse, lambda value: "" if value is None else str(value))
+
+
+def _parse_cidrs(text: str) -> tuple[str, ...]:
+    """Comma-separated IPv4 CIDRs (VPC CNI's list form); empty text is an empty list."""
+    cidrs: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            cidrs.append(str(ipaddress.IPv4Network(part, strict=False)))
+        except ValueError:
+            raise ValueError(
+                f"must be comma-separated IPv4 CIDRs (10.1.0.0/16,192.168.0.0/24); {part!r} is not"
+            ) from None
+    return tuple(dict.fromkeys(cidrs))
+
+
+CIDRS = Kind(_parse_cidrs, ",".join)
+
+
 _DURATION = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<unit>ms|s|m|h)?")
 _UNIT_SECONDS = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
 

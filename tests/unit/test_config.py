@@ -37,11 +37,17 @@ def test_defaults_from_an_empty_mapping() -> None:
         ec2_http_timeout_s=10,
         additional_eni_tags=(),
         disable_leaked_eni_cleanup=False,
+        eni_mtu=9001,
+        pod_mtu=None,
+        external_snat=False,
+        exclude_snat_cidrs=(),
+        randomize_snat="prng",
         disable_metrics=False,
         socket_path="/run/ipamd/ipamd.sock",
         state_dir="/var/lib/ipamd",
         metrics_addr=HostPort("127.0.0.1", 61678),
         cri_socket_path="/run/containerd/containerd.sock",
+        host_network="on",
         embedded_instance_type="m5.large",
         max_pods_override=None,
         log_format="auto",
@@ -61,6 +67,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         eni_gc_grace_s=300.0,
         min_eni_lifetime_s=60.0,
         subnet_exhausted_cooldown_s=120.0,
+        host_network_reconcile_interval_s=60.0,
         ec2_call_timeout_s=10.0,
     )
 
@@ -160,13 +167,61 @@ def test_grace_windows_may_be_zero_but_intervals_may_not() -> None:
     assert all("> 0" in p for p in problems)
 
 
-def test_embedded_mode_changes_socket_and_state_defaults_only() -> None:
+def test_embedded_mode_changes_socket_state_and_host_network_defaults_only() -> None:
     plain = Config.from_env({})
     embedded = Config.from_env({}, embedded=True)
 
     assert (embedded.socket_path, embedded.state_dir) == ("./.run/ipamd.sock", "./.run/state")
-    rest = dataclasses.replace(embedded, socket_path=plain.socket_path, state_dir=plain.state_dir)
+    assert (plain.host_network, embedded.host_network) == ("on", "off"), "a laptop run never "
+    "touches the host's routing"
+    rest = dataclasses.replace(
+        embedded,
+        socket_path=plain.socket_path,
+        state_dir=plain.state_dir,
+        host_network=plain.host_network,
+    )
     assert rest == plain
+
+
+def test_host_network_settings_parse_with_vpc_cni_meanings() -> None:
+    config = Config.from_env(
+        {
+            "IPAMD_HOST_NETWORK": "OFF",
+            "AWS_VPC_ENI_MTU": "1500",
+            "POD_MTU": "1400",
+            "AWS_VPC_K8S_CNI_EXTERNALSNAT": "true",
+            "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "192.168.0.0/24, 172.16.0.5/12,,",
+            "AWS_VPC_K8S_CNI_RANDOMIZESNAT": "hashrandom",
+        },
+        embedded=True,
+    )
+    assert config.host_network == "off"
+    assert (config.eni_mtu, config.pod_mtu) == (1500, 1400)
+    assert config.external_snat is True
+    assert config.exclude_snat_cidrs == ("192.168.0.0/24", "172.16.0.0/12")
+    assert config.randomize_snat == "hashrandom"
+    assert Config.from_env({"IPAMD_HOST_NETWORK": "on"}, embedded=True).host_network == "on"
+
+
+def test_bad_host_network_values_are_reported_together() -> None:
+    problems = problems_of(
+        {
+            "IPAMD_HOST_NETWORK": "maybe",
+            "AWS_VPC_ENI_MTU": "9002",
+            "POD_MTU": "575",
+            "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "10.0.0.0/8,not-a-cidr",
+            "AWS_VPC_K8S_CNI_RANDOMIZESNAT": "sometimes",
+        }
+    )
+    assert sorted(p.split("=")[0] for p in problems) == [
+        "AWS_VPC_ENI_MTU",
+        "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
+        "AWS_VPC_K8S_CNI_RANDOMIZESNAT",
+        "IPAMD_HOST_NETWORK",
+        "POD_MTU",
+    ]
+    assert any("576 to 9001" in p for p in problems)
+    assert any("'not-a-cidr'" in p for p in problems)
 
 
 def test_explicit_values_win_over_embedded_defaults() -> None:
