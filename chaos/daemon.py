@@ -43,6 +43,8 @@ TUNING: Final[Mapping[str, str]] = {
     "IPAMD_DELETE_INTENT_TTL": "600",
     "IPAMD_LOG_FORMAT": "json",
     "IPAMD_LOG_LEVEL": "info",
+    # The daemon runs in the machine's own network namespace: it must not touch its routing.
+    "IPAMD_HOST_NETWORK": "off",
 }
 """Settings of the daemon under chaos: intervals in seconds, not minutes (defaults in config.py)."""
 

@@ -153,6 +153,16 @@ class Imdsv2Client:
 
     # -- reading ----------------------------------------------------------------------------------
 
+    async def vpc_cidrs(self, mac: str) -> tuple[str, ...]:
+        """The IPv4 CIDR blocks of the VPC of the ENI with `mac` (`vpc-ipv4-cidr-blocks`), as VPC
+        CNI reads them for its SNAT exemptions: no EC2 call (and no IAM permission) needed."""
+        path = f"{MACS_PATH}{mac}/vpc-ipv4-cidr-blocks"
+        body = await self._read(path)
+        try:
+            return tuple(str(ipaddress.IPv4Network(c)) for c in _lines(body))
+        except ValueError as exc:
+            raise Rejected(OP_GET, "MalformedAnswer", f"{path}: {exc}") from None
+
     async def _interface(self, mac: str) -> ImdsInterface:
         base = f"{MACS_PATH}{mac}/"
         eni_id, device, subnet_id, ips, prefixes = await _gather(

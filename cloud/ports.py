@@ -113,3 +113,11 @@ class Imds(Protocol):
     async def identity(self) -> ImdsIdentity: ...
 
     async def interfaces(self) -> tuple[ImdsInterface, ...]: ...
+
+
+class ImdsNetwork(Protocol):
+    """Facts of the VPC that IMDS serves and EC2 would need another permission for."""
+
+    async def vpc_cidrs(self, mac: str) -> tuple[str, ...]:
+        """The IPv4 CIDR blocks of the VPC of the ENI with `mac`."""
+        ...

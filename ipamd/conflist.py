@@ -22,7 +22,9 @@ class ConflistError(ValueError):
     """The template cannot be used; names the file and why."""
 
 
-def render(template: Path, socket_path: str) -> bytes:
+def render(template: Path, socket_path: str, mtu: int | None = None) -> bytes:
+    """The template with every `ipamd-cni` plugin's socket set, and with `mtu` (POD_MTU) on each
+    plugin that chains it (ptp gives the pod's veth that MTU)."""
     try:
         conf = json.loads(template.read_text())
     except (OSError, ValueError) as err:
@@ -39,6 +41,8 @@ def render(template: Path, socket_path: str) -> bytes:
         raise ConflistError(f"{template}: no plugin in `plugins` has ipam type ipamd-cni")
     for plugin in ours:
         plugin["ipam"]["socket"] = os.path.abspath(socket_path)
+        if mtu is not None:
+            plugin["mtu"] = mtu
     return (json.dumps(conf, indent=2) + "\n").encode()
 
 

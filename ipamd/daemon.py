@@ -18,13 +18,16 @@ from typing import Protocol
 
 from cloud.errors import CloudError
 from cloud.models import UnitKind
-from cloud.ports import Ec2Api, Ec2Catalog, Imds
+from cloud.ports import Ec2Api, Ec2Catalog, Imds, Instance
 from ipamd.clock import Clock
 from ipamd.config import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager, PoolSettings
 from ipamd.errors import StoreWriteFailed
+from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.ports import HostNetError, HostNetwork
+from ipamd.hostnet.snat import SnatTable
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, strategy_for
 from ipamd.policy.plan import compute_pod_limit
@@ -66,6 +69,8 @@ class Daemon:
     node_ip: str
     kinds: tuple[UnitKind, ...]
     addresses: SandboxAddresses
+    datapath: Datapath | None = None
+    """The host's datapath (IPAMD_HOST_NETWORK=on); None when ipamd only hands out addresses."""
     jobs: Jobs = field(default_factory=Jobs)
     restart_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once repair rebuilt the state file: the daemon exits so its supervisor starts it afresh."""
@@ -87,7 +92,7 @@ class Daemon:
             try:
                 await self._start_once()
                 return
-            except (CloudError, StoreWriteFailed) as err:
+            except (CloudError, StoreWriteFailed, HostNetError) as err:
                 # Full jitter: a fleet restarted together does not retry together.
                 wait = self.rng.uniform(0, delay)
                 logger.warning("daemon.start_failed error=%s retry_in_s=%.1f", err, wait)
@@ -99,6 +104,10 @@ class Daemon:
             logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine))
         await self.drift.run_once()
         await self.leak_gc.run_once()  # an unreachable runtime proves nothing and blocks nothing
+        if self.datapath is not None:
+            # Before ready (and so before the conflist): every live pod's rules are back, and none
+            # of a pod gone while ipamd was down is left.
+            await self.datapath.reconcile()
         self.ready = True
         logger.info("daemon.ready instance_id=%s", self.instance_id)
 
@@ -107,6 +116,10 @@ class Daemon:
         self.jobs.add(Job("ec2_drift", self.drift.run_once, c.ec2_reconcile_interval_s, 5.0))
         self.jobs.add(Job("imds_hint", self.hint.run_once, c.imds_hint_interval_s, 1.0))
         self.jobs.add(Job("leak_gc", self.leak_gc.run_once, c.leak_gc_interval_s, 5.0))
+        if self.datapath is not None:
+            self.jobs.add(
+                Job("hostnet", self.datapath.reconcile, c.host_network_reconcile_interval_s, 1.0)
+            )
         if not c.disable_leaked_eni_cleanup:
             self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.eni_gc_interval_s, 60.0))
 
@@ -131,6 +144,16 @@ class Ec2(Ec2Api, Ec2Catalog, Protocol):
 EngineOpener = Callable[[Path, Clock, EngineSettings], Awaitable[Engine]]
 
 
+@dataclass(frozen=True, slots=True)
+class HostNetAdapters:
+    """What the host's datapath runs on: the kernel's routing (netlink), its SNAT table (nftables),
+    and where the VPC's CIDRs are read (IMDS, by the primary ENI's MAC)."""
+
+    host: HostNetwork
+    snat: SnatTable
+    vpc_cidrs: Callable[[str], Awaitable[tuple[str, ...]]]
+
+
 async def build_daemon(
     config: Config,
     *,
@@ -141,6 +164,7 @@ async def build_daemon(
     clock: Clock,
     open_engine: EngineOpener = Engine.open,
     rng: random.Random | None = None,
+    hostnet: HostNetAdapters | None = None,
 ) -> Daemon:
     """Open the state and build every part on the adapters `main` made; nothing runs until `start()`
     and the task group. (`open_engine` and `rng` let a simulation on virtual time build the same
@@ -201,7 +225,13 @@ async def build_daemon(
         lambda: pool.pending_enis | set(engine.state.enis),
         cluster_name=config.cluster_name,
     )
+    datapath = (
+        _datapath(config, engine, ec2, instance, hostnet, clock, rng)
+        if hostnet is not None
+        else None
+    )
     return Daemon(
+        datapath=datapath,
         config=config,
         clock=clock,
         engine=engine,
@@ -219,6 +249,38 @@ async def build_daemon(
         addresses=addresses,
         drift_wanted=daemon_events["drift"],
         rng=rng or random.Random(),
+    )
+
+
+def _datapath(
+    config: Config,
+    engine: Engine,
+    ec2: Ec2,
+    instance: Instance,
+    adapters: HostNetAdapters,
+    clock: Clock,
+    rng: random.Random | None,
+) -> Datapath:
+    """The datapath owner on the adapters `main` made. The primary ENI's MAC (to find its link and
+    read the VPC's CIDRs) comes from the state, filled from EC2 by the first drift."""
+    async def subnet_cidr(subnet_id: str) -> str:
+        return (await ec2.subnet(subnet_id)).cidr
+
+    return Datapath(
+        engine,
+        adapters.host,
+        adapters.snat,
+        DatapathSettings(
+            mtu=config.eni_mtu,
+            external_snat=config.external_snat,
+            exclude_snat_cidrs=config.exclude_snat_cidrs,
+            randomize_snat=config.randomize_snat,
+        ),
+        node_ip=instance.private_ip,
+        subnet_cidr=subnet_cidr,
+        vpc_cidrs=adapters.vpc_cidrs,
+        clock=clock,
+        rng=rng,
     )
 
 

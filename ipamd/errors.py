@@ -48,6 +48,14 @@ class MaxPodsReached(IpamdError):
     status = 503
 
 
+class DatapathUnavailable(IpamdError):
+    """The pod's routing could not be set up on the host; the ADD was undone and can be retried."""
+
+    code = "datapath_unavailable"
+    status = 503
+    retryable = True
+
+
 class StateUnavailable(IpamdError):
     """The state file is unusable; ipamd fails closed instead of starting empty."""
 

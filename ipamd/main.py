@@ -31,7 +31,7 @@ from ipamd.api.server import serve_unix
 from ipamd.api.views import POD_GATEWAY
 from ipamd.clock import SystemClock
 from ipamd.config import Config, ConfigError
-from ipamd.daemon import Daemon, build_daemon, repair
+from ipamd.daemon import Daemon, HostNetAdapters, build_daemon, repair
 from ipamd.metrics import Recorders, Sources
 from ipamd.metrics_http import latency_middleware, serve_metrics
 from ipamd.observability import configure_logging
@@ -87,6 +87,22 @@ async def _cloud(
     return adapter, imds_url
 
 
+async def _hostnet(
+    config: Config, imds: Imdsv2Client, stack: AsyncExitStack
+) -> HostNetAdapters | None:
+    """The kernel's adapters when IPAMD_HOST_NETWORK=on (pyroute2 is imported only then)."""
+    if config.host_network != "on":
+        logger.info("hostnet.off reason=IPAMD_HOST_NETWORK=off: pods on secondary ENIs cannot send")
+        return None
+    from ipamd.hostnet.netlink import NetlinkHostNetwork
+    from ipamd.hostnet.snat import NftSnatTable
+
+    host = NetlinkHostNetwork()
+    await host.open()
+    stack.push_async_callback(host.close)
+    return HostNetAdapters(host=host, snat=NftSnatTable(), vpc_cidrs=imds.vpc_cidrs)
+
+
 def _how_to_try(config: Config) -> str:
     """Commands a new user can paste: absolute paths, the scripts next to this interpreter."""
     bin_dir = os.path.dirname(sys.executable)
@@ -120,7 +136,11 @@ async def serve(config: Config, embedded: bool) -> int:
     conflist_bytes = None
     if config.cni_conflist_template is not None:
         try:
-            conflist_bytes = conflist.render(Path(config.cni_conflist_template), config.socket_path)
+            conflist_bytes = conflist.render(
+                Path(config.cni_conflist_template),
+                config.socket_path,
+                config.pod_mtu or config.eni_mtu,
+            )
         except conflist.ConflistError as err:
             print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
             return EXIT_CONFIG
@@ -131,8 +151,15 @@ async def serve(config: Config, embedded: bool) -> int:
         stack.push_async_callback(imds.close)
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
+        hostnet = await _hostnet(config, imds, stack)
         daemon = await build_daemon(
-            config, ec2=ec2, imds=imds, runtime=runtime, addresses=runtime, clock=clock
+            config,
+            ec2=ec2,
+            imds=imds,
+            runtime=runtime,
+            addresses=runtime,
+            clock=clock,
+            hostnet=hostnet,
         )
         stack.push_async_callback(daemon.close)
         app = create_app(
@@ -142,6 +169,7 @@ async def serve(config: Config, embedded: bool) -> int:
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,
             pool_settings=lambda: _pool_settings(daemon),
+            pods=daemon.datapath,
         )
         app.middlewares.append(latency_middleware(recorders))
         app.router.add_post("/v1/repair", _repair_handler(daemon))
@@ -220,6 +248,11 @@ async def _run_until_stopped(daemon: Daemon) -> int:
             [
                 tasks.create_task(daemon.pool.run(daemon.config.pool_interval_s), name="pool"),
                 tasks.create_task(daemon.drift_on_demand(), name="drift-on-demand"),
+                *(
+                    [tasks.create_task(daemon.datapath.run(), name="hostnet")]
+                    if daemon.datapath is not None
+                    else []
+                ),
             ]
             if serving
             else []

@@ -45,6 +45,10 @@ class EniView:
     is_primary: bool
     units: tuple[UnitView, ...]
     counts: dict[AddressState, int] = field(default_factory=dict)
+    mac: str = ""
+    primary_ip: str = ""
+    blocked: str = ""
+    """Why none of its addresses is handed out yet (its host link is not set up); "" = serving."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ _MAC_KEYS: Final = (
     "local-ipv4s",
     "mac",
     "subnet-id",
+    "vpc-ipv4-cidr-blocks",
 )
 
 
@@ -389,9 +390,21 @@ class ImdsSimulator:
             "local-ipv4s": "\n".join(eni.local_ipv4s),
             "mac": eni.mac,
             "subnet-id": eni.subnet_id,
+            "vpc-ipv4-cidr-blocks": "\n".join(self._vpc_cidrs()),
         }
         # IMDS answers 404, not an empty body, for an ENI without prefixes.
         return fields.get(key) or None
+
+    def _vpc_cidrs(self) -> tuple[str, ...]:
+        """The VPC's IPv4 CIDR blocks, the primary first (every ENI of the instance is in it)."""
+        with LOCK:
+            vpc: Any = self.world.backend().get_vpc(self.world.vpc_id)
+            blocks = [vpc.cidr_block] + [
+                str(a["cidr_block"])
+                for a in vpc.cidr_block_association_set
+                if a.get("cidr_block_state", {}).get("state") == "associated"
+            ]
+        return tuple(dict.fromkeys(blocks))
 
     def _identity(self) -> dict[str, str]:
         with LOCK:

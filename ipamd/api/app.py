@@ -32,6 +32,7 @@ Every error is `{"code","message","retryable"}` with one of these codes, from on
 | 415 | `unsupported_media_type` | a body that is not `application/json` (UTF-8) |
 | 503 | `no_address` (retryable) | the warm pool is empty right now; it grows at once |
 | 503 | `max_pods` | the node holds its max pods |
+| 503 | `datapath_unavailable` (retryable) | the pod's routing could not be set up; the ADD was undone |
 | 503 | `store_write_failed` (retryable) | the change could not be made durable, so it was not made |
 | 503 | `state_unavailable` | the state file is unusable; `ipamctl repair` |
 | 503 | `not_ready` (retryable) | `/readyz` before restore and the first EC2 reconcile |
@@ -45,10 +46,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from aiohttp import web
 
-from datastore.records import AllocationKey
+from datastore.records import AllocationKey, AllocationRecord
 from ipamd.api import views
 from ipamd.api.bodies import query, read_json
 from ipamd.api.errors import (
@@ -86,7 +88,31 @@ from ipamd.wire import (
 
 logger = logging.getLogger(__name__)
 
+
+class PodAddresses(Protocol):
+    """ADD and DEL as the API serves them: the engine's, plus the host's datapath when it is on
+    (`ipamd.hostnet.datapath.Datapath`)."""
+
+    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord: ...
+
+    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]: ...
+
+
+class EngineOnly:
+    """ADD and DEL without host networking: addresses only."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord:
+        return await self._engine.assign(key, pod)
+
+    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
+        return await self._engine.release(key)
+
+
 ENGINE = web.AppKey("engine", Engine)
+PODS: web.AppKey[PodAddresses] = web.AppKey("pods")
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 GC_GRACE_S = web.AppKey("gc_grace_s", float)
 POD_GATEWAY_KEY = web.AppKey("pod_gateway", str)
@@ -154,7 +180,7 @@ async def add(request: web.Request) -> web.Response:
     query(request)
     key = AllocationKey(body.network, body.container_id, body.ifname)
     pod = None if body.pod is None else PodRef(body.pod.namespace, body.pod.name, body.pod.uid)
-    record = await request.app[ENGINE].assign(key, pod)
+    record = await request.app[PODS].add(key, pod)
     logger.info(
         "api.add network=%s container_id=%s ifname=%s addresses=%s",
         key.network,
@@ -178,7 +204,7 @@ async def get_allocation(request: web.Request) -> web.Response:
 
 async def delete(request: web.Request) -> web.Response:
     key = _key(request)
-    released = await request.app[ENGINE].release(key)
+    released = await request.app[PODS].release(key)
     logger.info(
         "api.del network=%s container_id=%s ifname=%s released=%s",
         key.network,
@@ -265,11 +291,13 @@ def create_app(
     clock: Clock,
     pod_gateway: str = views.POD_GATEWAY,
     pool_settings: Callable[[], dict[str, object]] = dict,
+    pods: PodAddresses | None = None,
 ) -> web.Application:
     """The API over `engine`. `ready` says whether the daemon has restored its state and finished its
     first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_GC_BODY_BYTES)
     app[ENGINE] = engine
+    app[PODS] = pods or EngineOnly(engine)
     app[READY] = ready
     app[GC_GRACE_S] = gc_grace_s
     app[POD_GATEWAY_KEY] = pod_gateway

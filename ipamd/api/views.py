@@ -63,6 +63,12 @@ def _eni(eni: EniView, with_units: bool) -> dict[str, object]:
         "device_index": eni.device_index,
         "subnet_id": eni.subnet_id,
         "is_primary": eni.is_primary,
+        "mac": eni.mac,
+        "primary_ip": eni.primary_ip,
+        # Host networking: "ready" once its link and route table are set up (or host networking
+        # is off); otherwise why its addresses are held back.
+        "datapath": "blocked" if eni.blocked else "ready",
+        "datapath_reason": eni.blocked,
         "counts": _counts(eni.counts),
     }
     if with_units:

@@ -7,7 +7,7 @@ once it has committed. They never change the state themselves.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from itertools import islice
 
@@ -42,6 +42,7 @@ def plan_assign(
     count: int,
     now: float,
     settings: EngineSettings,
+    blocked_enis: Collection[str] = (),
 ) -> tuple[Mutation, AllocationRecord]:
     first_del = state.intents.get(key.container_id)
     if first_del is not None and now < first_del + settings.intent_ttl_s:
@@ -51,7 +52,7 @@ def plan_assign(
         return Mutation(), existing
     if settings.max_pods is not None and len(state.allocations) >= settings.max_pods:
         raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
-    picked = pick_addresses(state, count, now, settings.cooldown_s)
+    picked = pick_addresses(state, count, now, settings.cooldown_s, blocked_enis)
     if picked is None:
         raise NoAddressAvailable(
             f"no {count} free address(es) on one ENI right now; the pool manager adds more if "
@@ -74,7 +75,11 @@ def plan_assign(
 
 
 def pick_addresses(
-    state: NodeState, count: int, now: float, cooldown_s: float
+    state: NodeState,
+    count: int,
+    now: float,
+    cooldown_s: float,
+    blocked_enis: Collection[str] = (),
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """Pack: the fullest ENI that can serve `count` addresses, and on it the fullest units first.
 
@@ -84,6 +89,8 @@ def pick_addresses(
     horizon = now - cooldown_s  # an address released after this instant is still cooling
     best: tuple[int, str, list[tuple[int, str]]] | None = None
     for eni_id, cidrs in state.units_by_eni.items():
+        if eni_id in blocked_enis:
+            continue  # its link is not set up on the host: an address there could not carry traffic
         occupied, available, candidates = _scan_eni(state, cidrs, horizon)
         if available >= count and (best is None or occupied > best[0]):
             best = (occupied, eni_id, candidates)
@@ -133,6 +140,13 @@ def _scan_eni(
             available += free
             candidates.append((free - size, cidr))
     return occupied, available, candidates
+
+
+def plan_retract(state: NodeState, record: AllocationRecord) -> tuple[Mutation, bool]:
+    """Remove `record` if it is still the allocation of its key: no intent, no cooldown."""
+    if state.allocations.get(record.key) != record:
+        return Mutation(), False
+    return Mutation(delete_allocations=(record.key,)), True
 
 
 def plan_release(

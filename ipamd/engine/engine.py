@@ -27,7 +27,13 @@ from datastore.records import (
 from datastore.store import Store
 from ipamd.clock import Clock
 from ipamd.engine import inventory
-from ipamd.engine.allocator import EngineSettings, plan_assign, plan_pruning, plan_release
+from ipamd.engine.allocator import (
+    EngineSettings,
+    plan_assign,
+    plan_pruning,
+    plan_release,
+    plan_retract,
+)
 from ipamd.engine.restore import plan_claim_instance, plan_quarantine
 from ipamd.engine.snapshot import take_snapshot
 from ipamd.engine.state import NodeState
@@ -37,6 +43,8 @@ from ipamd.model import PodRef, PoolSnapshot
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+CommitListener = Callable[[Mutation, tuple[AllocationRecord, ...]], None]
 
 
 class Engine:
@@ -61,6 +69,13 @@ class Engine:
         """Set when the state file could not be trusted: every change is refused with this error."""
         self.pool_wanted = asyncio.Event()
         """Set when an ADD found no free address: the pool manager grows at once, not on its tick."""
+        self.blocked_enis: dict[str, str] = {}
+        """ENI ID → why none of its addresses may be handed out yet (its link is not set up on the
+        host). Owned by the host-network owner, which fills it from a commit listener, so an ENI
+        is blocked from the very commit that brings it in."""
+        self.listeners: list[CommitListener] = []
+        """Called after each commit has been applied to memory, with the mutation and the
+        allocations it removed (read before they left memory). Synchronous and non-raising."""
 
     @classmethod
     async def open(
@@ -133,11 +148,19 @@ class Engine:
         `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`."""
         try:
             return await self._mutate(
-                lambda now: plan_assign(self.state, key, pod or PodRef(), count, now, self.settings)
+                lambda now: plan_assign(
+                    self.state, key, pod or PodRef(), count, now, self.settings, self.blocked_enis
+                )
             )
         except NoAddressAvailable:
             self.pool_wanted.set()
             raise
+
+    async def retract(self, record: AllocationRecord) -> bool:
+        """Undo an ADD that was never acknowledged (its pod's datapath could not be made): the
+        allocation goes, with no delete intent (the runtime may retry the same ADD) and no
+        cooldown (no pod ever used the address). Only while the allocation is still `record`."""
+        return await self._mutate(lambda now: plan_retract(self.state, record))
 
     async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
         """DEL: release every allocation of `key.container_id` and record its delete intent.
@@ -205,7 +228,9 @@ class Engine:
 
     def snapshot(self) -> PoolSnapshot:
         """One consistent view: built synchronously, so no change can interleave."""
-        return take_snapshot(self.state, self._clock.now(), self.settings.cooldown_s)
+        return take_snapshot(
+            self.state, self._clock.now(), self.settings.cooldown_s, self.blocked_enis
+        )
 
     # -- the one path every change takes -----------------------------------------------------
 
@@ -219,6 +244,17 @@ class Engine:
                 return answer
             await self._commit(plan_pruning(self.state, mutation, now, self.settings))
             return answer
+
+    def _apply(self, mutation: Mutation) -> None:
+        """Memory follows the committed mutation; then the listeners hear of it."""
+        removed = tuple(
+            alloc
+            for k in mutation.delete_allocations
+            if (alloc := self.state.allocations.get(k)) is not None
+        )
+        self.state.apply(mutation)
+        for listener in self.listeners:
+            listener(mutation, removed)
 
     async def _commit(self, mutation: Mutation) -> None:
         """Commit in the store's thread, then apply to memory. A cancellation that arrives while the
@@ -239,7 +275,7 @@ class Engine:
                 break
         error = future.exception()
         if error is None:
-            self.state.apply(mutation)
+            self._apply(mutation)
         if cancelled:
             raise asyncio.CancelledError
         if isinstance(error, OwnershipConflict):

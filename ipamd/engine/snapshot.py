@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from ipamd.engine.state import NodeState
 from ipamd.model import AddressState, EniView, PoolSnapshot, UnitView
 
 
-def take_snapshot(state: NodeState, now: float, cooldown_s: float) -> PoolSnapshot:
+def take_snapshot(
+    state: NodeState, now: float, cooldown_s: float, blocked_enis: Mapping[str, str] | None = None
+) -> PoolSnapshot:
+    """`blocked_enis`: ENI ID → why its addresses are not handed out yet (host link not set up)."""
+    blocked = blocked_enis or {}
     enis: list[EniView] = []
     total: Counter[AddressState] = Counter()
     for eni in sorted(state.enis.values(), key=lambda e: (e.device_index, e.eni_id)):
@@ -32,6 +37,9 @@ def take_snapshot(state: NodeState, now: float, cooldown_s: float) -> PoolSnapsh
                 eni.is_primary,
                 tuple(units),
                 {s: counts.get(s, 0) for s in AddressState},
+                mac=eni.mac,
+                primary_ip=eni.primary_ip,
+                blocked=blocked.get(eni.eni_id, ""),
             )
         )
     return PoolSnapshot(

@@ -4,7 +4,7 @@ Owns exactly one table, `table ip ipamd`, and nothing else of the netfilter stat
 edits or flushes another table, and never the whole ruleset. `render_ruleset` turns a `SnatPlan` into
 the nft script that replaces the table in one transaction; `NftSnatTable` applies, compares and
 removes it by running the `nft` binary; `SnatTable` is the port the daemon uses (a stateful fake
-lives in `tests.support.fake_snat`). With AWS_VPC_K8S_CNI_EXTERNALSNAT=true the daemon calls
+lives in `ipamd.hostnet.fake`). With AWS_VPC_K8S_CNI_EXTERNALSNAT=true the daemon calls
 `remove()`: no SNAT, no connmark. The policy rule that reads the mark (`fwmark 0x80/0x80 lookup main`
 at `PRIORITY_CONNMARK`) and the rule that routes replies to pods belong to the host-network port, not
 here. Every error is a `HostNetError` (`KernelUnreadable` when a listing fails).

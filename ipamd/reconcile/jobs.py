@@ -20,11 +20,12 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from cloud.errors import CloudError
 from ipamd.errors import StoreWriteFailed
+from ipamd.hostnet.ports import HostNetError
 from ipamd.runtime.ports import RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
 
-EXPECTED = (CloudError, RuntimeUnavailable, StoreWriteFailed)
+EXPECTED = (CloudError, RuntimeUnavailable, StoreWriteFailed, HostNetError)
 """A failed write changed nothing (ipamd's memory follows the state file), so the round is simply
 tried again; the API answers ADD with a retryable error meanwhile."""
 

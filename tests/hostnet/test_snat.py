@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import pytest
 
+from ipamd.hostnet.fake import FakeSnatTable
 from ipamd.hostnet.ports import HostNetError, KernelUnreadable
 from ipamd.hostnet.snat import (
     CONNMARK,
@@ -28,7 +29,6 @@ from ipamd.hostnet.snat import (
     normalize_listing,
     render_ruleset,
 )
-from tests.support.fake_snat import FakeSnatTable
 
 PLAN = SnatPlan(
     primary_ip="10.0.1.10",

@@ -1,0 +1,386 @@
+"""The host-network owner: keeps the node's kernel what ipamd's durable state implies.
+
+What it owns (the shapes are in `ipamd.hostnet.plan`): each secondary ENI's link and route table,
+each pod address's policy rules, and the SNAT table. Everything is derived from the engine's state
+(ENIs with their MAC and primary address, allocations) and reconciled by content; the kernel holds no
+fact ipamd needs to remember.
+
+Ordering, which is what makes an address safe to hand out:
+- An ENI enters blocked (`Engine.blocked_enis`, filled by a commit listener in the very commit that
+  brings the ENI in), so the allocator skips its addresses until its link is set up. A link the
+  kernel does not show yet is retried with backoff; the ENI stays blocked meanwhile.
+- ADD (`add`): the allocation commits, then its rules are installed, then the answer goes out. If the
+  rules cannot be installed, the allocation is retracted (no intent, no cooldown: no pod ever used
+  it) and ADD fails with the retryable `datapath_unavailable`; the runtime's retry starts clean.
+- Every removal of an allocation (DEL, leak GC, CNI GC, repair) reaches a commit listener, which
+  queues its addresses; DEL also waits for its own. A removal that fails is left to the periodic
+  reconcile, which also catches anything changed behind ipamd's back.
+- The periodic reconcile lists ipamd's rules and routes (its own protocol number only) and makes
+  them exactly the plan. A listing that fails proves nothing: that round deletes nothing.
+
+All kernel changes run under one lock, and each decides from the state as it is at that moment, so
+a DEL racing an ADD of the same address (or a reconcile round) cannot leave the other's rule behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from cloud.errors import CloudError
+from datastore.records import AllocationKey, AllocationRecord, EniRecord, Mutation
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
+from ipamd.errors import DatapathUnavailable
+from ipamd.hostnet.plan import (
+    KernelDiff,
+    ReadyEni,
+    diff_kernel,
+    eni_routes,
+    eni_rule,
+    plan_kernel,
+    pod_rules,
+)
+from ipamd.hostnet.ports import EniLink, HostNetError, HostNetwork, LinkNotFound
+from ipamd.hostnet.snat import SnatPlan, SnatTable
+from ipamd.model import PodRef
+
+logger = logging.getLogger(__name__)
+
+BLOCKED_NEW = "link not set up yet"
+
+
+@dataclass(frozen=True, slots=True)
+class DatapathSettings:
+    mtu: int = 9001
+    """AWS_VPC_ENI_MTU: the MTU of every secondary ENI's link."""
+    external_snat: bool = False
+    exclude_snat_cidrs: tuple[str, ...] = ()
+    randomize_snat: Literal["prng", "hashrandom", "none"] = "prng"
+    retry_base_s: float = 1.0
+    retry_cap_s: float = 30.0
+
+
+@dataclass(slots=True)
+class DatapathHealth:
+    """What the owner has done, for metrics and introspection."""
+
+    fixes: Counter[str] = field(default_factory=Counter)
+    """Reconcile's repairs by kind: rule_added, rule_removed, route_added, route_removed, snat."""
+    reconciles: Counter[str] = field(default_factory=Counter)
+    """Reconcile rounds by outcome: ok, unreadable, failed."""
+    add_failures: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    attempts: int = 0
+    next_try: float = 0.0
+
+
+class Datapath:
+    def __init__(
+        self,
+        engine: Engine,
+        host: HostNetwork,
+        snat: SnatTable,
+        settings: DatapathSettings,
+        *,
+        node_ip: str,
+        subnet_cidr: Callable[[str], Awaitable[str]],
+        vpc_cidrs: Callable[[str], Awaitable[tuple[str, ...]]],
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._engine = engine
+        self._host = host
+        self._snat = snat
+        self.settings = settings
+        self._node_ip = node_ip
+        self._subnet_cidr = subnet_cidr
+        self._vpc_cidrs = vpc_cidrs
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._lock = asyncio.Lock()
+        self._ready: dict[str, ReadyEni] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._dirty: dict[str, AllocationRecord] = {}
+        """Address → the allocation that owned it, for removals not yet done."""
+        self._gone_enis: dict[str, EniRecord] = {}
+        self._adding: dict[AllocationKey, tuple[asyncio.Lock, int]] = {}
+        self._snat_stale = True
+        self._subnets: dict[str, str] = {}
+        self._wanted = asyncio.Event()
+        self.health = DatapathHealth()
+        for eni in engine.state.enis.values():
+            self._block(eni)
+        engine.listeners.append(self._on_commit)
+
+    # -- ADD and DEL ----------------------------------------------------------------------------
+
+    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord:
+        """ADD: the allocation, with its rules in the kernel before it is returned. ADDs of one
+        key are serialized, so a retract can never undo an allocation another ADD acknowledged."""
+        lock, users = self._adding.get(key, (asyncio.Lock(), 0))
+        self._adding[key] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._add(key, pod)
+        finally:
+            lock, users = self._adding[key]
+            if users == 1:
+                del self._adding[key]
+            else:
+                self._adding[key] = (lock, users - 1)
+
+    async def _add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord:
+        record = await self._engine.assign(key, pod)
+        try:
+            await self._install(record)
+        except HostNetError as err:
+            self.health.add_failures += 1
+            await self._engine.retract(record)
+            logger.warning("hostnet.add_failed container_id=%s error=%s", key.container_id, err)
+            raise DatapathUnavailable(f"the pod's routing could not be set up: {err}") from err
+        return record
+
+    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
+        """DEL: release, then remove the released addresses' rules (a failure is left to the
+        reconcile: the DEL itself has happened)."""
+        released = await self._engine.release(key)
+        if released:
+            await self.settle()
+        return released
+
+    async def _install(self, record: AllocationRecord) -> None:
+        async with self._lock:
+            if self._engine.state.allocations.get(record.key) != record:
+                return  # released meanwhile: its removal owns the address now
+            eni = self._engine.state.enis.get(record.eni_id)
+            rules = [r for a in record.addresses for r in pod_rules(a, eni)]
+            await self._host.add_rules(rules)
+
+    # -- changes the engine committed -------------------------------------------------------------
+
+    def _on_commit(self, mutation: Mutation, removed: tuple[AllocationRecord, ...]) -> None:
+        for eni in mutation.put_enis:
+            if eni.eni_id not in self._ready:
+                self._block(eni)
+        for eni_id in mutation.delete_enis:
+            self._engine.blocked_enis.pop(eni_id, None)
+            self._pending.pop(eni_id, None)
+            ready = self._ready.pop(eni_id, None)
+            if ready is not None:
+                self._gone_enis[eni_id] = ready.record
+        for record in removed:
+            for address in record.addresses:
+                self._dirty[address] = record
+        if removed or mutation.put_enis or mutation.delete_enis:
+            self._wanted.set()
+
+    def _block(self, eni: EniRecord) -> None:
+        if eni.is_primary:
+            return  # main table, set up with the instance
+        self._engine.blocked_enis[eni.eni_id] = BLOCKED_NEW
+        self._pending.setdefault(eni.eni_id, _Pending())
+
+    async def settle(self) -> None:
+        """Remove the rules of released addresses and undo detached ENIs, now."""
+        async with self._lock:
+            dirty, self._dirty = self._dirty, {}
+            gone, self._gone_enis = self._gone_enis, {}
+            state = self._engine.state
+            stale = [
+                rule
+                for address, record in dirty.items()
+                if address not in state.owner
+                for rule in pod_rules(address, state.enis.get(record.eni_id))
+            ]
+            try:
+                if stale:
+                    await self._host.delete_rules(stale)
+                for eni in gone.values():
+                    await self._host.delete_rules([eni_rule(eni)])
+            except HostNetError as err:
+                logger.warning("hostnet.remove_failed error=%s (the reconcile retries)", err)
+
+    # -- ENI links ----------------------------------------------------------------------------------
+
+    async def setup_enis(self, *, force: bool = False) -> None:
+        """Set up every blocked ENI whose retry is due (every secondary ENI with `force`)."""
+        now = self._clock.now()
+        state = self._engine.state
+        for eni in sorted(state.enis.values(), key=lambda e: e.device_index):
+            if eni.is_primary:
+                continue
+            pending = self._pending.get(eni.eni_id)
+            if pending is None and not force:
+                continue
+            if pending is not None and pending.next_try > now and not force:
+                continue
+            await self._setup_eni(eni)
+
+    async def _setup_eni(self, eni: EniRecord) -> None:
+        try:
+            if not eni.mac or not eni.primary_ip:
+                raise LinkNotFound("its MAC and primary address are not known yet (EC2 is read)")
+            subnet = await self._subnet(eni.subnet_id)
+            link = EniLink(
+                eni.eni_id,
+                eni.mac,
+                eni.primary_ip,
+                ipaddress.IPv4Network(subnet).prefixlen,
+                subnet,
+                self.settings.mtu,
+            )
+            async with self._lock:
+                if eni.eni_id not in self._engine.state.enis:
+                    return  # detached meanwhile
+                ifname = await self._host.prepare_link(link)
+                await self._host.add_routes(eni_routes(eni, ifname, subnet))
+                await self._host.add_rules([eni_rule(eni)])
+        except (HostNetError, CloudError) as err:
+            self._retry_later(eni, err)
+            return
+        if eni.eni_id not in self._ready:
+            self._snat_stale = True  # the new link is an ENI's: traffic from it is not a pod's
+        self._ready[eni.eni_id] = ReadyEni(eni, ifname, subnet)
+        self._pending.pop(eni.eni_id, None)
+        if self._engine.blocked_enis.pop(eni.eni_id, None) is not None:
+            logger.info("hostnet.eni_ready eni_id=%s ifname=%s", eni.eni_id, ifname)
+
+    async def _subnet(self, subnet_id: str) -> str:
+        # A subnet's CIDR never changes: one lookup (DescribeSubnets) per subnet for the process.
+        if subnet_id not in self._subnets:
+            self._subnets[subnet_id] = await self._subnet_cidr(subnet_id)
+        return self._subnets[subnet_id]
+
+    def _retry_later(self, eni: EniRecord, err: Exception) -> None:
+        pending = self._pending.setdefault(eni.eni_id, _Pending())
+        pending.attempts += 1
+        ceiling = min(
+            self.settings.retry_cap_s, self.settings.retry_base_s * 2 ** (pending.attempts - 1)
+        )
+        delay = self._rng.uniform(ceiling / 2, ceiling)
+        pending.next_try = self._clock.now() + delay
+        if eni.eni_id in self._ready:
+            return  # set up before; a failed refresh does not take its addresses away
+        self._engine.blocked_enis[eni.eni_id] = str(err)
+        logger.warning(
+            "hostnet.eni_blocked eni_id=%s mac=%s reason=%s retry_in_s=%.1f",
+            eni.eni_id,
+            eni.mac,
+            err,
+            delay,
+        )
+
+    # -- the loop and the reconcile -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Set up ENIs as they arrive (retrying those whose link is missing) and remove released
+        addresses' rules as they go; until cancelled."""
+        while True:
+            self._wanted.clear()
+            await self.setup_enis()
+            await self.settle()
+            if self._snat_stale:
+                try:
+                    await self._reconcile_snat()
+                except HostNetError as err:
+                    logger.warning("hostnet.snat_failed error=%s (the reconcile retries)", err)
+            due = [p.next_try for p in self._pending.values()]
+            delay = max(0.05, min(due) - self._clock.now()) if due else None
+            try:
+                async with asyncio.timeout(delay):
+                    await self._wanted.wait()
+            except TimeoutError:
+                pass
+
+    async def reconcile(self) -> KernelDiff:
+        """Make ipamd's rules, routes and SNAT table exactly what the state implies. Raises
+        `HostNetError` when the kernel cannot be read (nothing is deleted then)."""
+        await self.setup_enis(force=True)
+        await self.settle()
+        try:
+            async with self._lock:
+                diff = await self._reconcile_kernel()
+            await self._reconcile_snat()
+        except HostNetError as err:
+            self.health.reconciles["failed"] += 1
+            logger.warning("hostnet.reconcile_failed error=%s (nothing deleted)", err)
+            raise
+        self.health.reconciles["ok"] += 1
+        return diff
+
+    async def _reconcile_kernel(self) -> KernelDiff:
+        state = self._engine.state
+        rules = await self._host.list_rules()
+        routes = await self._host.list_routes()
+        plan = plan_kernel(
+            state.allocations.values(),
+            state.enis,
+            (r for r in self._ready.values() if r.record.eni_id in state.enis),
+            snat=not self.settings.external_snat,
+        )
+        diff = diff_kernel(plan, rules, routes)
+        if diff.is_empty():
+            return diff
+        await self._host.delete_rules(diff.delete_rules)
+        await self._host.delete_routes(diff.delete_routes)
+        await self._host.add_routes(diff.add_routes)
+        await self._host.add_rules(diff.add_rules)
+        fixes = {
+            "rule_added": len(diff.add_rules),
+            "rule_removed": len(diff.delete_rules),
+            "route_added": len(diff.add_routes),
+            "route_removed": len(diff.delete_routes),
+        }
+        self.health.fixes.update({k: v for k, v in fixes.items() if v})
+        logger.warning("hostnet.reconciled %s", " ".join(f"{k}={v}" for k, v in fixes.items()))
+        for rule in sorted(diff.delete_rules | diff.add_rules):
+            logger.info("hostnet.fixed rule=%s", rule)
+        return diff
+
+    async def _reconcile_snat(self) -> None:
+        self._snat_stale = False
+        if self.settings.external_snat:
+            if await self._snat.remove():
+                self.health.fixes["snat"] += 1
+            return
+        plan = await self.snat_plan()
+        if plan is None:
+            self._snat_stale = True
+            return
+        if await self._snat.apply(plan):
+            self.health.fixes["snat"] += 1
+            logger.info(
+                "hostnet.snat_applied primary=%s exempt=%s", plan.primary_ip, plan.exempt_cidrs
+            )
+
+    async def snat_plan(self) -> SnatPlan | None:
+        """The SNAT table for the links set up now; None until the primary link is found."""
+        mac = next((e.mac for e in self._engine.state.enis.values() if e.is_primary), "")
+        primary = (await self._host.link_names()).get(mac) if mac else None
+        if primary is None:
+            logger.warning("hostnet.snat_waiting reason=no link with the primary ENI's MAC %r", mac)
+            return None
+        try:
+            vpc = await self._vpc_cidrs(mac)
+        except CloudError as err:
+            raise HostNetError(f"the VPC's CIDRs could not be read: {err}") from err
+        return SnatPlan(
+            primary_ip=self._node_ip,
+            primary_ifname=primary,
+            eni_ifnames=tuple(sorted({primary, *(r.ifname for r in self._ready.values())})),
+            exempt_cidrs=tuple(dict.fromkeys((*vpc, *self.settings.exclude_snat_cidrs))),
+            randomize=self.settings.randomize_snat,
+        )
+
+    def ready_links(self) -> Iterable[ReadyEni]:
+        return tuple(self._ready.values())

@@ -1,0 +1,160 @@
+"""Fakes of the host-network ports, with state, for tests of everything above them.
+
+`FakeHostNetwork`: a kernel with state.
+
+It holds links (by MAC), ipamd's rules and routes, and what `prepare_link` made of each link, and
+behaves as the netlink adapter does (idempotent adds and deletes, `LinkNotFound`, only ipamd's own
+entries listed). Knobs make it fail the way a kernel can: `unreadable` (listing fails), `fail_writes`
+(every change is refused), and links that appear only when a test plugs them.
+
+`FakeSnatTable`: the SNAT table. It holds the plan the "kernel" table was last made from (None: no
+table), compares plans by their rendered script as `NftSnatTable` does, and misbehaves on demand:
+`unreadable` (every call raises `KernelUnreadable`), `fail_apply` (`apply` raises, the table left as it
+was), and `tamper()` (someone edited the table by hand). Neither fake touches a kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from ipamd.hostnet.ports import EniLink, HostNetError, KernelUnreadable, LinkNotFound, Route, Rule
+from ipamd.hostnet.snat import SnatPlan, render_ruleset
+
+
+@dataclass(slots=True)
+class FakeLink:
+    ifname: str
+    mtu: int = 1500
+    up: bool = False
+    addresses: set[str] = field(default_factory=set)
+    """CIDR form (`10.0.1.20/24`)."""
+    connected_route: bool = True
+    """Whether main still holds the subnet's connected route for this link."""
+
+
+class FakeHostNetwork:
+    def __init__(self) -> None:
+        self.links: dict[str, FakeLink] = {}
+        """MAC → link."""
+        self.rules: set[Rule] = set()
+        self.routes: set[Route] = set()
+        self.foreign_rules: set[Rule] = {Rule(0, 255), Rule(32766, 254), Rule(32767, 253)}
+        """Rules ipamd did not make (the kernel's defaults): never listed, never touched."""
+        self.unreadable = False
+        self.fail_writes = False
+        self.calls = 0
+
+    def plug(self, mac: str, ifname: str) -> FakeLink:
+        """The kernel shows a new link (the hypervisor attached the ENI)."""
+        link = FakeLink(ifname)
+        self.links[mac.lower()] = link
+        return link
+
+    def unplug(self, mac: str) -> None:
+        link = self.links.pop(mac.lower(), None)
+        if link is not None:
+            self.routes = {r for r in self.routes if r.ifname != link.ifname}
+
+    def _write(self) -> None:
+        self.calls += 1
+        if self.fail_writes:
+            raise HostNetError("injected: the kernel refused the change")
+
+    async def prepare_link(self, link: EniLink) -> str:
+        self._write()
+        found = self.links.get(link.mac.lower())
+        if found is None:
+            raise LinkNotFound(f"no link with MAC {link.mac}")
+        found.mtu = link.mtu
+        found.up = True
+        found.addresses = {f"{link.address}/{link.prefixlen}"}
+        found.connected_route = False
+        return found.ifname
+
+    async def link_names(self) -> dict[str, str]:
+        self._read()
+        return {mac: link.ifname for mac, link in self.links.items()}
+
+    async def add_rules(self, rules: Collection[Rule]) -> None:
+        self._write()
+        self.rules.update(rules)
+
+    async def delete_rules(self, rules: Collection[Rule]) -> None:
+        self._write()
+        self.rules.difference_update(rules)
+
+    async def add_routes(self, routes: Collection[Route]) -> None:
+        self._write()
+        names = {link.ifname for link in self.links.values()}
+        for route in routes:
+            if route.ifname not in names:
+                raise LinkNotFound(f"no link {route.ifname}")
+        self.routes.update(routes)
+
+    async def delete_routes(self, routes: Collection[Route]) -> None:
+        self._write()
+        self.routes.difference_update(routes)
+
+    def _read(self) -> None:
+        self.calls += 1
+        if self.unreadable:
+            raise KernelUnreadable("injected: the kernel cannot be read")
+
+    async def list_rules(self) -> frozenset[Rule]:
+        self._read()
+        return frozenset(self.rules)
+
+    async def list_routes(self) -> frozenset[Route]:
+        self._read()
+        return frozenset(self.routes)
+
+
+class FakeSnatTable:
+    def __init__(self, plan: SnatPlan | None = None) -> None:
+        self.plan = plan
+        """The plan the table was made from; None when there is no table."""
+        self.unreadable = False
+        self.fail_apply = False
+        self.applies = 0
+        """`apply` calls that succeeded, whether or not they changed the table."""
+        self.changes = 0
+        """`apply` calls that changed the table."""
+        self.removes = 0
+        """`remove` calls that removed a table."""
+        self._tampered = False
+
+    def tamper(self) -> None:
+        """Someone edited the table by hand: it no longer matches any plan until the next apply."""
+        if self.plan is None:
+            raise AssertionError("there is no table to tamper with")
+        self._tampered = True
+
+    async def apply(self, plan: SnatPlan) -> bool:
+        script = render_ruleset(plan)
+        self._check_readable()
+        if self.fail_apply:
+            raise HostNetError("injected: nft refused ipamd's table")
+        changed = self._tampered or self.plan is None or render_ruleset(self.plan) != script
+        self.plan = plan
+        self._tampered = False
+        self.applies += 1
+        self.changes += changed
+        return changed
+
+    async def remove(self) -> bool:
+        self._check_readable()
+        was_there = self.plan is not None
+        self.plan = None
+        self._tampered = False
+        self.removes += was_there
+        return was_there
+
+    async def matches(self, plan: SnatPlan) -> bool:
+        script = render_ruleset(plan)
+        self._check_readable()
+        return self.plan is not None and not self._tampered and render_ruleset(self.plan) == script
+
+    def _check_readable(self) -> None:
+        if self.unreadable:
+            raise KernelUnreadable("injected: nft could not list table ip ipamd")

@@ -1,0 +1,130 @@
+"""What the node's kernel must hold for the state ipamd has: pure functions, no I/O.
+
+Numbering follows VPC CNI, so an operator's `ip rule` / `ip route show table N` reads the same: the
+route table of the ENI at device index d (network card 0) is d + 1; the primary ENI uses main.
+
+Per allocation (every address it owns):
+- `to <address> lookup main` at 512: replies and VPC traffic to the pod go down its veth, whose /32
+  route the main plugin (`ptp`) put in main;
+- for an address on a secondary ENI, `from <address> lookup <table>` at 1536: the pod's traffic
+  leaves by the ENI that owns its address, so EC2's source/destination check lets it through.
+
+Per secondary ENI, once its link is set up: in its table, the subnet's gateway as a link-scope route
+and the default route through it; `from <ENI primary address> lookup <table>` at 32765.
+
+With SNAT on (not `AWS_VPC_K8S_CNI_EXTERNALSNAT`): `fwmark 0x80/0x80 lookup main` at 1024, so pod
+connections to outside the VPC (marked by ipamd's nftables table) leave by the primary ENI.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from datastore.records import AllocationRecord, EniRecord
+from ipamd.hostnet.ports import (
+    CONNMARK,
+    MAIN_TABLE,
+    PRIORITY_CONNMARK,
+    PRIORITY_FROM_ENI,
+    PRIORITY_FROM_POD,
+    PRIORITY_TO_POD,
+    Route,
+    Rule,
+)
+
+DEFAULT_ROUTE = "0.0.0.0/0"
+
+
+def table_of(eni: EniRecord) -> int:
+    """VPC CNI's numbering (device index + 1 on network card 0); main for the primary ENI."""
+    return MAIN_TABLE if eni.is_primary else eni.device_index + 1
+
+
+def gateway_of(subnet_cidr: str) -> str:
+    """The VPC router's address in a subnet: its base address + 1, as EC2 reserves it."""
+    return str(ipaddress.IPv4Network(subnet_cidr).network_address + 1)
+
+
+def host_cidr(address: str) -> str:
+    return f"{address}/32"
+
+
+def pod_rules(address: str, eni: EniRecord | None) -> tuple[Rule, ...]:
+    """The rules of one pod address on `eni` (None: its ENI is unknown, only the 512 rule)."""
+    to_pod = Rule(PRIORITY_TO_POD, MAIN_TABLE, dst=host_cidr(address))
+    if eni is None or eni.is_primary:
+        return (to_pod,)
+    return (to_pod, Rule(PRIORITY_FROM_POD, table_of(eni), src=host_cidr(address)))
+
+
+def eni_rule(eni: EniRecord) -> Rule:
+    return Rule(PRIORITY_FROM_ENI, table_of(eni), src=host_cidr(eni.primary_ip))
+
+
+def eni_routes(eni: EniRecord, ifname: str, subnet_cidr: str) -> tuple[Route, ...]:
+    gateway = gateway_of(subnet_cidr)
+    table = table_of(eni)
+    return (
+        Route(table, host_cidr(gateway), ifname),
+        Route(table, DEFAULT_ROUTE, ifname, gateway),
+    )
+
+
+CONNMARK_RULE = Rule(PRIORITY_CONNMARK, MAIN_TABLE, fwmark=CONNMARK, fwmask=CONNMARK)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyEni:
+    """A secondary ENI whose link is set up: its record, link name and subnet."""
+
+    record: EniRecord
+    ifname: str
+    subnet_cidr: str
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPlan:
+    rules: frozenset[Rule]
+    routes: frozenset[Route]
+
+
+def plan_kernel(
+    allocations: Iterable[AllocationRecord],
+    enis: Mapping[str, EniRecord],
+    ready: Iterable[ReadyEni],
+    snat: bool,
+) -> KernelPlan:
+    """Every ipamd rule and route the kernel must hold for this state, and nothing else."""
+    rules: set[Rule] = {CONNMARK_RULE} if snat else set()
+    routes: set[Route] = set()
+    for link in ready:
+        rules.add(eni_rule(link.record))
+        routes.update(eni_routes(link.record, link.ifname, link.subnet_cidr))
+    for alloc in allocations:
+        eni = enis.get(alloc.eni_id)
+        for address in alloc.addresses:
+            rules.update(pod_rules(address, eni))
+    return KernelPlan(frozenset(rules), frozenset(routes))
+
+
+@dataclass(frozen=True, slots=True)
+class KernelDiff:
+    add_rules: frozenset[Rule]
+    delete_rules: frozenset[Rule]
+    add_routes: frozenset[Route]
+    delete_routes: frozenset[Route]
+
+    def is_empty(self) -> bool:
+        return not (self.add_rules or self.delete_rules or self.add_routes or self.delete_routes)
+
+
+def diff_kernel(plan: KernelPlan, rules: frozenset[Rule], routes: frozenset[Route]) -> KernelDiff:
+    """By content: what to add (planned, absent) and remove (ipamd's, not planned)."""
+    return KernelDiff(
+        add_rules=plan.rules - rules,
+        delete_rules=rules - plan.rules,
+        add_routes=plan.routes - routes,
+        delete_routes=routes - plan.routes,
+    )

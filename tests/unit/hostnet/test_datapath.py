@@ -1,0 +1,291 @@
+"""The host-network owner on the fakes: ENI setup before an ENI's addresses are handed out, a pod's
+rules before its ADD is answered and gone after every release path, reconcile by content, and a
+kernel that cannot be read deleting nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from datastore.records import EniRecord
+from ipamd.clock import FakeClock
+from ipamd.engine.engine import Engine
+from ipamd.errors import DatapathUnavailable, DeleteIntentActive, NoAddressAvailable
+from ipamd.hostnet.datapath import BLOCKED_NEW, Datapath, DatapathSettings
+from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
+from ipamd.hostnet.plan import CONNMARK_RULE
+from ipamd.hostnet.ports import (
+    MAIN_TABLE,
+    PRIORITY_FROM_ENI,
+    PRIORITY_FROM_POD,
+    PRIORITY_TO_POD,
+    KernelUnreadable,
+    Route,
+    Rule,
+)
+from ipamd.reconcile.leaks import release_invalid_attachments
+from ipamd.reconcile.repair import apply_repair, plan_repair
+from tests.support.node import NodeFixture, key
+
+SUBNET = "10.0.0.0/24"
+GATEWAY = "10.0.0.1"
+PRIMARY_MAC = "02:00:00:00:00:00"
+SECONDARY_MAC = "02:00:00:00:00:01"
+NODE_IP = "10.0.0.5"
+
+
+def to_pod(address: str) -> Rule:
+    return Rule(PRIORITY_TO_POD, MAIN_TABLE, dst=f"{address}/32")
+
+
+def from_pod(address: str, table: int) -> Rule:
+    return Rule(PRIORITY_FROM_POD, table, src=f"{address}/32")
+
+
+@dataclass
+class Host:
+    engine: Engine
+    datapath: Datapath
+    kernel: FakeHostNetwork
+    snat: FakeSnatTable
+    clock: FakeClock
+    subnet_lookups: list[str]
+
+
+async def _vpc_cidrs(mac: str) -> tuple[str, ...]:
+    assert mac == PRIMARY_MAC, "the VPC's CIDRs are read by the primary ENI's MAC"
+    return ("10.0.0.0/16",)
+
+
+async def _seed(engine: Engine, now: float) -> None:
+    await engine.add_eni(
+        EniRecord("eni-0", 0, "subnet-1", True, now, mac=PRIMARY_MAC, primary_ip=NODE_IP)
+    )
+    await engine.add_units("eni-0", ["10.0.0.10/32", "10.0.0.11/32"], "ip")
+    await engine.add_eni(
+        EniRecord("eni-1", 1, "subnet-1", False, now, mac=SECONDARY_MAC, primary_ip="10.0.0.20")
+    )
+    await engine.add_units("eni-1", ["10.0.0.21/32", "10.0.0.22/32"], "ip")
+
+
+def _datapath(
+    engine: Engine,
+    kernel: FakeHostNetwork,
+    snat: FakeSnatTable,
+    clock: FakeClock,
+    lookups: list[str],
+    **settings: object,
+) -> Datapath:
+    async def subnet_cidr(subnet_id: str) -> str:
+        lookups.append(subnet_id)
+        return SUBNET
+
+    return Datapath(
+        engine,
+        kernel,
+        snat,
+        DatapathSettings(**settings),  # type: ignore[arg-type]
+        node_ip=NODE_IP,
+        subnet_cidr=subnet_cidr,
+        vpc_cidrs=_vpc_cidrs,
+        clock=clock,
+    )
+
+
+@pytest.fixture
+async def host(node: NodeFixture) -> AsyncIterator[Host]:
+    engine = await node.open()
+    kernel, snat, lookups = FakeHostNetwork(), FakeSnatTable(), list[str]()
+    kernel.plug(PRIMARY_MAC, "eth0")
+    datapath = _datapath(engine, kernel, snat, node.clock, lookups)
+    await _seed(engine, node.clock.now())
+    yield Host(engine, datapath, kernel, snat, node.clock, lookups)
+
+
+async def _fill_primary(host: Host) -> None:
+    for n in range(2):
+        record = await host.datapath.add(key(f"p{n}"), None)
+        assert record.eni_id == "eni-0"
+
+
+async def test_a_secondary_enis_addresses_wait_for_its_link(host: Host) -> None:
+    await _fill_primary(host)
+    assert host.engine.blocked_enis == {"eni-1": BLOCKED_NEW}
+    with pytest.raises(NoAddressAvailable):
+        await host.datapath.add(key("waits"), None)
+
+    await host.datapath.setup_enis()  # the kernel does not show the link yet
+    assert "eni-1" in host.engine.blocked_enis
+    assert "no link with MAC" in host.engine.blocked_enis["eni-1"]
+    view = {e.eni_id: e.blocked for e in host.engine.snapshot().enis}
+    assert view == {"eni-0": "", "eni-1": host.engine.blocked_enis["eni-1"]}
+
+    host.kernel.plug(SECONDARY_MAC, "eth1")
+    await host.datapath.setup_enis()
+    assert "eni-1" in host.engine.blocked_enis, "retried with backoff, not at once"
+    host.clock.advance(60)
+    await host.datapath.setup_enis()
+
+    assert host.engine.blocked_enis == {}
+    link = host.kernel.links[SECONDARY_MAC]
+    assert (link.mtu, link.up, link.addresses) == (9001, True, {"10.0.0.20/24"})
+    assert not link.connected_route, "main's connected route for the subnet left the link"
+    assert host.kernel.routes == {
+        Route(2, f"{GATEWAY}/32", "eth1"),
+        Route(2, "0.0.0.0/0", "eth1", GATEWAY),
+    }
+    assert Rule(PRIORITY_FROM_ENI, 2, src="10.0.0.20/32") in host.kernel.rules
+    record = await host.datapath.add(key("served"), None)
+    assert record.eni_id == "eni-1"
+    address = record.addresses[0]
+    assert {to_pod(address), from_pod(address, 2)} <= host.kernel.rules
+    assert host.subnet_lookups == ["subnet-1"], "the subnet's CIDR is read once"
+
+
+async def test_an_add_answers_only_with_its_rules_in_place(host: Host) -> None:
+    record = await host.datapath.add(key("a"), None)
+    assert record.eni_id == "eni-0"
+    assert to_pod(record.addresses[0]) in host.kernel.rules
+    assert not any(r.priority == PRIORITY_FROM_POD for r in host.kernel.rules), (
+        "a pod on the primary ENI leaves by main"
+    )
+
+
+async def test_an_add_whose_rules_fail_leaves_no_allocation_and_can_be_retried(
+    host: Host,
+) -> None:
+    host.kernel.fail_writes = True
+    with pytest.raises(DatapathUnavailable) as caught:
+        await host.datapath.add(key("a"), None)
+    assert caught.value.retryable and caught.value.code == "datapath_unavailable"
+    assert host.engine.state.allocations == {}
+    assert host.engine.state.intents == {}, "no delete intent: the same ADD may come again"
+    assert host.engine.state.cooldowns == {}, "no pod used the address: no cooldown"
+
+    host.kernel.fail_writes = False
+    again = await host.datapath.add(key("a"), None)
+    assert to_pod(again.addresses[0]) in host.kernel.rules
+
+
+async def _on_secondary(host: Host, container: str) -> str:
+    await host.datapath.reconcile()
+    while True:
+        record = await host.datapath.add(key(container), None)
+        if record.eni_id == "eni-1":
+            return record.addresses[0]
+        container += "+"
+
+
+async def test_del_removes_the_pods_rules_before_answering(host: Host) -> None:
+    host.kernel.plug(SECONDARY_MAC, "eth1")
+    address = await _on_secondary(host, "s")
+    (container,) = [
+        k.container_id
+        for k, a in host.engine.state.allocations.items()
+        if a.addresses == (address,)
+    ]
+    await host.datapath.release(key(container))
+    assert to_pod(address) not in host.kernel.rules
+    assert from_pod(address, 2) not in host.kernel.rules
+    with pytest.raises(DeleteIntentActive):
+        await host.datapath.add(key(container), None)
+
+
+async def test_leak_gc_cni_gc_and_repair_remove_rules_too(host: Host) -> None:
+    host.kernel.plug(SECONDARY_MAC, "eth1")
+    await host.datapath.reconcile()
+    records = [await host.datapath.add(key(f"c{n}"), None) for n in range(4)]
+    addresses = {r.key.container_id: r.addresses[0] for r in records}
+    host.clock.advance(1000)
+
+    await host.engine.release(key("c0"))  # as the runtime leak GC releases
+    await release_invalid_attachments(  # CNI GC: only c2 and c3 are valid
+        host.engine, "k8s-pod-network", [("c2", "eth0"), ("c3", "eth0")], 0.0, host.clock
+    )
+    plan = plan_repair(host.engine.state, frozenset({"c3"}), host.clock.now())
+    await apply_repair(host.engine, plan)
+    await host.datapath.settle()
+
+    gone = {addresses["c0"], addresses["c1"], addresses["c2"]}
+    assert not {r for r in host.kernel.rules if r.src[:-3] in gone or r.dst[:-3] in gone}
+    assert to_pod(addresses["c3"]) in host.kernel.rules
+
+
+async def test_reconcile_makes_the_kernel_exactly_the_plan_by_content(host: Host) -> None:
+    host.kernel.plug(SECONDARY_MAC, "eth1")
+    address = await _on_secondary(host, "s")
+    planned = set(host.kernel.rules)
+    routes = set(host.kernel.routes)
+    stale = from_pod("10.0.0.250", 2)
+    host.kernel.rules.discard(from_pod(address, 2))
+    host.kernel.rules.add(stale)
+    host.kernel.routes.add(Route(7, "0.0.0.0/0", "eth1", GATEWAY))
+    foreign = set(host.kernel.foreign_rules)
+    fixed_before = dict(host.datapath.health.fixes)
+
+    diff = await host.datapath.reconcile()
+    assert diff.add_rules == {from_pod(address, 2)}
+    assert diff.delete_rules == {stale}
+    assert diff.delete_routes == {Route(7, "0.0.0.0/0", "eth1", GATEWAY)}
+    assert host.kernel.rules == planned and host.kernel.routes == routes
+    assert host.kernel.foreign_rules == foreign
+    assert CONNMARK_RULE in host.kernel.rules
+    fixes = host.datapath.health.fixes
+    assert fixes["rule_added"] == fixed_before.get("rule_added", 0) + 1
+    assert fixes["rule_removed"] == fixed_before.get("rule_removed", 0) + 1
+
+    again = await host.datapath.reconcile()
+    assert again.is_empty(), "a second round changes nothing"
+
+
+async def test_a_kernel_that_cannot_be_read_deletes_nothing(host: Host) -> None:
+    await host.datapath.reconcile()
+    stale = to_pod("10.0.0.99")
+    host.kernel.rules.add(stale)
+    host.kernel.unreadable = True
+    with pytest.raises(KernelUnreadable):
+        await host.datapath.reconcile()
+    assert stale in host.kernel.rules
+    assert host.datapath.health.reconciles["failed"] == 1
+    host.kernel.unreadable = False
+    await host.datapath.reconcile()
+    assert stale not in host.kernel.rules
+
+
+async def test_a_detached_eni_takes_its_table_and_rule_away(host: Host) -> None:
+    host.kernel.plug(SECONDARY_MAC, "eth1")
+    await host.datapath.reconcile()
+    assert Rule(PRIORITY_FROM_ENI, 2, src="10.0.0.20/32") in host.kernel.rules
+    await host.engine.eni_gone("eni-1")
+    await host.datapath.settle()
+    assert Rule(PRIORITY_FROM_ENI, 2, src="10.0.0.20/32") not in host.kernel.rules
+    host.kernel.unplug(SECONDARY_MAC)
+    await host.datapath.reconcile()
+    assert not any(r.table == 2 for r in host.kernel.rules)
+    assert not any(r.table == 2 for r in host.kernel.routes)
+
+
+async def test_snat_follows_the_settings(node: NodeFixture) -> None:
+    engine = await node.open()
+    await _seed(engine, node.clock.now())
+    kernel, snat = FakeHostNetwork(), FakeSnatTable()
+    kernel.plug(PRIMARY_MAC, "eth0")
+    kernel.plug(SECONDARY_MAC, "eth1")
+    datapath = _datapath(
+        engine, kernel, snat, node.clock, [], exclude_snat_cidrs=("192.168.0.0/16",)
+    )
+    await datapath.reconcile()
+    assert snat.plan is not None
+    assert snat.plan.primary_ip == NODE_IP and snat.plan.primary_ifname == "eth0"
+    assert set(snat.plan.eni_ifnames) == {"eth0", "eth1"}
+    assert snat.plan.exempt_cidrs == ("10.0.0.0/16", "192.168.0.0/16")
+    snat.tamper()
+    await datapath.reconcile()
+    assert snat.changes == 2, "a hand-edited table is replaced"
+
+    external = _datapath(engine, kernel, snat, node.clock, [], external_snat=True)
+    await external.reconcile()
+    assert snat.removes == 1, "external SNAT: no table"
+    assert CONNMARK_RULE not in kernel.rules
