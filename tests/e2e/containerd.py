@@ -7,6 +7,11 @@ refuses a negative oom_score_adj fails RunPodSandbox without it); network namesp
 state dir. Nothing is shared with a system containerd except the shim socket dir that containerd
 1.6 hard-codes (`/run/containerd/s`, one socket per task, named by a hash of our socket's path).
 
+With `netns` (a network namespace's path), containerd starts under `nsenter --net=<netns>`: the
+CNI plugins it runs, and so the host ends of its pods' veths, live in that namespace (a node of an
+emulated VPC) instead of the machine's own. Only the network namespace changes: mounts, sockets and
+`ctr` work as without it.
+
 `Containerd.cleanup` leaves nothing behind: sandboxes stopped and removed over CRI, tasks killed with
 `ctr`, containerd stopped, its shims killed by PID, its mounts unmounted, the work dir deleted.
 """
@@ -74,6 +79,8 @@ class Containerd:
     workdir: Path
     socket: Path
     config: Path
+    netns: str | None = None
+    """The network namespace (path) containerd runs in; None = this process's."""
     process: subprocess.Popen[bytes] | None = None
     cri: CriClient | None = None
     made_shim_socket_dir: bool = field(default_factory=lambda: not SHIM_SOCKET_DIR.parent.exists())
@@ -81,12 +88,18 @@ class Containerd:
 
     @classmethod
     def create(
-        cls, workdir: Path, *, cni_bin: Path, cni_conf: Path, sandbox_image: str
+        cls,
+        workdir: Path,
+        *,
+        cni_bin: Path,
+        cni_conf: Path,
+        sandbox_image: str,
+        netns: str | None = None,
     ) -> Containerd:
         socket = workdir / "containerd.sock"
         config = workdir / "containerd.toml"
         config.write_text(_config(workdir, socket, cni_bin, cni_conf, sandbox_image))
-        return cls(workdir, socket, config)
+        return cls(workdir, socket, config, netns)
 
     @property
     def log(self) -> Path:
@@ -98,9 +111,13 @@ class Containerd:
     def start(self) -> None:
         """Starts containerd and waits until its CRI plugin answers Version."""
         assert self.process is None or self.process.poll() is not None, "already running"
+        command = ["containerd", "--config", str(self.config)]
+        if self.netns is not None:
+            # nsenter execs containerd (no fork for a network namespace): the PID is containerd's.
+            command = ["nsenter", f"--net={self.netns}", *command]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                ["containerd", "--config", str(self.config)],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

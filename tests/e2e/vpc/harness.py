@@ -1,0 +1,583 @@
+"""The tests' side of the emulated VPC: one `VpcNode` is a whole node in its own namespaces.
+
+`vpc_node()` creates the four network namespaces (`fabric.Namespaces`), starts the world process
+(`tests.e2e.vpc.world`) in the node's namespace and waits for its ready file, starts containerd
+there (the pause image imported, a CNI bin dir with loopback, ptp and ipamd-cni), then `ipamd run`
+there too, pointed at the world's EC2 and IMDS, with `IPAMD_HOST_NETWORK` as the test asks. ipamd
+writes the conflist into containerd's conf dir once ready. On the way out, whatever happened: the
+pods are removed over CRI (their DELs reach ipamd), containerd, ipamd and the world are stopped, the
+namespaces deleted and the work dir removed. A failure prints the logs' tails and the node's rules.
+
+Probes read what the test needs from the kernel and from ipamd's API: pings from a pod's namespace
+and from the VPC host, the VPC's drop counters, ipamd's policy rules (protocol 167) in the node, the
+node's `ip ipamd` nftables table, and which ENI (device index) holds each pod's address.
+
+Nothing here runs a command in the test process's own network namespace: every one names its
+namespace (`ip -n`, `nsenter --net=`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from chaos.daemon import Endpoints, daemon_environment
+from tests.e2e.conflist import NETWORK
+from tests.e2e.containerd import Containerd
+from tests.e2e.support import (
+    BIN,
+    PAUSE_IMAGE,
+    SYSTEM_CNI_DIR,
+    Ipamd,
+    add_netns,
+    bare,
+    delete_netns,
+    free_port,
+    make_workdir,
+    plugin_dir,
+    require,
+    require_root,
+    wait_until,
+)
+from tests.e2e.vpc.fabric import (
+    IGW_COUNTER,
+    Namespaces,
+    in_netns,
+    netns_path,
+    read_counters,
+    run,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+DEPLOYED_CONFLIST = REPO / "deploy" / "cni" / "10-ipamd.conflist"
+
+PROTO_IPAMD = 167
+"""The protocol number on ipamd's rules and routes (`ipamd.hostnet.ports.RT_PROTO_IPAMD`)."""
+MAIN_TABLE = 254
+PRIORITY_TO_POD = 512
+PRIORITY_CONNMARK = 1024
+PRIORITY_FROM_POD = 1536
+PRIORITY_FROM_ENI = 32765
+CONNMARK = 0x80
+
+LEAK_GRACE_S = 10
+"""ipamd's leak grace: longer than any RunPodSandbox here (whose allocation exists before the sandbox
+is listed), short enough that an allocation orphaned by a killed ipamd goes within a test."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class KernelRule:
+    """One IPv4 policy rule as the kernel lists it. Empty `src` / `dst` = all; `extra` holds any
+    other selector (`iif`, `not`, ...), so that an unexpected shape shows in a diff."""
+
+    priority: int
+    table: int
+    src: str = ""
+    dst: str = ""
+    fwmark: int = 0
+    fwmask: int = 0
+    extra: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_ip_json(cls, item: Mapping[str, object]) -> KernelRule:
+        known = {
+            "priority",
+            "table",
+            "src",
+            "srclen",
+            "dst",
+            "dstlen",
+            "fwmark",
+            "fwmask",
+            "protocol",
+        }
+        fwmark = int(str(item.get("fwmark", "0")), 0)
+        default_mask = 0xFFFFFFFF if fwmark else 0
+        return cls(
+            priority=int(str(item["priority"])),
+            table=_table_number(str(item["table"])),
+            src=_cidr(item, "src"),
+            dst=_cidr(item, "dst"),
+            fwmark=fwmark,
+            fwmask=int(str(item.get("fwmask", default_mask)), 0),
+            extra=tuple(sorted((k, str(v)) for k, v in item.items() if k not in known)),
+        )
+
+
+def _table_number(name: str) -> int:
+    return {"main": MAIN_TABLE, "local": 255, "default": 253}.get(name) or int(name)
+
+
+def _cidr(item: Mapping[str, object], key: str) -> str:
+    value = str(item.get(key, "all"))
+    if value == "all":
+        return ""
+    return f"{value}/{item.get(f'{key}len', 32)}"
+
+
+def host(address: str) -> str:
+    return f"{address}/32"
+
+
+CONNMARK_RULE = KernelRule(PRIORITY_CONNMARK, MAIN_TABLE, fwmark=CONNMARK, fwmask=CONNMARK)
+
+
+def pod_rules(address: str, device_index: int) -> set[KernelRule]:
+    """VPC CNI's per-pod rules: `to A lookup main` at 512; on a secondary ENI, also `from A lookup
+    d+1` at 1536 (the route table of device index d is d + 1)."""
+    rules = {KernelRule(PRIORITY_TO_POD, MAIN_TABLE, dst=host(address))}
+    if device_index >= 1:
+        rules.add(KernelRule(PRIORITY_FROM_POD, device_index + 1, src=host(address)))
+    return rules
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The world process's ready file."""
+
+    ec2_url: str
+    imds_url: str
+    region: str
+    instance_id: str
+    primary_eni_id: str
+    primary_mac: str
+    primary_ip: str
+    subnet_cidr: str
+    vpc_cidr: str
+    gateway: str
+
+    @classmethod
+    def read(cls, path: Path) -> Ready:
+        return cls(**json.loads(path.read_text()))
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    sandbox_id: str
+    name: str
+    address: str
+    eni_id: str
+    device_index: int
+
+
+@dataclass
+class VpcNode:
+    workdir: Path
+    ns: Namespaces
+    ipamd_env: dict[str, str] = field(default_factory=dict)
+    world: subprocess.Popen[bytes] | None = None
+    ready: Ready | None = None
+    containerd: Containerd | None = None
+    ipamd: Ipamd | None = None
+    made_namespaces: list[str] = field(default_factory=list)
+    exit_log: str = ""
+    """ipamd's log tail when its last stop did not exit 0."""
+    _netns_paths: dict[str, str] = field(default_factory=dict)
+
+    # -- bring-up ---------------------------------------------------------------------------------
+
+    def start_world(self) -> Ready:
+        for name in self.ns.all():
+            add_netns(name)
+            self.made_namespaces.append(name)
+        ready_file = self.workdir / "world.ready"
+        config = self.workdir / "world.json"
+        config.write_text(
+            json.dumps({"namespaces": self.ns.to_json(), "ready_file": str(ready_file)})
+        )
+        with (self.workdir / "world.log").open("ab") as log:
+            self.world = subprocess.Popen(
+                in_netns(self.ns.node, sys.executable, "-m", "tests.e2e.vpc.world", str(config)),
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        world = self.world
+
+        def written() -> bool | None:
+            assert world.poll() is None, f"the world process exited:\n{self.world_log()}"
+            return True if ready_file.exists() else None
+
+        wait_until(written, "the world's ready file", 60.0)
+        self.ready = Ready.read(ready_file)
+        return self.ready
+
+    def start_containerd(self, pause_image: Path) -> Containerd:
+        cni_bin = plugin_dir(
+            self.workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "ptp"
+        )
+        (self.workdir / "net.d").mkdir()
+        (self.workdir / "containerd").mkdir()
+        self.containerd = Containerd.create(
+            self.workdir / "containerd",
+            cni_bin=cni_bin,
+            cni_conf=self.workdir / "net.d",
+            sandbox_image=PAUSE_IMAGE,
+            netns=netns_path(self.ns.node),
+        )
+        self.containerd.start()
+        self.containerd.import_image(pause_image)
+        return self.containerd
+
+    def configure_ipamd(self, host_network: str, extra: Mapping[str, str]) -> None:
+        ready, containerd = self.world_ready, self.runtime
+        ends = Endpoints(
+            ec2_url=ready.ec2_url,
+            imds_url=ready.imds_url,
+            region=ready.region,
+            cri_socket=containerd.socket,
+            state_dir=self.workdir / "state",
+            socket_path=self.workdir / "ipamd.sock",
+            metrics_port=free_port(),  # in the node's namespace; only needs to be a port
+        )
+        self.ipamd_env = daemon_environment(ends, os.environ)
+        self.ipamd_env.update(
+            IPAMD_CNI_CONF_DIR=str(self.workdir / "net.d"),
+            IPAMD_CNI_CONFLIST_TEMPLATE=str(DEPLOYED_CONFLIST),
+            IPAMD_HOST_NETWORK=host_network,
+            IPAMD_LEAK_GRACE=str(LEAK_GRACE_S),
+        )
+        self.ipamd_env.update(extra)
+
+    def start_ipamd(self) -> Ipamd:
+        """`ipamd run` in the node's namespace (not `--embedded`: the world outlives ipamd)."""
+        assert self.ipamd is None or self.ipamd.process.poll() is not None, "ipamd is running"
+        env = self.ipamd_env
+        with (self.workdir / "ipamd.log").open("ab") as log:
+            process = subprocess.Popen(
+                in_netns(self.ns.node, str(BIN / "ipamd"), "run"),
+                env=env,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        metrics_port = int(env["IPAMD_METRICS_ADDR"].rpartition(":")[2])
+        self.ipamd = Ipamd(process, self.workdir, Path(env["IPAMD_SOCKET"]), metrics_port)
+        return self.ipamd
+
+    def kill_ipamd(self) -> None:
+        """SIGKILL: nothing of ipamd's own clean-up runs."""
+        daemon = self.daemon
+        if daemon.process.poll() is None:
+            daemon.process.send_signal(signal.SIGKILL)
+        daemon.process.wait(timeout=30)
+
+    def wait_ipamd_ready(self, deadline_s: float = 60.0, every_s: float = 0.1) -> None:
+        daemon = self.daemon
+
+        def ready() -> bool | None:
+            assert daemon.process.poll() is None, f"ipamd exited:\n{daemon.log_tail()}"
+            try:
+                return True if daemon.call("GET", "/readyz")[0] == 200 else None
+            except OSError:
+                return None
+
+        wait_until(ready, "ipamd ready", deadline_s, every_s)
+
+    @property
+    def world_ready(self) -> Ready:
+        assert self.ready is not None, "the world was not started"
+        return self.ready
+
+    @property
+    def runtime(self) -> Containerd:
+        assert self.containerd is not None, "containerd was not started"
+        return self.containerd
+
+    @property
+    def daemon(self) -> Ipamd:
+        assert self.ipamd is not None, "ipamd was not started"
+        return self.ipamd
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    def run_pod(self, name: str, deadline_s: float = 90.0) -> str:
+        """RunPodSandbox, retried as the kubelet retries while ipamd answers "try again later" (the
+        pool is growing: an ENI being attached, or its link not set up yet)."""
+        client = self.runtime.client
+        failure: list[str] = []
+
+        def started() -> str | None:
+            try:
+                return client.run_sandbox("e2e", name, f"uid-{name}")
+            except grpc.RpcError as err:
+                if "try again later" not in str(err.details()):
+                    raise
+                failure[:] = [str(err.details())]
+                return None
+
+        try:
+            return wait_until(started, f"pod {name} running", deadline_s, every_s=0.2)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; last error: {failure}") from None
+
+    def run_pod_through_failures(self, name: str, deadline_s: float = 120.0) -> str:
+        """RunPodSandbox retried on any error (ipamd may be dead or restarting). A failed run whose
+        network teardown also failed leaves a sandbox that holds the name: the kubelet removes it
+        before trying again, and so does this."""
+        client = self.runtime.client
+        failure: list[str] = []
+
+        def started() -> str | None:
+            try:
+                return client.run_sandbox("e2e", name, f"uid-{name}")
+            except grpc.RpcError as err:
+                failure[:] = [str(err.details())]
+            for sandbox in client.list_sandboxes():
+                if sandbox.metadata.name == name:
+                    with contextlib.suppress(grpc.RpcError):
+                        client.remove_sandbox(sandbox.id)
+            return None
+
+        try:
+            return wait_until(started, f"pod {name} running", deadline_s, every_s=0.2)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; last error: {failure}") from None
+
+    def remove_pod(self, sandbox_id: str, deadline_s: float = 60.0) -> None:
+        """RemovePodSandbox (which stops the sandbox first, with a DEL), retried on errors."""
+        client = self.runtime.client
+        failure: list[str] = []
+
+        def removed() -> bool | None:
+            try:
+                client.remove_sandbox(sandbox_id)
+                return True
+            except grpc.RpcError as err:
+                failure[:] = [str(err.details())]
+                return None
+
+        try:
+            wait_until(removed, f"sandbox {sandbox_id} removed", deadline_s, every_s=0.2)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; last error: {failure}") from None
+        self._netns_paths.pop(sandbox_id, None)
+
+    def netns_of(self, sandbox_id: str) -> str:
+        if sandbox_id not in self._netns_paths:
+            self._netns_paths[sandbox_id] = self.runtime.netns_path(sandbox_id)
+        return self._netns_paths[sandbox_id]
+
+    # -- ipamd's view -----------------------------------------------------------------------------
+
+    def enis(self) -> list[dict[str, object]]:
+        """`/v1/enis`: every ENI with `eni_id`, `device_index`, `is_primary`, `primary_ip`, units."""
+        enis = self.daemon.get("/v1/enis")["enis"]
+        assert isinstance(enis, list)
+        return enis
+
+    def allocations(self) -> list[dict[str, object]]:
+        items = self.daemon.get("/v1/allocations")["allocations"]
+        assert isinstance(items, list)
+        return [item for item in items if item["network"] == NETWORK]
+
+    def pods(self, names: Mapping[str, str] | None = None) -> dict[str, Pod]:
+        """Sandbox ID → its pod: the one address ipamd gave it and the ENI that holds it.
+        `names` maps sandbox IDs to pod names (for messages)."""
+        device = {str(e["eni_id"]): int(str(e["device_index"])) for e in self.enis()}
+        pods = {}
+        for item in self.allocations():
+            ips = item["ips"]
+            assert isinstance(ips, list) and len(ips) == 1, item
+            sandbox_id, eni_id = str(item["container_id"]), str(ips[0]["eni_id"])
+            assert eni_id in device, f"{eni_id} of {item} is not an ENI of /v1/enis"
+            name = (names or {}).get(sandbox_id, sandbox_id[:12])
+            address = bare(str(ips[0]["address"]))
+            pods[sandbox_id] = Pod(sandbox_id, name, address, eni_id, device[eni_id])
+        return pods
+
+    def expected_rules(
+        self, allocations: list[dict[str, object]], enis: list[dict[str, object]], snat: bool
+    ) -> frozenset[KernelRule]:
+        """The protocol-167 rules VPC CNI would hold for this state: per pod address its
+        `pod_rules`; per secondary ENI whose link is set up, `from <its primary address> lookup d+1`
+        at 32765; `fwmark 0x80/0x80 lookup main` at 1024 while SNAT is on."""
+        device = {str(e["eni_id"]): int(str(e["device_index"])) for e in enis}
+        rules: set[KernelRule] = {CONNMARK_RULE} if snat else set()
+        for eni in enis:
+            index = int(str(eni["device_index"]))
+            if index >= 1 and eni.get("datapath", "ready") == "ready":
+                assert eni.get("primary_ip"), f"/v1/enis gives no primary_ip: {eni}"
+                rules.add(
+                    KernelRule(PRIORITY_FROM_ENI, index + 1, src=host(str(eni["primary_ip"])))
+                )
+        for item in allocations:
+            ips = item["ips"]
+            assert isinstance(ips, list)
+            for ip in ips:
+                rules |= pod_rules(bare(str(ip["address"])), device[str(ip["eni_id"])])
+        return frozenset(rules)
+
+    def ec2_addresses(self) -> set[str]:
+        """Every address of the node's ENIs as ipamd lists them (units and primaries)."""
+        found = set()
+        for eni in self.enis():
+            found.add(str(eni.get("primary_ip", "")))
+            units = eni["units"]
+            assert isinstance(units, list)
+            for unit in units:
+                found |= {str(a["address"]) for a in unit["addresses"]}
+        return found - {""}
+
+    # -- the kernel's view ------------------------------------------------------------------------
+
+    def ipamd_rules(self) -> frozenset[KernelRule]:
+        """Every IPv4 rule in the node tagged with ipamd's protocol."""
+        listed = json.loads(run(["ip", "-j", "-4", "-n", self.ns.node, "rule", "show"]) or "[]")
+        return frozenset(
+            KernelRule.from_ip_json(item)
+            for item in listed
+            if str(item.get("protocol")) == str(PROTO_IPAMD)
+        )
+
+    def ipamd_nft(self) -> str:
+        """The node's `ip ipamd` nftables table as text; "" when there is none."""
+        done = subprocess.run(
+            in_netns(self.ns.node, "nft", "list", "table", "ip", "ipamd"),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return done.stdout if done.returncode == 0 else ""
+
+    def ping(self, sandbox_id: str, target: str) -> bool:
+        """One echo request from the pod's namespace, answered within 2 s."""
+        return _ping(self.netns_of(sandbox_id), target)
+
+    def ping_from_vpc_host(self, target: str) -> bool:
+        return _ping(netns_path(self.ns.vpchost), target)
+
+    def sdc_drops(self) -> dict[str, int]:
+        """ENI ID → packets EC2's source/destination check dropped on its link, for every ENI the
+        world has given a link so far (detached ones included)."""
+        return {
+            name.removeprefix("sdc_").replace("_", "-"): packets  # inverts `sdc_counter`
+            for name, packets in read_counters(self.ns.vpc).items()
+            if name.startswith("sdc_")
+        }
+
+    def igw_drops(self) -> int:
+        """Packets the internet gateway dropped: leaving the VPC from anything but the node's
+        primary address."""
+        return read_counters(self.ns.vpc)[IGW_COUNTER]
+
+    # -- teardown ---------------------------------------------------------------------------------
+
+    def world_log(self, chars: int = 4000) -> str:
+        path = self.workdir / "world.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def diagnostics(self) -> str:
+        """What to read when a test fails: the logs' tails and the node's kernel state."""
+        parts = [f"== world log\n{self.world_log()}"]
+        if self.ipamd is not None:
+            parts.append(f"== ipamd log\n{self.ipamd.log_tail(8000)}")
+        if self.containerd is not None:
+            parts.append(f"== containerd log\n{self.containerd.log_tail(2000)}")
+        for title, argv in (
+            ("node rules", ["ip", "-n", self.ns.node, "rule", "show"]),
+            ("node routes", ["ip", "-n", self.ns.node, "route", "show", "table", "all"]),
+            ("node links", ["ip", "-n", self.ns.node, "-br", "addr"]),
+            ("vpc routes", ["ip", "-n", self.ns.vpc, "route"]),
+            ("vpc nft", in_netns(self.ns.vpc, "nft", "list", "ruleset")),
+            ("node nft", in_netns(self.ns.node, "nft", "list", "ruleset")),
+        ):
+            with contextlib.suppress(Exception):
+                parts.append(f"== {title}\n{run(argv)}")
+        return "\n".join(parts)
+
+    def close(self) -> int:
+        """Leaves nothing behind; returns ipamd's exit code after a SIGTERM (0 when never started)."""
+        code = 0
+        try:
+            if self.containerd is not None:
+                self.containerd.cleanup()  # first: the DELs of the pods it stops go to ipamd
+        finally:
+            try:
+                if self.ipamd is not None:
+                    code = self.ipamd.stop()
+                    if code != 0:
+                        self.exit_log = self.ipamd.log_tail()  # the work dir goes next
+            finally:
+                try:
+                    self._stop_world()
+                finally:
+                    for name in self.made_namespaces:
+                        delete_netns(name)
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+        return code
+
+    def _stop_world(self) -> None:
+        world = self.world
+        if world is not None and world.poll() is None:
+            world.send_signal(signal.SIGTERM)
+            try:
+                world.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                world.kill()
+                world.wait()
+
+
+def _ping(netns: str, target: str) -> bool:
+    done = subprocess.run(
+        ["nsenter", f"--net={netns}", "ping", "-n", "-q", "-c", "1", "-W", "2", target],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def free_subnet_address(node: VpcNode, preferred: str) -> str:
+    """`preferred` if no ENI of the node holds it, else the highest address of the subnet that none
+    does (and that is not the gateway or EC2's reserved ones)."""
+    taken = node.ec2_addresses()
+    if preferred not in taken:
+        return preferred
+    subnet = ipaddress.IPv4Network(node.world_ready.subnet_cidr)
+    for candidate in reversed(list(subnet.hosts())[3:-1]):
+        if str(candidate) not in taken:
+            return str(candidate)
+    raise AssertionError(f"no free address in {subnet}")
+
+
+@contextlib.contextmanager
+def vpc_node(
+    pause_image: Path, host_network: str, env: Mapping[str, str] | None = None
+) -> Iterator[VpcNode]:
+    """A node in an emulated VPC with containerd and a ready ipamd (`IPAMD_HOST_NETWORK` =
+    `host_network`, plus `env`), its conflist written; everything gone afterwards."""
+    require_root()
+    require(
+        "containerd", "runc", "ctr", "ip", "nsenter", "nft", "ping", plugins=("loopback", "ptp")
+    )
+    node = VpcNode(make_workdir("vpc"), Namespaces.unique())
+    try:
+        node.start_world()
+        node.start_containerd(pause_image)
+        node.configure_ipamd(host_network, env or {})
+        node.start_ipamd()
+        node.wait_ipamd_ready()
+        conflist = node.workdir / "net.d" / DEPLOYED_CONFLIST.name
+        wait_until(lambda: True if conflist.exists() else None, "ipamd's conflist", 30.0)
+        yield node
+    except BaseException:
+        print(node.diagnostics(), file=sys.stderr)
+        raise
+    finally:
+        code = node.close()
+    assert code == 0, f"ipamd exited {code} on SIGTERM:\n{node.exit_log}"
