@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import ec2_calls, engine_latency, intents, policy, reconcile, restore
+from bench import ec2_calls, engine_latency, hostnet, intents, policy, reconcile, restore
 
 Family = Callable[[Path], Awaitable[dict[str, float]]]
 
@@ -25,6 +25,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("policy", policy.run),
     ("ec2_calls", ec2_calls.run),
     ("reconcile", reconcile.run),
+    ("hostnet", hostnet.run),
 )
 
 
