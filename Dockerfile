@@ -29,16 +29,20 @@ RUN gcc -static -Os -s -Wall -Wextra -Werror -o /opt/ipamd/cni/ipamd-cni deploy/
 
 # --- runtime ---------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
+# nft: ipamd replaces its SNAT table (`table ip ipamd`) with it, atomically.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nftables \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/ipamd /opt/ipamd
 COPY deploy/cni/10-ipamd.conflist /opt/ipamd/cni/10-ipamd.conflist
-COPY deploy/image/install-cni.sh deploy/image/ipamd_probe.py /opt/ipamd/bin/
+COPY deploy/image/install-cni.sh deploy/image/ipamd_probe.py deploy/image/host-sysctls.sh /opt/ipamd/bin/
 ENV PATH=/opt/ipamd/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     IPAMD_LOG_FORMAT=json
-# Not root by default. The DaemonSet runs both containers as root with every capability dropped,
-# because the node paths they write (CNI dirs, socket and state dirs) and the containerd socket
-# belong to root; `docker run ipamd:... ipamctl ...` and the like need none of that.
+# Not root by default. The DaemonSet runs its containers as root (ipamd with NET_ADMIN alone,
+# the installer with no capability), because the node paths they write (CNI dirs, socket and state
+# dirs) and the containerd socket belong to root; `docker run ipamd:... ipamctl ...` needs none.
 USER 65532:65532
 ENTRYPOINT ["/opt/ipamd/venv/bin/ipamd"]
 CMD ["run"]

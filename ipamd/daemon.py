@@ -263,6 +263,7 @@ def _datapath(
 ) -> Datapath:
     """The datapath owner on the adapters `main` made. The primary ENI's MAC (to find its link and
     read the VPC's CIDRs) comes from the state, filled from EC2 by the first drift."""
+
     async def subnet_cidr(subnet_id: str) -> str:
         return (await ec2.subnet(subnet_id)).cidr
 

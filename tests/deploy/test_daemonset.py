@@ -58,16 +58,39 @@ def test_rolls_a_bounded_share_of_nodes_and_never_two_per_node() -> None:
     assert strategy["rollingUpdate"]["maxSurge"] == 0
 
 
-@pytest.mark.parametrize("name", ["install-cni", "ipamd"])
-def test_containers_have_requests_limits_and_no_capability(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "capabilities"),
+    [
+        ("install-cni", {"drop": ["ALL"]}),
+        # The datapath: links, route tables and rules over netlink, the SNAT table with nft.
+        ("ipamd", {"drop": ["ALL"], "add": ["NET_ADMIN"]}),
+    ],
+)
+def test_containers_have_requests_limits_and_only_the_capabilities_they_need(
+    name: str, capabilities: dict[str, list[str]]
+) -> None:
     c = container(name)
     assert c["resources"]["requests"].keys() >= {"cpu", "memory"}
     assert "memory" in c["resources"]["limits"]
     sc = c["securityContext"]
-    assert sc["capabilities"] == {"drop": ["ALL"]}, "ipamd needs no capability, not even NET_ADMIN"
+    assert sc["capabilities"] == capabilities
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
     assert not sc.get("privileged", False)
+
+
+def test_only_the_sysctl_init_container_is_privileged_and_it_runs_one_script() -> None:
+    spec = pod_spec()
+    privileged = [
+        c["name"]
+        for c in spec["containers"] + spec["initContainers"]
+        if c.get("securityContext", {}).get("privileged")
+    ]
+    assert privileged == ["host-sysctls"]
+    sysctls = container("host-sysctls")
+    assert sysctls["command"] == ["/bin/sh", "/opt/ipamd/bin/host-sysctls.sh"]
+    assert "volumeMounts" not in sysctls, "it needs nothing of the node but /proc/sys"
+    assert spec["initContainers"][0]["name"] == "host-sysctls"
 
 
 def test_host_paths_are_the_node_paths_ipamd_uses() -> None:

@@ -151,7 +151,7 @@ def test_kustomize_renders_the_base_to_the_files_objects() -> None:
 
 
 @needs_kubectl
-def test_an_overlay_sets_the_image_of_both_containers(tmp_path: Path) -> None:
+def test_an_overlay_sets_the_image_of_every_container(tmp_path: Path) -> None:
     """The way docs/operations.md tells operators to name their image."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
@@ -168,6 +168,7 @@ def test_an_overlay_sets_the_image_of_both_containers(tmp_path: Path) -> None:
     assert images == {
         "ipamd": "my-registry/ipamd:9.9.9",
         "install-cni": "my-registry/ipamd:9.9.9",
+        "host-sysctls": "my-registry/ipamd:9.9.9",
     }
 
 
