@@ -231,6 +231,8 @@ def _sources(daemon: Daemon) -> Sources:
         job_outcomes=lambda: daemon.jobs.outcomes,
         leaks_released=lambda: daemon.leak_gc.released,
         pool_failures=lambda: daemon.pool.health.errors_by_code,
+        hostnet_fixes=lambda: daemon.datapath.health.fixes if daemon.datapath else {},
+        hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,
     )
 
 

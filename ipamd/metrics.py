@@ -66,6 +66,9 @@ class Sources:
     job_outcomes: Callable[[], Mapping[tuple[str, str], int]]
     leaks_released: Callable[[], int]
     pool_failures: Callable[[], Mapping[str, int]]
+    hostnet_fixes: Callable[[], Mapping[str, int]] = dict
+    """The host-network reconcile's repairs by kind (rule_added, rule_removed, ..., snat)."""
+    hostnet_add_failures: Callable[[], int] = int
 
 
 def render(recorders: Recorders, sources: Sources) -> str:
@@ -108,6 +111,18 @@ def render(recorders: Recorders, sources: Sources) -> str:
             f'ipamd_pool_failures_total{{code="{code}"}} {n}'
             for code, n in sorted(sources.pool_failures().items())
         ),
+        "# HELP ipamd_enis_blocked ENIs whose addresses are held back: host link not set up yet",
+        "# TYPE ipamd_enis_blocked gauge",
+        f"ipamd_enis_blocked {sum(1 for eni in snap.enis if eni.blocked)}",
+        "# HELP ipamd_hostnet_fixes_total Host-network reconcile repairs by kind",
+        "# TYPE ipamd_hostnet_fixes_total counter",
+        *(
+            f'ipamd_hostnet_fixes_total{{kind="{kind}"}} {n}'
+            for kind, n in sorted(sources.hostnet_fixes().items())
+        ),
+        "# HELP ipamd_hostnet_add_failures_total ADDs undone: the pod's rules could not be set",
+        "# TYPE ipamd_hostnet_add_failures_total counter",
+        f"ipamd_hostnet_add_failures_total {sources.hostnet_add_failures()}",
         "# TYPE ipamd_add_latency_seconds histogram",
         *recorders.add_latency.lines("ipamd_add_latency_seconds"),
         "# TYPE ipamd_del_latency_seconds histogram",

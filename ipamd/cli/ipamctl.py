@@ -35,22 +35,31 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def render_status(pool: dict[str, Any]) -> str:
-    rows = [["ENI", "DEV", *(s.upper() for s in STATES)]]
+    rows = [["ENI", "DEV", *(s.upper() for s in STATES), "DATAPATH"]]
+    blocked: list[str] = []
     for eni in pool["enis"]:
         primary = " (primary)" if eni.get("is_primary") else ""
+        datapath = eni.get("datapath", "ready")
+        if datapath != "ready":
+            blocked.append(f"{eni['eni_id']}: {eni.get('datapath_reason', '')}")
         rows.append(
             [
                 eni["eni_id"] + primary,
                 str(eni["device_index"]),
                 *(str(eni["counts"][s]) for s in STATES),
+                datapath,
             ]
         )
-    rows.append(["total", "", *(str(pool["counts"][s]) for s in STATES)])
+    rows.append(["total", "", *(str(pool["counts"][s]) for s in STATES), ""])
     summary = (
         f"allocations: {pool['allocations']}  delete intents: {pool['intents']}  "
         f"quarantined: {pool['quarantined']}"
     )
     lines = [_table(rows), "", summary]
+    if blocked:
+        # A blocked ENI's addresses are not handed out: its link is not set up on the host yet.
+        lines += ["blocked ENIs (addresses held back until the host link is set up):"]
+        lines += [f"  {line}" for line in blocked]
     if "targets" in pool:
         knobs = "  ".join(f"{k}={v}" for k, v in pool["targets"].items())
         limits = "  ".join(f"{k}={v}" for k, v in pool["limits"].items())

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 from datastore.records import EniRecord
+from ipamd.api import views
+from ipamd.cli.ipamctl import render_status
 from ipamd.clock import FakeClock
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable, DeleteIntentActive, NoAddressAvailable
@@ -25,6 +27,7 @@ from ipamd.hostnet.ports import (
     Route,
     Rule,
 )
+from ipamd.metrics import Recorders, Sources, render
 from ipamd.reconcile.leaks import release_invalid_attachments
 from ipamd.reconcile.repair import apply_repair, plan_repair
 from tests.support.node import NodeFixture, key
@@ -289,3 +292,31 @@ async def test_snat_follows_the_settings(node: NodeFixture) -> None:
     await external.reconcile()
     assert snat.removes == 1, "external SNAT: no table"
     assert CONNMARK_RULE not in kernel.rules
+
+
+async def test_a_blocked_eni_shows_in_the_api_ipamctl_and_metrics(host: Host) -> None:
+    snapshot = host.engine.snapshot()
+    listed = views.enis(snapshot)["enis"]
+    assert isinstance(listed, list)
+    enis = {e["eni_id"]: e for e in listed}
+    assert enis["eni-0"]["datapath"] == "ready" and enis["eni-0"]["mac"] == PRIMARY_MAC
+    assert enis["eni-1"]["datapath"] == "blocked"
+    assert enis["eni-1"]["datapath_reason"] == BLOCKED_NEW
+    status = render_status(views.pool(snapshot))
+    assert "blocked ENIs" in status and f"eni-1: {BLOCKED_NEW}" in status
+    sources = Sources(
+        snapshot=host.engine.snapshot,
+        max_enis=3,
+        max_addresses=29,
+        job_outcomes=dict,
+        leaks_released=int,
+        pool_failures=dict,
+        hostnet_fixes=lambda: host.datapath.health.fixes,
+    )
+    assert "ipamd_enis_blocked 1\n" in render(Recorders(), sources)
+
+    host.kernel.plug(SECONDARY_MAC, "eth1")
+    await host.datapath.reconcile()
+    text = render(Recorders(), sources)
+    assert "ipamd_enis_blocked 0\n" in text
+    assert 'ipamd_hostnet_fixes_total{kind="rule_added"} 1' in text  # the connmark rule
