@@ -194,7 +194,10 @@ def test_corrupt_state_file_keeps_the_daemon_up_but_refuses_add(tmp_path: Path) 
 def test_conflist_appears_once_ready_and_goes_on_a_clean_stop(tmp_path: Path) -> None:
     conf_dir = tmp_path / "net.d"
     running = _start(
-        tmp_path, IPAMD_CNI_CONF_DIR=str(conf_dir), IPAMD_CNI_CONFLIST_TEMPLATE=str(TEMPLATE)
+        tmp_path,
+        IPAMD_CNI_CONF_DIR=str(conf_dir),
+        IPAMD_CNI_CONFLIST_TEMPLATE=str(TEMPLATE),
+        AWS_VPC_ENI_MTU="8500",
     )
     try:
         assert running.wait_for("/readyz") == 200
@@ -207,6 +210,7 @@ def test_conflist_appears_once_ready_and_goes_on_a_clean_stop(tmp_path: Path) ->
             "type": "ipamd-cni",
             "socket": str(running.socket_path),
         }
+        assert conf["plugins"][0]["mtu"] == 8500, "POD_MTU defaults to AWS_VPC_ENI_MTU"
         assert [p.name for p in conf_dir.iterdir()] == [TEMPLATE.name], "no temp file left"
         code, _ = _stop(running)
         assert code == 0
@@ -225,7 +229,10 @@ def test_no_conflist_while_the_state_file_is_unusable(tmp_path: Path) -> None:
     state.parent.mkdir()
     state.write_bytes(b"garbage" * 100)
     running = _start(
-        tmp_path, IPAMD_CNI_CONF_DIR=str(conf_dir), IPAMD_CNI_CONFLIST_TEMPLATE=str(TEMPLATE)
+        tmp_path,
+        IPAMD_CNI_CONF_DIR=str(conf_dir),
+        IPAMD_CNI_CONFLIST_TEMPLATE=str(TEMPLATE),
+        AWS_VPC_ENI_MTU="8500",
     )
     try:
         assert running.wait_for("/readyz", status=503) == 503

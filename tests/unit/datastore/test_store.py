@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from datastore.errors import CommitError, OwnershipConflict
-from datastore.records import AllocationKey, AllocationRecord, IntentRecord, Mutation
-from datastore.schema import APPLICATION_ID, SCHEMA_VERSION
+from datastore.records import AllocationKey, AllocationRecord, EniRecord, IntentRecord, Mutation
+from datastore.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from datastore.store import Store
 
 
@@ -73,3 +74,28 @@ def test_reopen_reads_back_exactly_what_was_committed(tmp_path: Path) -> None:
     assert image.allocations == m.put_allocations and image.intents == {"x": 2.0}
     assert image.instance_id == "i-0123456789abcdef0"
     again.close()
+
+
+def test_a_version_1_file_is_migrated_and_its_enis_wait_for_their_link_facts(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    with sqlite3.connect(path) as conn:
+        for statement in MIGRATIONS[1]:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("INSERT INTO enis VALUES ('eni-1', 1, 'subnet-1', 0, 5.0)")
+    store = Store.open(path)
+    try:
+        (eni,) = store.load().enis
+        assert eni == EniRecord("eni-1", 1, "subnet-1", False, 5.0, mac="", primary_ip="")
+        store.commit(
+            Mutation(put_enis=(replace(eni, mac="02:00:00:00:00:01", primary_ip="10.0.0.9"),))
+        )
+        (eni,) = store.load().enis
+        assert (eni.mac, eni.primary_ip) == ("02:00:00:00:00:01", "10.0.0.9")
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2

@@ -3,6 +3,8 @@ become lost while owned, never free; a unit that comes back is usable again."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ipamd.errors import InventoryError, NoAddressAvailable
@@ -69,4 +71,21 @@ async def test_units_on_unknown_or_other_enis_are_refused(node: NodeFixture) -> 
     await node.seed(enis=2, per_eni=1)
     with pytest.raises(InventoryError):
         await engine.add_units("eni-0001", units, "ip")
+    node.check()
+
+
+async def test_an_eni_record_without_link_facts_gets_them_from_ec2_once(node: NodeFixture) -> None:
+    engine = await node.open()
+    await node.seed(enis=2, per_eni=1)  # records as a version-1 state file holds them: no MAC
+    known = engine.state.enis["eni-0001"]
+    assert (known.mac, known.primary_ip) == ("", "")
+    described = replace(known, mac="02:00:00:00:00:01", primary_ip="10.0.1.5", added_at=99.0)
+    await engine.add_eni(described)
+    filled = engine.state.enis["eni-0001"]
+    assert (filled.mac, filled.primary_ip) == ("02:00:00:00:00:01", "10.0.1.5")
+    assert filled.added_at == known.added_at, "the rest of the record is the inventory's own"
+    await engine.add_eni(replace(described, mac="", primary_ip=""))
+    assert engine.state.enis["eni-0001"] == filled, "an answer without facts changes nothing"
+    engine = await node.restart()
+    assert engine.state.enis["eni-0001"] == filled
     node.check()
