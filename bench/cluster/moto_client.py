@@ -173,6 +173,24 @@ class MotoEc2Client:
 
         return self._serve("DescribeInstanceTypes", answer)
 
+    def describe_subnets(self, **params: Any) -> Response:
+        def answer() -> Response:
+            subnets = [self._backend.get_subnet(s) for s in params.get("SubnetIds") or []]
+            return {
+                "Subnets": [
+                    {
+                        "SubnetId": s.id,
+                        "CidrBlock": s.cidr_block,
+                        "AvailableIpAddressCount": s.available_ip_address_count,
+                        "VpcId": s.vpc_id,
+                        "AvailabilityZone": s.availability_zone,
+                    }
+                    for s in subnets
+                ]
+            }
+
+        return self._serve("DescribeSubnets", answer)
+
     # -- ENIs ----------------------------------------------------------------------------------
 
     def create_network_interface(self, **params: Any) -> Response:

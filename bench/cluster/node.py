@@ -25,11 +25,13 @@ from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
 from ipamd.clock import Clock
 from ipamd.config import Config
-from ipamd.daemon import Daemon, build_daemon
+from ipamd.daemon import Daemon, HostNetAdapters, build_daemon
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager
 from ipamd.engine.state import NodeState
+from ipamd.hostnet.datapath import Datapath
+from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
@@ -56,6 +58,9 @@ class MotoImds:
 
     async def interfaces(self) -> tuple[ImdsInterface, ...]:
         return tuple(_interface(index, nic) for index, nic in sorted(self._instance.nics.items()))
+
+    async def vpc_cidrs(self, mac: str) -> tuple[str, ...]:
+        return (str(self._instance.nics[0].subnet.vpc.cidr_block),)
 
 
 def _interface(index: int, nic: Any) -> ImdsInterface:
@@ -87,6 +92,9 @@ class SimNode:
     adapter: Boto3Ec2
     max_pods: int
     daemon: Daemon
+    datapath: Datapath
+    """The node's datapath on a fake kernel (`auto_links`: each ENI's link shows at once), so ADD
+    and DEL take the daemon's path: rules installed before the answer, removed after."""
     ready: bool = False
     gone: bool = False
     eni_gc_cluster: str = ""
@@ -144,11 +152,14 @@ async def build_node(
         clock=clock,
         open_engine=open_inline_engine,
         rng=random.Random(rng.random()),
+        hostnet=HostNetAdapters(FakeHostNetwork(auto_links=True), FakeSnatTable(), imds.vpc_cidrs),
     )
+    assert daemon.datapath is not None
     max_pods = daemon.engine.settings.max_pods
     assert max_pods is not None, "build_daemon sets the node's pod limit"
     return SimNode(
         daemon=daemon,
+        datapath=daemon.datapath,
         eni_gc_cluster=config.cluster_name,
         name=name,
         instance_id=daemon.instance_id,
@@ -199,6 +210,20 @@ async def start_node(node: SimNode, config: Config, jobs: Jobs, rng: random.Rand
             _every(jobs, Job("eni_gc", node.eni_gc.run_once, config.eni_gc_interval_s, 60.0), rng),
         ),
         ("drift_on_demand", daemon.drift_on_demand),
+        ("hostnet", node.datapath.run),
+        (
+            "hostnet_reconcile",
+            _every(
+                jobs,
+                Job(
+                    "hostnet",
+                    node.datapath.reconcile,
+                    config.host_network_reconcile_interval_s,
+                    1.0,
+                ),
+                rng,
+            ),
+        ),
     ]
     loop = asyncio.get_running_loop()
     for name, run in loops:

@@ -1,7 +1,7 @@
 """Pods, as Kubernetes drives them through a node's runtime and CNI: scheduled onto a ready node with
-room (the less loaded of two picked at random), the sandbox created, then CNI ADD (`Engine.assign`);
-later the sandbox is removed and CNI DEL (`Engine.release`) sent, unless the DEL goes missing, which
-leaves the address to the runtime leak GC.
+room (the less loaded of two picked at random), the sandbox created, then CNI ADD (the datapath's
+`add`, as the API serves it); later the sandbox is removed and CNI DEL (its `release`) sent, unless
+the DEL goes missing, which leaves the address to the runtime leak GC.
 
 An ADD refused with `NoAddressAvailable` has already woken the node's pool manager (the engine sets
 `pool_wanted`); the runtime retries the ADD every `retry_s` virtual seconds, as kubelet retries a pod
@@ -133,7 +133,7 @@ class Workload:
         try:
             while not node.gone:
                 try:
-                    await node.engine.assign(key, pod)
+                    await node.datapath.add(key, pod)
                 except NoAddressAvailable:
                     if self._clock.now() - started >= self._settings.deadline_s:
                         self.stats.failed_no_address += 1
@@ -166,7 +166,7 @@ class Workload:
         if node.gone:
             return
         try:
-            await node.engine.release(key)
+            await node.datapath.release(key)
         except IpamdError as err:
             self.stats.add_errors[f"del_{type(err).__name__}"] += 1
 

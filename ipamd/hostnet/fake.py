@@ -34,7 +34,10 @@ class FakeLink:
 
 
 class FakeHostNetwork:
-    def __init__(self) -> None:
+    def __init__(self, *, auto_links: bool = False) -> None:
+        self.auto_links = auto_links
+        """Every MAC asked for has a link (named eth0, eth1, ... in the order asked): a kernel that
+        shows each ENI the moment it is attached (the cluster simulator's nodes)."""
         self.links: dict[str, FakeLink] = {}
         """MAC → link."""
         self.rules: set[Rule] = set()
@@ -64,6 +67,8 @@ class FakeHostNetwork:
     async def prepare_link(self, link: EniLink) -> str:
         self._write()
         found = self.links.get(link.mac.lower())
+        if found is None and self.auto_links:
+            found = self.plug(link.mac, f"eth{len(self.links)}")
         if found is None:
             raise LinkNotFound(f"no link with MAC {link.mac}")
         found.mtu = link.mtu
