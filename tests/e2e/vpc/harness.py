@@ -76,6 +76,12 @@ LEAK_GRACE_S = 10
 is listed), short enough that an allocation orphaned by a killed ipamd goes within a test."""
 
 
+_RULE_KEYS = frozenset(
+    {"priority", "table", "src", "srclen", "dst", "dstlen", "fwmark", "fwmask", "protocol"}
+)
+"""What `ip -j rule show` says of the rules `KernelRule` describes; anything else is `extra`."""
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class KernelRule:
     """One IPv4 policy rule as the kernel lists it. Empty `src` / `dst` = all; `extra` holds any
@@ -89,19 +95,16 @@ class KernelRule:
     fwmask: int = 0
     extra: tuple[tuple[str, str], ...] = ()
 
+    def ip_args(self) -> list[str]:
+        """The selector and action as `ip rule add` / `del` take them."""
+        args = ["from", self.src] if self.src else []
+        args += ["to", self.dst] if self.dst else []
+        args += ["fwmark", f"{self.fwmark:#x}/{self.fwmask:#x}"] if self.fwmask else []
+        assert not self.extra, f"no `ip rule` arguments for {self.extra}"
+        return [*args, "lookup", str(self.table), "priority", str(self.priority)]
+
     @classmethod
     def from_ip_json(cls, item: Mapping[str, object]) -> KernelRule:
-        known = {
-            "priority",
-            "table",
-            "src",
-            "srclen",
-            "dst",
-            "dstlen",
-            "fwmark",
-            "fwmask",
-            "protocol",
-        }
         fwmark = int(str(item.get("fwmark", "0")), 0)
         default_mask = 0xFFFFFFFF if fwmark else 0
         return cls(
@@ -111,7 +114,7 @@ class KernelRule:
             dst=_cidr(item, "dst"),
             fwmark=fwmark,
             fwmask=int(str(item.get("fwmask", default_mask)), 0),
-            extra=tuple(sorted((k, str(v)) for k, v in item.items() if k not in known)),
+            extra=tuple(sorted((k, str(v)) for k, v in item.items() if k not in _RULE_KEYS)),
         )
 
 

@@ -20,16 +20,18 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.support import wait_until
-from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, run
+from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, ip
 from tests.e2e.vpc.harness import (
     CONNMARK_RULE,
     PRIORITY_FROM_POD,
     PRIORITY_TO_POD,
     PROTO_IPAMD,
+    KernelRule,
     Pod,
     VpcNode,
     free_subnet_address,
     host,
+    pod_rules,
     vpc_node,
 )
 
@@ -73,11 +75,11 @@ def describe(pods: dict[str, Pod], failed: list[tuple[str, str]]) -> list[str]:
 
 
 def assert_rules_as_ipamd_holds(node: VpcNode, snat: bool) -> None:
-    """The node's protocol-167 rules are exactly what ipamd's API implies (`expected_rules`). The
-    kernel is read first; the API before and after it, so that an ENI set up meanwhile (the pool may
-    grow at any time) is allowed either way and nothing else is."""
-    rules = node.ipamd_rules()
+    """The node's protocol-167 rules are exactly what ipamd's API implies (`expected_rules`). The API
+    is read just before and just after the kernel, so that a change meanwhile (the pool may grow, and
+    an ENI be set up, at any time) is allowed either way, and nothing else is."""
     first = node.expected_rules(node.allocations(), node.enis(), snat)
+    rules = node.ipamd_rules()
     second = node.expected_rules(node.allocations(), node.enis(), snat)
     missing = sorted((first & second) - rules)
     unexpected = sorted(rules - (first | second))
@@ -147,24 +149,37 @@ def test_without_host_networking_pods_on_secondary_enis_are_dropped(pause_image:
         assert node.ipamd_nft() == "", "host networking off: ipamd has no nftables table"
 
 
+def churn_through_a_kill(node: VpcNode, running: dict[str, str]) -> dict[str, str]:
+    """Removes 4 of the `running` pods and adds 6 new ones, 4 at a time, and SIGKILLs ipamd (then
+    starts it again) once 2 of these 10 operations are done; each is retried until it succeeds, as
+    the kubelet retries. Returns the pods running afterwards, sandbox ID → name."""
+    doomed = list(running)[:4]
+    fresh = [f"churn-{i}" for i in range(6)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        removals = [pool.submit(node.remove_pod, s) for s in doomed]
+        additions = [pool.submit(node.run_pod_through_failures, name) for name in fresh]
+        ops: list[Future[None] | Future[str]] = [*removals, *additions]
+
+        def under_way() -> int | None:
+            done = sum(op.done() for op in ops)
+            return done if done >= 2 else None
+
+        wait_until(under_way, "churn under way")
+        node.kill_ipamd()
+        pending = sum(not op.done() for op in ops)
+        node.start_ipamd()
+        added = [str(op.result()) for op in additions]
+        for op in removals:
+            op.result()
+    assert pending > 0, "ipamd was killed with churn still under way"
+    live = {s: n for s, n in running.items() if s not in doomed}
+    return live | dict(zip(added, fresh, strict=True))
+
+
 def test_restart_restores_rules_before_ready(pause_image: Path) -> None:
     with vpc_node(pause_image, "on") as node:
-        names = start_pods(node, 16)
-        doomed = list(names)[:4]
-        fresh = [f"churn-{i}" for i in range(6)]
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            ops: list[Future[object]] = [pool.submit(node.remove_pod, s) for s in doomed]
-            ops += [pool.submit(node.run_pod_through_failures, name) for name in fresh]
-            wait_until(
-                lambda: True if sum(op.done() for op in ops) >= 2 else None, "churn under way"
-            )
-            node.kill_ipamd()  # mid-churn: some ADDs and DELs are in ipamd's hands
-            node.start_ipamd()
-            results = [op.result() for op in ops]
+        live = churn_through_a_kill(node, start_pods(node, 16))
         node.wait_ipamd_ready()
-        live = {s: n for s, n in names.items() if s not in doomed}
-        live |= {str(s): name for s, name in zip(results[len(doomed) :], fresh, strict=True)}
-
         # A DEL that found ipamd dead succeeded without it, and an ADD killed after its commit left
         # an allocation no sandbox has: the leak GC frees those.
         wait_until(
@@ -172,28 +187,30 @@ def test_restart_restores_rules_before_ready(pause_image: Path) -> None:
             "ipamd's allocations equal the live sandboxes",
             60.0,
         )
+        assert_rules_as_ipamd_holds(node, snat=True)
         pods = node.pods(live)
         victim = next((p for p in pods.values() if p.device_index >= 1), next(iter(pods.values())))
-        stale = free_subnet_address(node, "10.0.1.250")  # no ENI holds it: no pod can have it
+        # Its 1536 rule when it is on a secondary ENI, else its 512 rule.
+        lost = max(pod_rules(victim.address, victim.device_index))
+        # No ENI holds the stale rule's address, so no pod can have it.
+        stale = KernelRule(PRIORITY_FROM_POD, 2, src=host(free_subnet_address(node, "10.0.1.250")))
+
         node.kill_ipamd()
-        if victim.device_index >= 1:
-            lost = ["from", host(victim.address), "lookup", str(victim.device_index + 1)]
-            lost += ["priority", str(PRIORITY_FROM_POD)]
-        else:
-            lost = ["to", host(victim.address), "lookup", "main", "priority", str(PRIORITY_TO_POD)]
-        run(["ip", "-n", node.ns.node, "rule", "del", *lost])
-        planted = ["from", host(stale), "lookup", "2", "priority", str(PRIORITY_FROM_POD)]
-        run(["ip", "-n", node.ns.node, "rule", "add", *planted, "protocol", str(PROTO_IPAMD)])
+        ip(node.ns.node, "rule", "del", *lost.ip_args())
+        ip(node.ns.node, "rule", "add", *stale.ip_args(), "protocol", str(PROTO_IPAMD))
+        rules = node.ipamd_rules()
+        assert lost not in rules and stale in rules, "the hand-made damage is in place"
 
         node.start_ipamd()
         node.wait_ipamd_ready(every_s=0.02)
-        assert_rules_as_ipamd_holds(node, snat=True)
+        assert_rules_as_ipamd_holds(node, snat=True)  # at once: repaired before ready
 
         out = [(s, target) for s in pods for target in (VPC_HOST, INET_HOST)]
         failed = unreachable(node, out)
         assert not failed, f"no answer after the restart: {describe(pods, failed)}"
         drops = node.sdc_drops()
         assert set(drops.values()) == {0}, f"source/destination check drops: {drops}"
+        assert node.igw_drops() == 0
 
 
 def test_external_snat_leaves_by_the_pods_own_eni(pause_image: Path) -> None:
