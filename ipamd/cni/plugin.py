@@ -139,7 +139,8 @@ def interface_address(address: str, gateway: str) -> str:
     ipamd hands out single addresses (/32). Standard interface plugins such as `ptp` need the gateway
     inside the address's prefix (they route to it on-link, and remove the prefix route the kernel
     adds, so the prefix length decides nothing else): the address is given the longest prefix that
-    still covers the gateway — the node's own address, which `ptp` puts on the host end of each veth.
+    still covers the gateway — the node's own address, which `ptp` puts on the host end of each veth —
+    and in which both are host addresses.
     A link-local gateway (169.254.0.0/16, for plugins built for /32 pods) keeps the /32.
     """
     host = address.partition("/")[0]
@@ -147,7 +148,20 @@ def interface_address(address: str, gateway: str) -> str:
         return address
     a = int.from_bytes(bytes(int(o) for o in host.split(".")), "big")
     g = int.from_bytes(bytes(int(o) for o in gateway.split(".")), "big")
-    return f"{host}/{32 - (a ^ g).bit_length()}"
+    prefix = 32 - (a ^ g).bit_length()
+    # Neither address may be the prefix's network or broadcast address: a route via a broadcast
+    # gateway is refused (EINVAL), so ptp's default route would fail for, e.g., pod 10.0.1.200 and
+    # node 10.0.1.203 (the broadcast address of 10.0.1.200/30). A /31 has neither (RFC 3021).
+    while prefix < 31 and not _both_hosts(a, g, prefix):
+        prefix -= 1
+    return f"{host}/{prefix}"
+
+
+def _both_hosts(a: int, g: int, prefix: int) -> bool:
+    host_bits = (1 << (32 - prefix)) - 1
+    network = a & ~host_bits & 0xFFFFFFFF
+    reserved = (network, network | host_bits)
+    return a not in reserved and g not in reserved
 
 
 def ipam_result(alloc: Allocation, version: str) -> dict[str, object]:

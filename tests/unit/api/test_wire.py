@@ -116,3 +116,24 @@ def test_interface_address_covers_the_node_gateway_for_ptp() -> None:
     assert interface_address("10.0.145.101/32", "10.0.0.5") == "10.0.145.101/16"
     assert interface_address("10.0.0.7/32", "10.0.0.6") == "10.0.0.7/31"
     assert interface_address("10.1.2.3/32", "169.254.1.1") == "10.1.2.3/32"
+    # The /30 covering both would make the node's address its broadcast (the pod's, its network
+    # address): ptp's default route via a broadcast address fails, so the prefix widens.
+    assert interface_address("10.0.1.200/32", "10.0.1.203") == "10.0.1.200/28"
+    assert interface_address("10.0.1.203/32", "10.0.1.200") == "10.0.1.203/28"
+    assert interface_address("10.0.1.208/32", "10.0.1.207") == "10.0.1.208/27"
+
+
+def test_interface_address_never_makes_either_end_a_network_or_broadcast_address() -> None:
+    import ipaddress
+
+    from ipamd.cni.plugin import interface_address
+
+    gateway = ipaddress.IPv4Address("10.0.1.203")
+    for last in range(256):
+        pod = ipaddress.IPv4Address(f"10.0.1.{last}")
+        if pod == gateway:
+            continue
+        net = ipaddress.IPv4Interface(interface_address(f"{pod}/32", str(gateway))).network
+        assert gateway in net
+        if net.prefixlen < 31:
+            assert {pod, gateway}.isdisjoint({net.network_address, net.broadcast_address}), net
