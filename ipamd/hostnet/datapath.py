@@ -170,8 +170,10 @@ class Datapath:
 
     def _on_commit(self, mutation: Mutation, removed: tuple[AllocationRecord, ...]) -> None:
         for eni in mutation.put_enis:
-            if eni.eni_id not in self._ready:
+            if eni.eni_id not in self._ready and not eni.is_primary:
                 self._block(eni)
+                # New facts (an attach, or the MAC a version-1 record lacked): try at once.
+                self._pending[eni.eni_id] = _Pending()
         for eni_id in mutation.delete_enis:
             self._engine.blocked_enis.pop(eni_id, None)
             self._pending.pop(eni_id, None)

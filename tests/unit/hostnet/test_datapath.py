@@ -4,6 +4,8 @@ kernel that cannot be read deleting nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -320,3 +322,38 @@ async def test_a_blocked_eni_shows_in_the_api_ipamctl_and_metrics(host: Host) ->
     text = render(Recorders(), sources)
     assert "ipamd_enis_blocked 0\n" in text
     assert 'ipamd_hostnet_fixes_total{kind="rule_added"} 1' in text  # the connmark rule
+
+
+async def test_the_loop_sets_up_an_attached_eni_at_once_and_then_sleeps(host: Host) -> None:
+    """An ENI attached while the loop runs is set up without waiting for the reconcile, and with
+    nothing pending the loop waits instead of spinning."""
+    host.kernel.plug(SECONDARY_MAC, "eth1")
+    loop = asyncio.create_task(host.datapath.run())
+    try:
+        for _ in range(50):
+            if not host.engine.blocked_enis:
+                break
+            await asyncio.sleep(0)
+        assert host.engine.blocked_enis == {}
+        calls = host.kernel.calls
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert host.kernel.calls == calls, "nothing to do: the loop is idle"
+        mac = "02:00:00:00:00:02"
+        host.kernel.plug(mac, "eth2")
+        await host.engine.add_eni(
+            EniRecord(
+                "eni-2", 2, "subnet-1", False, host.clock.now(), mac=mac, primary_ip="10.0.0.30"
+            )
+        )
+        assert "eni-2" in host.engine.blocked_enis, "blocked from the commit that brings it in"
+        for _ in range(50):
+            if "eni-2" not in host.engine.blocked_enis:
+                break
+            await asyncio.sleep(0)
+        assert "eni-2" not in host.engine.blocked_enis
+        assert Route(3, "0.0.0.0/0", "eth2", GATEWAY) in host.kernel.routes
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
