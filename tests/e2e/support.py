@@ -213,9 +213,11 @@ def run_plugin(
     netns: str = "",
     ifname: str = "",
     cni_args: str = "",
+    in_netns: str | None = None,
 ) -> CniOutcome:
     """Executes a CNI plugin per the spec: CNI_* in the environment, the network config on stdin,
-    the result or error JSON on stdout."""
+    the result or error JSON on stdout. `in_netns` (a namespace's path) is the namespace the plugin
+    runs in, as the runtime's would: where a main plugin puts the host end of its veth."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IPAMD_", "CNI_"))}
     env.update(CNI_COMMAND=command, CNI_PATH=cni_path)
     optional = {
@@ -225,8 +227,11 @@ def run_plugin(
         "CNI_ARGS": cni_args,
     }
     env.update({k: v for k, v in optional.items() if v})
+    argv = [str(plugin)]
+    if in_netns is not None:
+        argv = ["nsenter", f"--net={in_netns}", *argv]
     done = subprocess.run(
-        [str(plugin)],
+        argv,
         input=json.dumps(conf).encode(),
         env=env,
         capture_output=True,

@@ -2,7 +2,8 @@
 against a real `ipamd run --embedded`.
 
 ptp is executed the way a runtime executes it (CNI_* environment, config on stdin, CNI_PATH holding
-ptp's dir and a dir with `ipamd-cni`), and it executes `ipamd-cni` itself. What ptp put into the
+ptp's dir and a dir with `ipamd-cni`), and it executes `ipamd-cni` itself. It runs in a network
+namespace made for the module, standing for the node's, where it puts the host ends of its veths. What ptp put into the
 namespace is read with iproute2; what ipamd holds is read from its API.
 
 Debian bookworm's plugins (1.1.1) speak CNI up to 1.0.0, which has no GC or STATUS: those verbs are
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,9 @@ from tests.e2e.support import (
     SYSTEM_CNI_DIR,
     CniOutcome,
     Ipamd,
+    add_netns,
     bare,
+    delete_netns,
     make_workdir,
     netns_addresses,
     netns_links,
@@ -49,6 +53,9 @@ class Node:
     ipamd: Ipamd
     cni_path: str
     plugin_bin: Path
+    host_netns: str
+    """The node's own network namespace, made for the module: ptp puts the host end of each veth and
+    its routes there, never in the machine's namespace."""
 
     def conf(self, version: str = "1.0.0") -> dict[str, object]:
         """The ptp network configuration (the single plugin of the conflist, as the runtime hands
@@ -59,7 +66,14 @@ class Node:
         return {"cniVersion": version, "name": NETWORK, **plugins[0]}
 
     def ptp(self, command: str, conf: dict[str, object] | None = None, **env: str) -> CniOutcome:
-        return run_plugin(PTP, command, conf or self.conf(), cni_path=self.cni_path, **env)
+        return run_plugin(
+            PTP,
+            command,
+            conf or self.conf(),
+            cni_path=self.cni_path,
+            in_netns=self.host_netns,
+            **env,
+        )
 
     def ipam(self, command: str, conf: dict[str, object]) -> CniOutcome:
         return run_plugin(self.plugin_bin / "ipamd-cni", command, conf, cni_path=self.cni_path)
@@ -84,13 +98,17 @@ def node() -> Iterator[Node]:
     require("ip", "nsenter")
     workdir = make_workdir("ptp")
     plugin_bin = plugin_dir(workdir / "bin")
+    host_ns = f"ipamd-e2e-ptp-node-{os.getpid()}"
+    host_path = add_netns(host_ns)
+    subprocess.run(["ip", "-n", host_ns, "link", "set", "lo", "up"], check=True, timeout=30)
     # GC's grace is the leak grace: 0 lets the test GC what it just added.
     ipamd = Ipamd.start(workdir, {"IPAMD_LEAK_GRACE": "0"})
     try:
         ipamd.wait_ready()
-        yield Node(ipamd, f"{SYSTEM_CNI_DIR}{os.pathsep}{plugin_bin}", plugin_bin)
+        yield Node(ipamd, f"{SYSTEM_CNI_DIR}{os.pathsep}{plugin_bin}", plugin_bin, host_path)
     finally:
         code, log = ipamd.stop(), ipamd.log_tail()
+        delete_netns(host_ns)
         shutil.rmtree(workdir, ignore_errors=True)
     assert code == 0, f"ipamd exited {code}:\n{log}"
 

@@ -6,11 +6,14 @@ StopPodSandbox, RemovePodSandbox). containerd runs the conflist of `conflist.wri
 and a pause image built here. ipamd runs embedded (addresses from the moto EC2 pool) with
 `IPAMD_CRI_SOCKET` on this containerd and a runtime leak GC that acts within seconds.
 
-One containerd and one ipamd serve the module; every test removes the pods it made.
+One containerd and one ipamd serve the module; every test removes the pods it made. containerd runs
+in a network namespace made for the module (the node's), so the host ends of the pods' veths and
+their routes are made there, never in the machine's own namespace.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -29,7 +32,9 @@ from tests.e2e.support import (
     PAUSE_IMAGE,
     SYSTEM_CNI_DIR,
     Ipamd,
+    add_netns,
     bare,
+    delete_netns,
     make_workdir,
     netns_addresses,
     plugin_dir,
@@ -108,13 +113,22 @@ def node(pause_image: Path) -> Iterator[Node]:
     workdir = make_workdir("containerd")
     containerd: Containerd | None = None
     ipamd: Ipamd | None = None
+    # The node's network namespace: containerd runs in it, so ptp puts the host ends of the pods'
+    # veths and their routes there, never in the machine's own namespace.
+    host_ns = f"ipamd-e2e-containerd-node-{os.getpid()}"
+    host_path = add_netns(host_ns)
+    subprocess.run(["ip", "-n", host_ns, "link", "set", "lo", "up"], check=True, timeout=30)
     try:
         cni_bin = plugin_dir(workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "ptp")
         cni_conf = workdir / "net.d"
         cni_conf.mkdir()
         (workdir / "containerd").mkdir()
         containerd = Containerd.create(
-            workdir / "containerd", cni_bin=cni_bin, cni_conf=cni_conf, sandbox_image=PAUSE_IMAGE
+            workdir / "containerd",
+            cni_bin=cni_bin,
+            cni_conf=cni_conf,
+            sandbox_image=PAUSE_IMAGE,
+            netns=host_path,
         )
         containerd.start()
         containerd.import_image(pause_image)
@@ -136,6 +150,7 @@ def node(pause_image: Path) -> Iterator[Node]:
         if containerd is not None:
             containerd.cleanup()  # first: the DELs of the pods it stops go to ipamd
         code, log = (ipamd.stop(), ipamd.log_tail()) if ipamd is not None else (0, "")
+        delete_netns(host_ns)
         shutil.rmtree(workdir, ignore_errors=True)
     assert code == 0, f"ipamd exited {code}:\n{log}"
 
