@@ -3,8 +3,8 @@ against a real `ipamd run --embedded`.
 
 ptp is executed the way a runtime executes it (CNI_* environment, config on stdin, CNI_PATH holding
 ptp's dir and a dir with `ipamd-cni`), and it executes `ipamd-cni` itself. It runs in a network
-namespace made for the module, standing for the node's, where it puts the host ends of its veths. What ptp put into the
-namespace is read with iproute2; what ipamd holds is read from its API.
+namespace made for the module, standing for the node's, where it puts the host ends of its veths.
+What ptp put into the pod's namespace is read with iproute2; what ipamd holds is read from its API.
 
 Debian bookworm's plugins (1.1.1) speak CNI up to 1.0.0, which has no GC or STATUS: those verbs are
 sent to `ipamd-cni` directly with a 1.1.0 config of the same network, as a CNI 1.1 interface plugin
