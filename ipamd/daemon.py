@@ -38,7 +38,7 @@ from ipamd.reconcile.jobs import Job, Jobs
 from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.rebuild import gather_claims, rebuild_state
 from ipamd.reconcile.repair import apply_repair, plan_repair
-from ipamd.runtime.ports import RuntimeApi, SandboxAddresses
+from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable, SandboxAddresses
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,11 @@ class Daemon:
         if await self.engine.claim_instance(self.instance_id):
             logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine))
         await self.drift.run_once()
-        await self.leak_gc.run_once()  # an unreachable runtime proves nothing and blocks nothing
+        try:
+            await self.leak_gc.run_once()  # the first listing: a leak needs two misses
+        except RuntimeUnavailable as err:
+            # An unreachable runtime proves nothing and blocks nothing: ipamd serves without it.
+            logger.warning("daemon.runtime_unreachable error=%s", err)
         if self.datapath is not None:
             # Before ready (and so before the conflist): every live pod's rules are back, and none
             # of a pod gone while ipamd was down is left.

@@ -7,7 +7,8 @@ A DEL can go missing (ipamd down, an error the runtime gave up on); seed 003 is 
   judged by it (S13);
 - an allocation is leaked only if its sandbox is absent from two consecutive listings (a sandbox the
   runtime does not list yet, S14) and it is older than the grace period;
-- a runtime that cannot be reached proves nothing: that round releases nothing;
+- a runtime that cannot be reached proves nothing: that round releases nothing, and fails (it raises
+  `RuntimeUnavailable`, so the schedule counts the round as failed and an alert can fire);
 - release goes through the engine with a delete intent, exactly as a DEL would (a late ADD for that
   sandbox is then refused).
 
@@ -41,14 +42,14 @@ class LeakGc:
         self.unreachable = 0
 
     async def run_once(self) -> tuple[str, ...]:
-        """One round; returns the container IDs released."""
+        """One round; returns the container IDs released. Raises `RuntimeUnavailable`, having
+        released nothing, when the runtime cannot be listed."""
         snapshot = _oldest_allocation_by_container(self._engine)
         try:
             sandboxes = await self._runtime.list_sandboxes()
-        except RuntimeUnavailable as err:
+        except RuntimeUnavailable:
             self.unreachable += 1
-            logger.warning("reconcile.runtime_unreachable error=%s", err)
-            return ()
+            raise
         live = {s.sandbox_id for s in sandboxes}
         self._misses = {cid: self._misses.get(cid, 0) + 1 for cid in snapshot if cid not in live}
         now = self._clock.now()

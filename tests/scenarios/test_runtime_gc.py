@@ -10,8 +10,10 @@ import pytest
 
 from ipamd.errors import DeleteIntentActive, NoAddressAvailable
 from ipamd.model import PodRef
+from ipamd.reconcile.jobs import Job, Jobs
 from ipamd.reconcile.leaks import LeakGc, release_invalid_attachments
 from ipamd.runtime.cri import GrpcCriRuntime
+from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.cri_server import FakeCriServer
 from tests.support.node import NodeFixture, key
 
@@ -107,7 +109,8 @@ async def test_s14_unreachable_runtime_releases_nothing(
     cri.unavailable = True
     gc = LeakGc(engine, runtime, 0.0, node.clock)
     for _ in range(4):
-        assert await gc.run_once() == ()
+        with pytest.raises(RuntimeUnavailable):  # a failed round, counted as one by the schedule
+            await gc.run_once()
     assert gc.unreachable == 4 and "pod" in engine.state.by_container
     node.check()
 
@@ -179,3 +182,22 @@ async def test_s29_cni_gc_releases_only_what_is_absent_and_past_grace(node: Node
         engine, "k8s-pod-network", [], GRACE_S, node.clock
     ) == (key("a"),)
     node.check()
+
+
+async def test_s14_an_unreachable_runtime_is_a_failed_gc_round_not_an_ok_one(
+    node: NodeFixture, cri: FakeCriServer, runtime: GrpcCriRuntime
+) -> None:
+    """The outcome the metrics and the alert of docs/operations.md read."""
+    engine = await node.open()
+    await node.seed(enis=1, per_eni=2)
+    await engine.assign(key("pod"))
+    gc = LeakGc(engine, runtime, 0.0, node.clock)
+    jobs = Jobs()
+    cri.unavailable = True
+    assert await jobs.run_now(Job("leak_gc", gc.run_once, 60.0)) is False
+    assert jobs.outcomes == {("leak_gc", "RuntimeUnavailable"): 1}
+    assert jobs.fatal is None, "expected, not a crash"
+    cri.unavailable = False
+    assert await jobs.run_now(Job("leak_gc", gc.run_once, 60.0)) is True
+    assert jobs.outcomes[("leak_gc", "ok")] == 1
+    assert "pod" in engine.state.by_container
