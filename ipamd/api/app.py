@@ -256,7 +256,8 @@ async def enis(request: web.Request) -> web.Response:
 
 async def allocations(request: web.Request) -> web.Response:
     query(request)
-    return _json(views.allocations(request.app[ENGINE].state, request.app[CLOCK].now()))
+    app = request.app
+    return _json(views.allocations(app[ENGINE].state, app[CLOCK].now(), app[POD_GATEWAY_KEY]))
 
 
 async def intents(request: web.Request) -> web.Response:

@@ -115,15 +115,16 @@ def _quarantined(q: QuarantineRecord) -> dict[str, object]:
     }
 
 
-def allocations(state: NodeState, now: float) -> dict[str, object]:
-    """`GET /v1/allocations`: every allocation, oldest first, and the quarantined claims."""
+def allocations(state: NodeState, now: float, gateway: str = POD_GATEWAY) -> dict[str, object]:
+    """`GET /v1/allocations`: every allocation, oldest first, and the quarantined claims; each with
+    the gateway ADD answered with."""
     records = sorted(
         state.allocations.values(),
         key=lambda r: (r.created_at, r.key.network, r.key.container_id, r.key.ifname),
     )
     return {
         "taken_at": now,
-        "allocations": [allocation(r).to_json() for r in records],
+        "allocations": [allocation(r, gateway).to_json() for r in records],
         "quarantined": [_quarantined(q) for q in state.quarantine.values()],
     }
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import aiohttp
 import pytest
 
+from ipamd.api import create_app, serve_unix
 from ipamd.errors import StateUnavailable
+from tests.support.node import NodeFixture
 from tests.unit.api.conftest import NETWORK, Api
 
 
@@ -118,3 +123,31 @@ async def test_a_bug_is_a_500_that_tells_nothing_but_is_logged(
     assert answer.status == 500
     assert answer.body["code"] == "internal" and "secret" not in str(answer.body["message"])
     assert "secret detail" in caplog.text
+
+
+async def test_every_view_of_an_allocation_shows_the_gateway_add_answered_with(
+    node: NodeFixture, socket_dir: Path
+) -> None:
+    engine = await node.open()
+    await node.seed(enis=1, per_eni=4)
+    app = create_app(
+        engine, ready=lambda: True, gc_grace_s=60.0, clock=node.clock, pod_gateway="10.0.0.5"
+    )
+    socket_path = socket_dir / "gw.sock"
+    runner = await serve_unix(app, socket_path)
+    try:
+        connector = aiohttp.UnixConnector(path=str(socket_path))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            body = {"container_id": "c1", "ifname": "eth0", "network": NETWORK}
+            async with session.post("http://ipamd/v1/allocations", json=body) as added:
+                answer = await added.json()
+            one = f"http://ipamd/v1/allocations/c1/eth0?network={NETWORK}"
+            async with session.get(one) as got:
+                single = await got.json()
+            async with session.get("http://ipamd/v1/allocations") as listed:
+                (item,) = (await listed.json())["allocations"]
+    finally:
+        await runner.cleanup()
+    gateways = {ip["gateway"] for view in (answer, single, item) for ip in view["ips"]}
+    assert gateways == {"10.0.0.5"}
+    assert item["routes"] == answer["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.0.0.5"}]
