@@ -93,7 +93,11 @@ async def release_invalid_attachments(
     clock: Clock,
 ) -> tuple[AllocationKey, ...]:
     """CNI GC: release this network's allocations not in `valid` (container ID, ifname) and older than
-    `grace_s`. An ADD racing the GC call is younger than the grace period, so it is kept."""
+    `grace_s`. An ADD racing the GC call is younger than the grace period, so it is kept. Raises the
+    engine's `StateUnavailable` when its state file is unusable: then nothing can be judged, and an
+    empty answer would tell the runtime that nothing needed collecting."""
+    if engine.unavailable is not None:
+        raise engine.unavailable
     keep = set(valid)
     now = clock.now()
     doomed = [

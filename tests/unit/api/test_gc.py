@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ipamd.errors import StateUnavailable
 from tests.unit.api.conftest import GC_GRACE_S, NETWORK, Api
 
 
@@ -48,3 +49,17 @@ async def test_gc_with_an_empty_list_releases_the_whole_network_past_grace(api: 
     again = await api.call("POST", "/v1/gc", json=_gc([]))
     assert again.status == 200 and again.body == {"released": []}
     api.node.check()
+
+
+async def test_gc_with_an_unusable_state_file_is_refused_as_del_is(api: Api) -> None:
+    await api.node.seed(enis=1, per_eni=4)
+    await api.add("c1")
+    api.engine.unavailable = StateUnavailable(
+        "state file /x/ipamd.db is corrupt; run ipamctl repair"
+    )
+    body = {"network": NETWORK, "valid_attachments": []}
+    collected = await api.call("POST", "/v1/gc", json=body)
+    deleted = await api.delete("c1")
+    assert collected.status == deleted.status == 503
+    assert collected.body["code"] == deleted.body["code"] == "state_unavailable"
+    assert "ipamctl repair" in str(collected.body["message"])
