@@ -17,11 +17,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-
-from aiohttp import web
 
 from cloud.ec2 import Boto3Ec2, client_config, make_client
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
@@ -36,7 +34,6 @@ from ipamd.metrics import Recorders, Sources
 from ipamd.metrics_http import latency_middleware, serve_metrics
 from ipamd.observability import configure_logging
 from ipamd.runtime.cri import GrpcCriRuntime
-from ipamd.runtime.ports import RuntimeUnavailable
 
 logger = logging.getLogger("ipamd")
 
@@ -170,9 +167,9 @@ async def serve(config: Config, embedded: bool) -> int:
             pod_gateway=daemon.node_ip or POD_GATEWAY,
             pool_settings=lambda: _pool_settings(daemon),
             pods=daemon.datapath,
+            repair=lambda apply: repair(daemon, apply),
         )
         app.middlewares.append(latency_middleware(recorders))
-        app.router.add_post("/v1/repair", _repair_handler(daemon))
         runner = await serve_unix(app, config.socket_path)
         stack.push_async_callback(runner.cleanup)
         if not config.disable_metrics:
@@ -189,18 +186,6 @@ async def serve(config: Config, embedded: bool) -> int:
         finally:
             if written is not None:
                 conflist.remove(written, "stopped", only_if=conflist_bytes)
-
-
-def _repair_handler(daemon: Daemon) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handle(request: web.Request) -> web.Response:
-        apply = request.query.get("apply") == "true"
-        try:
-            return web.json_response(await repair(daemon, apply))
-        except RuntimeUnavailable as err:
-            body = {"code": "runtime_unavailable", "message": str(err), "retryable": True}
-            return web.json_response(body, status=503)
-
-    return handle
 
 
 def _pool_settings(daemon: Daemon) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The local HTTP API: thin handlers, each parse → one engine call → serialize.
+r"""The local HTTP API: thin handlers, each parse → one engine call → serialize.
 
 Routes (JSON in and out; bodies in `ipamd.wire`):
 
@@ -14,6 +14,7 @@ Routes (JSON in and out; bodies in `ipamd.wire`):
 | `GET /v1/enis` | ENIs, units and the state of every address |
 | `GET /healthz` | 200 while the process serves |
 | `GET /readyz` | 200 once the daemon says it is ready, else 503 `not_ready` |
+| `POST /v1/repair?apply=true\|false` | what repair would change (or did, with `apply=true`) |
 
 An allocation: `{"network","container_id","ifname","ips":[{"address":"10.0.1.23/32","gateway":
 "169.254.1.1","eni_id"}],"routes":[{"dst":"0.0.0.0/0","gw":"169.254.1.1"}],"created_at","pod"?}`
@@ -33,6 +34,7 @@ Every error is `{"code","message","retryable"}` with one of these codes, from on
 | 503 | `no_address` (retryable) | the warm pool is empty right now; it grows at once |
 | 503 | `max_pods` | the node holds its max pods |
 | 503 | `datapath_unavailable` (retryable) | the pod's routing could not be set up; the ADD was undone |
+| 503 | `runtime_unavailable` (retryable) | repair could not list the runtime's sandboxes |
 | 503 | `store_write_failed` (retryable) | the change could not be made durable, so it was not made |
 | 503 | `state_unavailable` | the state file is unusable; `ipamctl repair` |
 | 503 | `not_ready` (retryable) | `/readyz` before restore and the first EC2 reconcile |
@@ -117,6 +119,9 @@ READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 GC_GRACE_S = web.AppKey("gc_grace_s", float)
 POD_GATEWAY_KEY = web.AppKey("pod_gateway", str)
 POOL_SETTINGS: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("pool_settings")
+PATH_REPAIR = "/v1/repair"
+Repair = Callable[[bool], Awaitable[dict[str, object]]]
+REPAIR: web.AppKey[Repair] = web.AppKey("repair")
 CLOCK = web.AppKey("clock", Clock)
 
 DEFAULT_INTENTS_LIMIT = 1000
@@ -269,6 +274,19 @@ async def intents(request: web.Request) -> web.Response:
     return _json(views.intents(engine.state, now, engine.settings.intent_ttl_s, int(raw)))
 
 
+async def run_repair(request: web.Request) -> web.Response:
+    """`ipamctl repair`: a dry run unless `apply=true`; any other value is refused, never taken
+    for a dry run (or for an apply)."""
+    apply = query(request, optional=("apply",)).get("apply", "false")
+    if apply not in ("true", "false"):
+        raise BadRequest(f"query parameter 'apply' must be true or false, not {apply!r}")
+    return _json(await request.app[REPAIR](apply == "true"))
+
+
+async def _no_repair(apply: bool) -> dict[str, object]:
+    raise NotFound("repair is not served by this daemon")
+
+
 async def healthz(request: web.Request) -> web.Response:
     query(request)
     return _json({"status": "ok"})
@@ -293,12 +311,14 @@ def create_app(
     pod_gateway: str = views.POD_GATEWAY,
     pool_settings: Callable[[], dict[str, object]] = dict,
     pods: PodAddresses | None = None,
+    repair: Repair = _no_repair,
 ) -> web.Application:
     """The API over `engine`. `ready` says whether the daemon has restored its state and finished its
     first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_GC_BODY_BYTES)
     app[ENGINE] = engine
     app[PODS] = pods or EngineOnly(engine)
+    app[REPAIR] = repair
     app[READY] = ready
     app[GC_GRACE_S] = gc_grace_s
     app[POD_GATEWAY_KEY] = pod_gateway
@@ -317,6 +337,7 @@ def create_app(
             web.get(PATH_ENIS, enis),
             web.get(PATH_HEALTHZ, healthz),
             web.get(PATH_READYZ, readyz),
+            web.post(PATH_REPAIR, run_repair),
         ]
     )
     return app

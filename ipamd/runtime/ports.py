@@ -6,9 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from ipamd.errors import IpamdError
 
-class RuntimeUnavailable(Exception):
-    """The runtime did not answer (socket missing, timeout, error status): nothing can be concluded."""
+
+class RuntimeUnavailable(IpamdError):
+    """The runtime did not answer (socket missing, timeout, error status): nothing can be concluded.
+    Through the API: 503 `runtime_unavailable`, retryable."""
+
+    code = "runtime_unavailable"
+    status = 503
+    retryable = True
 
 
 @dataclass(frozen=True, slots=True)
