@@ -209,7 +209,16 @@ def _verify(path: Path, conn: sqlite3.Connection) -> None:
         problems += [row[0] for row in conn.execute(f"PRAGMA integrity_check({table})")]
     problems = [p for p in problems if p != "ok"]
     if problems:
-        raise StateFileError(path, "integrity check failed: " + "; ".join(problems[:5]))
+        raise StateFileError(path, "integrity check failed: " + _summary(problems))
+
+
+def _summary(problems: list[str], shown: int = 2, width: int = 160) -> str:
+    """A few problems, each cut short: the message travels in /readyz and every CNI error, and a
+    damaged file can report kilobytes of them. The full list is one `PRAGMA integrity_check` away."""
+    head = "; ".join(p if len(p) <= width else p[: width - 3] + "..." for p in problems[:shown])
+    if len(problems) <= shown:
+        return head
+    return f"{head}; and {len(problems) - shown} more (PRAGMA integrity_check lists them)"
 
 
 def _migrate(conn: sqlite3.Connection, from_version: int) -> None:

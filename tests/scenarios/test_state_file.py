@@ -171,3 +171,26 @@ async def test_s10_unexplained_owner_is_quarantined_not_served(node: NodeFixture
     assert engine.state.allocations == {}
     assert read_disk(node.path).allocations == ()
     node.check()
+
+
+async def test_s09_a_damaged_file_is_named_in_a_message_short_enough_to_travel(
+    node: NodeFixture,
+) -> None:
+    """The refusal is in /readyz and in every CNI error: a few problems, not kilobytes of them."""
+    engine = await node.open()
+    await node.seed(enis=4, per_eni=30)
+    for i in range(100):
+        await engine.assign(key(f"pod-{i}"))
+    await node.close()
+    # Damage across many pages: SQLite then reports problems kilobytes long (about 9 KB in all).
+    data = bytearray(node.path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    for start in range(page, len(data) - page, 2 * page):
+        data[start + 100 : start + 300] = bytes(range(200))
+    node.path.write_bytes(bytes(data))
+    engine = await node.open()
+    assert engine.unavailable is not None
+    message = str(engine.unavailable)
+    assert "integrity check failed" in message and str(node.path) in message
+    assert "ipamctl repair" in message
+    assert len(message) < 800, len(message)
