@@ -30,7 +30,7 @@ from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, strategy_for
-from ipamd.policy.plan import compute_pod_limit
+from ipamd.policy.plan import compute_address_capacity, compute_pod_limit
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
@@ -182,7 +182,9 @@ async def build_daemon(
     targets = PoolTargets.from_config(config)
     strategy = strategy_for(config.enable_prefix_delegation)
     engine.settings = replace(
-        engine.settings, max_pods=compute_pod_limit(targets, limits, strategy)
+        engine.settings,
+        max_pods=compute_pod_limit(targets, limits, strategy),
+        max_addresses=compute_address_capacity(targets, limits, strategy),
     )
     fallback = (
         SECONDARY_IPS if config.prefix_fallback_to_ips and strategy.kind == "prefix" else None

@@ -56,6 +56,14 @@ class DatapathUnavailable(IpamdError):
     retryable = True
 
 
+class NodeFull(IpamdError):
+    """Every address the node can ever hold (all its ENIs attached and full) is owned by a pod: no
+    amount of waiting brings another, only a pod's DEL does. Not retryable, like `MaxPodsReached`."""
+
+    code = "node_full"
+    status = 503
+
+
 class StateUnavailable(IpamdError):
     """The state file is unusable; ipamd fails closed instead of starting empty."""
 

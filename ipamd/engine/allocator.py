@@ -19,7 +19,7 @@ from datastore.records import (
     Mutation,
 )
 from ipamd.engine.state import NodeState
-from ipamd.errors import DeleteIntentActive, MaxPodsReached, NoAddressAvailable
+from ipamd.errors import DeleteIntentActive, MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.model import PodRef
 
 
@@ -33,6 +33,9 @@ class EngineSettings:
     """Expired intents and cooldowns removed per mutation at most: the cost of a DEL stays flat."""
     max_pods: int | None = None
     """Pod allocations the node may hold (the pool never grows past it); None = no cap here."""
+    max_addresses: int | None = None
+    """Pod addresses the node's ENIs can hold at most (every ENI ipamd may attach, full); when
+    all of them are owned, ADD is `NodeFull` rather than "try again". None = unknown."""
 
 
 def plan_assign(
@@ -53,6 +56,12 @@ def plan_assign(
     if settings.max_pods is not None and len(state.allocations) >= settings.max_pods:
         raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
     picked = pick_addresses(state, count, now, settings.cooldown_s, blocked_enis)
+    if picked is None and settings.max_addresses is not None:
+        if len(state.owner) + count > settings.max_addresses:
+            raise NodeFull(
+                f"pods own {len(state.owner)} of the {settings.max_addresses} addresses this "
+                "node's ENIs can hold: none will come until a pod is deleted"
+            )
     if picked is None:
         raise NoAddressAvailable(
             f"no {count} free address(es) on one ENI right now; the pool manager adds more if "

@@ -73,6 +73,13 @@ def compute_pod_limit(targets: PoolTargets, limits: NodeLimits, strategy: UnitSt
     return compute_max_pods(limits, strategy, effective_max_enis(targets, limits))
 
 
+def compute_address_capacity(
+    targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+) -> int:
+    """Pod addresses the node can hold at most: every ENI ipamd may attach, full."""
+    return effective_max_enis(targets, limits) * strategy.addresses_per_eni(limits)
+
+
 def plan_pool(
     stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
 ) -> PoolPlan:
