@@ -167,7 +167,10 @@ def plan_release(
     released = tuple(state.allocations[k] for k in keys)
     first_del = state.intents.get(container_id)
     intent_active = first_del is not None and now < first_del + settings.intent_ttl_s
-    if not released and intent_active:
+    # A quarantined claim of the container goes with its DEL: the runtime says it is gone, so there
+    # is nothing left for repair to decide.
+    quarantined = tuple(k for k in state.quarantine if k.container_id == container_id)
+    if not released and not quarantined and intent_active:
         return Mutation(), ()
     cooling: list[CooldownRecord] = []
     released_from: Counter[str] = Counter()
@@ -190,6 +193,7 @@ def plan_release(
             put_intents=() if intent_active else (IntentRecord(container_id, now),),
             put_cooldowns=tuple(cooling),
             delete_units=gone,
+            delete_quarantine=quarantined,
         ),
         released,
     )

@@ -194,3 +194,19 @@ async def test_s09_a_damaged_file_is_named_in_a_message_short_enough_to_travel(
     assert "integrity check failed" in message and str(node.path) in message
     assert "ipamctl repair" in message
     assert len(message) < 800, len(message)
+
+
+async def test_s10_a_del_of_a_quarantined_container_ends_its_quarantine(node: NodeFixture) -> None:
+    address, _ = await _file_with_duplicate_owner(node)
+    engine = await node.open()
+    assert set(engine.state.quarantine) == {key("X")}
+    released = await engine.release(key("X"))
+    assert released == (), "a quarantined claim owns nothing"
+    assert engine.state.quarantine == {}
+    assert engine.snapshot().quarantined == 0
+    assert "X" in engine.state.intents, "the DEL's intent stands as for any DEL"
+    assert engine.state.owner[address] == key("Y"), "the served claim is untouched"
+    engine = await node.restart()
+    assert engine.state.quarantine == {}, "durable"
+    assert await engine.release(key("X")) == ()
+    node.check()
