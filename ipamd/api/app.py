@@ -29,6 +29,7 @@ Every error is `{"code","message","retryable"}` with one of these codes, from on
 | 404 | `allocation_not_found` | GET of an attachment ipamd does not hold |
 | 405 | `method_not_allowed` | the route exists, the method does not (with `Allow`) |
 | 409 | `delete_intent` | ADD for a container whose DEL already arrived |
+| 408 | `request_timeout` (retryable) | the body did not arrive within 10 s |
 | 413 | `payload_too_large` | body over 16 KiB (GC: 4 MiB) |
 | 415 | `unsupported_media_type` | a body that is not `application/json` (UTF-8) |
 | 503 | `no_address` (retryable) | the warm pool is empty right now; it grows at once |

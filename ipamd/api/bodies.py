@@ -2,21 +2,30 @@
 
 A body is read with its own limit per route (ADD's is small, GC's names every attachment of the node),
 refused by its declared length before a byte is read, and by its actual length for a chunked upload.
+The whole body must arrive within `BODY_TIMEOUT_S`: a client that opens a request and never finishes
+it would otherwise hold a connection (and a handler) for ever.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from aiohttp import web
 
-from ipamd.api.errors import PayloadTooLarge, UnsupportedMediaType
+from ipamd.api.errors import PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from ipamd.errors import BadRequest
 from ipamd.wire import parse_object
 
+BODY_TIMEOUT_S = 10.0
+"""The plugin sends its whole body at once; ten seconds is generous for any client on the node."""
 
-async def read_json(request: web.Request, limit: int) -> dict[str, object]:
-    """The body as a JSON object. Raises `UnsupportedMediaType`, `PayloadTooLarge` or `WireError`."""
+
+async def read_json(
+    request: web.Request, limit: int, timeout_s: float | None = None
+) -> dict[str, object]:
+    """The body as a JSON object. Raises `UnsupportedMediaType`, `PayloadTooLarge`,
+    `RequestTimeout` or `WireError`."""
     if request.content_type != "application/json":
         raise UnsupportedMediaType(
             f"Content-Type must be application/json, not {request.content_type}"
@@ -27,6 +36,16 @@ async def read_json(request: web.Request, limit: int) -> dict[str, object]:
     declared = request.content_length
     if declared is not None and declared > limit:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds the limit of {limit}")
+    timeout_s = BODY_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            body = await _read_body(request, limit)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
+    return parse_object(body)
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while chunk := await request.content.readany():
@@ -34,7 +53,7 @@ async def read_json(request: web.Request, limit: int) -> dict[str, object]:
         if size > limit:
             raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
-    return parse_object(b"".join(chunks))
+    return b"".join(chunks)
 
 
 def query(

@@ -21,6 +21,14 @@ class PayloadTooLarge(IpamdError):
     status = 413
 
 
+class RequestTimeout(IpamdError):
+    """The body did not arrive in time: the connection is not held open for a client that stalls."""
+
+    code = "request_timeout"
+    status = 408
+    retryable = True
+
+
 class UnsupportedMediaType(IpamdError):
     code = "unsupported_media_type"
     status = 415

@@ -25,6 +25,9 @@ from aiohttp import web
 logger = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o660
+LISTEN_BACKLOG = 4096
+"""Connections the kernel queues before ipamd accepts them (capped by net.core.somaxconn). A node
+starting a few hundred pods at once runs as many plugins at once; the default of 128 reset the rest."""
 MAX_SOCKET_PATH = 107
 """`sun_path` is 108 bytes on Linux, with the terminating NUL."""
 
@@ -91,7 +94,7 @@ async def serve_unix(app: web.Application, path: str | os.PathLike[str]) -> web.
     runner = web.AppRunner(app, access_log=None, lingering_time=0)
     try:
         await runner.setup()
-        await web.SockSite(runner, sock).start()
+        await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()
     except BaseException:
         await runner.cleanup()
         sock.close()

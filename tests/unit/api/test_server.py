@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import socket
 import stat
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ipamd.api import SocketPathError, create_app, serve_unix
+from ipamd.api import SocketPathError, bodies, create_app, serve_unix
 from tests.support.node import NodeFixture
 from tests.unit.api.conftest import Api
 
@@ -66,3 +68,43 @@ async def test_a_path_too_long_for_a_unix_socket_is_refused(
     app = create_app(engine, ready=lambda: True, gc_grace_s=0, clock=node.clock)
     with pytest.raises(SocketPathError, match="longer than"):
         await serve_unix(app, socket_dir / ("d" * 100) / "ipamd.sock")
+
+
+async def test_hundreds_of_clients_connecting_at_once_are_all_queued(api: Api) -> None:
+    """While the loop is busy (here: not running at all between the connects), the kernel queues
+    them; a backlog of 128 refused the rest (EAGAIN) when a node started hundreds of pods at once."""
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            clients.append(client)
+            client.setblocking(False)
+            client.connect(str(api.socket_path))  # raises BlockingIOError when the queue is full
+    finally:
+        for client in clients:
+            client.close()
+    assert len(clients) == 300
+    assert (await api.call("GET", "/healthz")).status == 200
+
+
+async def test_a_body_that_never_finishes_is_answered_408_and_closed(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bodies, "BODY_TIMEOUT_S", 0.2)
+    reader, writer = await asyncio.open_unix_connection(str(api.socket_path))
+    try:
+        writer.write(
+            b"POST /v1/allocations HTTP/1.1\r\nHost: ipamd\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b'{"container_id":'
+        )
+        await writer.drain()
+        async with asyncio.timeout(5):
+            answer = await reader.read()  # until the server closes the connection
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), head
+    assert json.loads(body)["code"] == "request_timeout"
+    assert api.engine.state.allocations == {}
