@@ -250,8 +250,11 @@ async def gc(request: web.Request) -> web.Response:
 
 async def pool(request: web.Request) -> web.Response:
     query(request)
-    body = views.pool(request.app[ENGINE].snapshot())
+    engine = request.app[ENGINE]
+    body = views.pool(engine.snapshot())
     body.update(request.app[POOL_SETTINGS]())
+    # An unusable state file serves no pool at all: say so rather than show an empty one.
+    body["state_unavailable"] = None if engine.unavailable is None else str(engine.unavailable)
     return _json(body)
 
 

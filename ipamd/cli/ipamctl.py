@@ -2,8 +2,10 @@
 
 `status` prints the pool per ENI (free, assigned, cooling, releasing, lost), `allocations`, `intents`
 and `enis` list what the daemon holds, `repair` shows what the daemon would fix from EC2's view and the
-runtime's sandboxes (`--apply` fixes it); `--json` prints the API's answer as is, for scripts. Errors say
-what to do: the daemon not running, the socket not accessible.
+runtime's sandboxes (`--apply` fixes it); `--json` prints the API's answer as is, for scripts, and
+errors as JSON too. Errors say what to do: the daemon not running, the socket not accessible, the state
+file unusable (`status` then exits 1 instead of showing an empty pool). Times are shown in UTC, and
+output into a closed pipe (`ipamctl allocations | head`) ends quietly.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +70,27 @@ def render_status(pool: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+TIME_KEYS = frozenset({"created_at", "first_del_at", "quarantined_at", "taken_at", "expires_at"})
+
+
+def show_time(value: object) -> str:
+    """A Unix time as UTC to the second (`2026-12-01T07:36:07Z`); anything else as it is."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value))
+    return str(value)
+
+
+def _cell(key: str, item: dict[str, Any]) -> str:
+    value = item.get(key, "")
+    if key == "addresses":
+        ips = item.get("ips")
+        listed = [ip["address"] for ip in ips] if isinstance(ips, list) else value
+        return ",".join(str(a) for a in listed) if isinstance(listed, list) else str(listed)
+    if key == "pod":
+        return "/".join(str(value.get(k, "")) for k in ("namespace", "name")) if value else ""
+    return show_time(value) if key in TIME_KEYS else str(value)
+
+
 def render_list(answer: Any) -> str:
     items = (
         answer
@@ -78,7 +102,11 @@ def render_list(answer: Any) -> str:
     if not isinstance(items[0], dict):
         return "\n".join(str(i) for i in items)
     keys = [k for k in items[0] if not isinstance(items[0][k], (dict, list))]
-    rows = [[k.upper() for k in keys]] + [[str(i.get(k, "")) for k in keys] for i in items]
+    if "ips" in items[0] or isinstance(items[0].get("addresses"), list):
+        keys.insert(min(3, len(keys)), "addresses")  # an allocation is mostly its address
+    if isinstance(items[0].get("pod"), dict):
+        keys.append("pod")
+    rows = [[k.upper() for k in keys]] + [[_cell(k, i) for k in keys] for i in items]
     return _table(rows)
 
 
@@ -88,6 +116,24 @@ def render_repair(answer: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`ipamctl allocations | head`): not an error of ipamctl's. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _fail(args: argparse.Namespace, code: str, message: str, exit_code: int) -> int:
+    if args.json:
+        print(json.dumps({"error": {"code": code, "message": message}}, indent=2))
+    else:
+        print(f"ipamctl: {message}", file=sys.stderr)
+    return exit_code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="ipamctl", description="Inspect a running ipamd")
     parser.add_argument(
         "--socket",
@@ -112,10 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not os.path.exists(args.socket)
             else "the socket exists but cannot be reached: check its permissions (mode 0660)"
         )
-        print(f"ipamctl: {err}\nipamctl: {hint}", file=sys.stderr)
-        return 2
-    except (DaemonError, BadAnswer) as err:
-        print(f"ipamctl: {err}", file=sys.stderr)
+        return _fail(args, "unreachable", f"{err}\nipamctl: {hint}", 2)
+    except DaemonError as err:
+        return _fail(args, err.body.code, str(err), 1)
+    except BadAnswer as err:
+        return _fail(args, "bad_answer", str(err), 1)
+    unusable = answer.get("state_unavailable") if isinstance(answer, dict) else None
+    if unusable and not args.json:
+        print(f"ipamctl: ipamd serves no pool: {unusable}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(answer, indent=2))
@@ -125,8 +175,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render_repair(answer))  # type: ignore[arg-type]
     else:
         print(render_list(answer))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return 1 if unusable else 0
