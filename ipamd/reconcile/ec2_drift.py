@@ -73,13 +73,18 @@ class Ec2Drift:
         enis = await self._ec2.describe_enis(self._instance_id)
         self.describes += 1
         self.runs += 1
+        # A node ipamd holds nothing of yet (a new node, a fresh state file): EC2's inventory is
+        # taken, not drifted from.
+        first_sight = not self._engine.state.enis
         report = DriftReport()
         listed = {e.eni_id: e for e in enis if e.device_index is not None}
         for eni in listed.values():
             await self._reconcile_eni(eni, report)
             await self._bind_to_instance(eni, report)
         await self._gone_enis(listed, report)
-        if report.changed():
+        if report.changed() and first_sight:
+            logger.info("reconcile.adopted report=%s", report)
+        elif report.changed():
             logger.warning("reconcile.drift report=%s", report)
         return report
 
