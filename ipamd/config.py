@@ -280,6 +280,17 @@ class Config:
         "AWS_EC2_METADATA_SERVICE_ENDPOINT", Kind(parse_endpoint, lambda value: value or ""), "",
         "", "none",
         "IMDS base URL (http:// or https://), the AWS SDKs' variable; unset = `http://169.254.169.254`."))
+    # VPC CNI's introspection endpoint (also last, with defaults, for the same reason).
+    disable_introspection: bool = field(default=False, metadata=_setting(
+        "DISABLE_INTROSPECTION", BOOL, "false", "", "`DISABLE_INTROSPECTION`",
+        "Do not serve the introspection endpoint."))
+    introspection_bind_address: HostPort = field(
+        default=HostPort("127.0.0.1", 61679), metadata=_setting(
+        "INTROSPECTION_BIND_ADDRESS", Kind(parse_host_port), "127.0.0.1:61679", "",
+        "`INTROSPECTION_BIND_ADDRESS` (also takes `unix:<path>`)",
+        "Listen address of the read-only introspection endpoint (VPC CNI's `/v1/enis`, `/v1/pods`, "
+        "`/v1/ipamd-env-settings`, `/v1/networkutils-env-settings`): host:port, loopback by "
+        "default, since it lists every pod's address."))
     # fmt: on
 
     @classmethod

@@ -5,7 +5,20 @@ IMDS client and the CRI client, hands them to `ipamd.daemon`, serves the local A
 and runs the pool manager and the reconcile schedule in one task group until SIGTERM or SIGINT:
 then it stops taking work, lets in-flight requests finish, and exits 0. `ipamd run --embedded` does
 the same on an embedded cloud: moto with ipamd's extension served on loopback, one VPC, subnet and
-instance, and an IMDS simulator — no AWS account needed.
+instance, an IMDS simulator and a container runtime of its own — no AWS account needed; its cloud is
+kept in the state directory, so running it again is a restart of the same node
+(`ipamd.embedded_node`).
+
+Start-up takes the state directory's lock before anything opens a file in it (a second ipamd on the
+same directory exits at once, naming the first one's PID). A start-up step the machine refuses is one
+line on stderr and an exit code, never a traceback:
+
+  2  EXIT_CONFIG   invalid configuration, or a setting this machine cannot serve (a port in use, a
+                   socket or state directory that cannot be created)
+  3  EXIT_STATE    the state directory is in use by another ipamd, or holds an embedded cloud that
+                   cannot be rebuilt
+  1  EXIT_FAILED   anything else that stopped the start (IMDS or EC2 unreachable) or the daemon
+ 75  EXIT_RESTART  repair rebuilt the state file: start again to serve from it
 """
 
 from __future__ import annotations
@@ -17,28 +30,44 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cloud.ec2 import Boto3Ec2, client_config, make_client
+from cloud.errors import CloudError
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
 from ipamd import conflist
 from ipamd.api.app import create_app
-from ipamd.api.server import serve_unix
+from ipamd.api.server import SocketPathError, serve_unix
 from ipamd.api.views import POD_GATEWAY
 from ipamd.clock import SystemClock
 from ipamd.config import Config, ConfigError
 from ipamd.daemon import Daemon, HostNetAdapters, build_daemon, repair
+from ipamd.introspection import serve_introspection
 from ipamd.metrics import Recorders, Sources
-from ipamd.metrics_http import latency_middleware, serve_metrics
+from ipamd.metrics_http import ListenFailed, latency_middleware, serve_metrics
 from ipamd.observability import configure_logging
 from ipamd.runtime.cri import GrpcCriRuntime
+from ipamd.startup import (
+    SettingUnusable,
+    StartupError,
+    StateUnusable,
+    lock_state_dir,
+    os_reason,
+)
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from ipamd.embedded_node import EmbeddedNode
 
 logger = logging.getLogger("ipamd")
 
-EXIT_CONFIG = 2
-EXIT_STATE = 3
+EXIT_CONFIG = 2  # also a setting this machine refuses: a port in use, a path that cannot be made
+EXIT_STATE = 3  # the state directory is another ipamd's, or its embedded cloud cannot be rebuilt
 EXIT_FAILED = 1
 EXIT_RESTART = 75  # EX_TEMPFAIL: the supervisor (kubelet) starts ipamd again on the rebuilt state
 
@@ -54,34 +83,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _cloud(
-    config: Config, embedded: bool, stack: AsyncExitStack, recorders: Recorders
-) -> tuple[Boto3Ec2, str]:
-    """The EC2 adapter and the IMDS base URL: real AWS, or the embedded cloud."""
+    config: Config,
+    embedded: bool,
+    stack: AsyncExitStack,
+    recorders: Recorders,
+    *,
+    own_runtime: bool = False,
+) -> tuple[Boto3Ec2, str, EmbeddedNode | None]:
+    """The EC2 adapter, the IMDS base URL and, embedded, the node around them: real AWS, or the
+    embedded cloud kept in the state directory (lock it first). Raises `StartupError`."""
     if not embedded:
         region = config.aws_region or os.environ.get("AWS_DEFAULT_REGION")
         if region is None:
             async with Imdsv2Client(config.imds_endpoint or DEFAULT_BASE_URL) as imds:
-                region = (await imds.identity()).region
+                try:
+                    region = (await imds.identity()).region
+                except CloudError as err:
+                    raise StartupError(f"cannot read the region from IMDS: {err}") from err
         client = make_client(region, config.ec2_endpoint, float(config.ec2_http_timeout_s))
         adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
-        return adapter, config.imds_endpoint or DEFAULT_BASE_URL
-    from cloud.embedded.imds_sim import ImdsSimulator
-    from cloud.embedded.world import EmbeddedEc2
+        return adapter, config.imds_endpoint or DEFAULT_BASE_URL, None
+    from ipamd.embedded_node import start_embedded  # loads moto: never on a production start
 
-    host = EmbeddedEc2("server").start()
-    stack.callback(host.close)
-    world = host.world(config.embedded_instance_type, region=config.aws_region or "us-west-2")
-    simulator = ImdsSimulator(world)
-    imds_url = await simulator.start()
-    stack.push_async_callback(simulator.close)
-    print(
-        f"ipamd: embedded cloud: EC2 at {world.endpoint_url}, IMDS at {imds_url}, "
-        f"instance {world.instance_id} ({world.instance_type}) in {world.subnet_cidr}",
-        file=sys.stderr,
-    )
-    client = world.client(client_config(float(config.ec2_http_timeout_s)))
+    node = await start_embedded(config, stack, own_runtime=own_runtime)
+    client = node.world.client(client_config(float(config.ec2_http_timeout_s)))
     adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
-    return adapter, imds_url
+    return adapter, node.imds_url, node
 
 
 async def _hostnet(
@@ -100,21 +127,14 @@ async def _hostnet(
     return HostNetAdapters(host=host, snat=NftSnatTable(), vpc_cidrs=imds.vpc_cidrs)
 
 
-def _how_to_try(config: Config) -> str:
-    """Commands a new user can paste: absolute paths, the scripts next to this interpreter."""
-    bin_dir = os.path.dirname(sys.executable)
-    sock = os.path.abspath(config.socket_path)
-    conf = (
-        '{"cniVersion":"1.1.0","name":"k8s-pod-network",'
-        f'"ipam":{{"type":"ipamd-cni","socket":"{sock}"}}}}'
-    )
-    return (
-        "ipamd: ready. Try, in another terminal:\n"
-        f"  {bin_dir}/ipamctl --socket {sock} status\n"
-        f"  echo '{conf}' | CNI_COMMAND=ADD CNI_CONTAINERID=demo1 CNI_NETNS=/var/run/netns/demo "
-        f"CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin {bin_dir}/ipamd-cni\n"
-        "  (CNI_COMMAND=DEL releases it; Ctrl-C stops ipamd and the embedded cloud)"
-    )
+async def _serve_api(app: web.Application, path: str) -> web.AppRunner:
+    try:
+        return await serve_unix(app, path)
+    except SocketPathError as err:
+        raise SettingUnusable(f"cannot serve the API (IPAMD_SOCKET): {err}") from err
+    except OSError as err:
+        reason = os_reason(err)
+        raise SettingUnusable(f"cannot serve the API on {path} (IPAMD_SOCKET): {reason}") from err
 
 
 def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Path | None:
@@ -128,7 +148,10 @@ def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Pat
     return conflist.write(target.parent, target.name, data)
 
 
-async def serve(config: Config, embedded: bool) -> int:
+async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) -> int:
+    """Run the daemon until stopped; returns the exit code. Raises `StartupError` for a start-up
+    step the machine refused. `own_runtime`: embedded, serve a container runtime of its own."""
+    started = time.monotonic()
     clock = SystemClock()
     conflist_bytes = None
     if config.cni_conflist_template is not None:
@@ -142,23 +165,34 @@ async def serve(config: Config, embedded: bool) -> int:
             print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
             return EXIT_CONFIG
     async with AsyncExitStack() as stack:
+        # Before anything opens a file in the state directory (the state file, the embedded
+        # cloud's): a second ipamd on it must touch neither.
+        stack.callback(lock_state_dir(Path(config.state_dir)).release)
         recorders = Recorders()
-        ec2, imds_url = await _cloud(config, embedded, stack, recorders)
+        ec2, imds_url, node = await _cloud(
+            config, embedded, stack, recorders, own_runtime=own_runtime
+        )
         imds = Imdsv2Client(imds_url)
         stack.push_async_callback(imds.close)
-        runtime = GrpcCriRuntime(config.cri_socket_path)
+        cri_endpoint = node.runtime.endpoint if node and node.runtime else config.cri_socket_path
+        runtime = GrpcCriRuntime(cri_endpoint)
         stack.push_async_callback(runtime.close)
         hostnet = await _hostnet(config, imds, stack)
-        daemon = await build_daemon(
-            config,
-            ec2=ec2,
-            imds=imds,
-            runtime=runtime,
-            addresses=runtime,
-            clock=clock,
-            hostnet=hostnet,
-        )
+        try:
+            daemon = await build_daemon(
+                config,
+                ec2=ec2,
+                imds=imds,
+                runtime=runtime,
+                addresses=runtime,
+                clock=clock,
+                hostnet=hostnet,
+            )
+        except CloudError as err:
+            raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err
         stack.push_async_callback(daemon.close)
+        if node is not None:
+            node.serve_sandboxes(daemon.engine)
         app = create_app(
             daemon.engine,
             ready=lambda: daemon.ready,
@@ -170,17 +204,19 @@ async def serve(config: Config, embedded: bool) -> int:
             repair=lambda apply: repair(daemon, apply),
         )
         app.middlewares.append(latency_middleware(recorders))
-        runner = await serve_unix(app, config.socket_path)
+        runner = await _serve_api(app, config.socket_path)
         stack.push_async_callback(runner.cleanup)
-        if not config.disable_metrics:
-            metrics = await serve_metrics(recorders, _sources(daemon), config.metrics_addr)
-            stack.push_async_callback(metrics.cleanup)
-        await daemon.start()
+        try:
+            await _serve_observability(config, daemon, recorders, stack)
+        except ListenFailed as err:
+            print(f"ipamd: {err}", file=sys.stderr)
+            return EXIT_CONFIG
+        await _start_timed(daemon, recorders, started)
         if daemon.engine.unavailable is not None:
             print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
         written = _publish_conflist(config, daemon, conflist_bytes)
-        if embedded:
-            print(_how_to_try(config), file=sys.stderr)
+        if node is not None and daemon.ready:  # not ready: the line above says why
+            print(node.how_to_try(config), file=sys.stderr)
         try:
             return await _run_until_stopped(daemon)
         finally:
@@ -207,8 +243,45 @@ def _pool_settings(daemon: Daemon) -> dict[str, object]:
     }
 
 
+async def _serve_observability(
+    config: Config, daemon: Daemon, recorders: Recorders, stack: AsyncExitStack
+) -> None:
+    """Metrics and introspection on their TCP addresses, each unless disabled; raises `ListenFailed`
+    (a port in use) for `serve` to report in one line."""
+    daemon.engine.listeners.append(lambda m, _: recorders.note_commit(daemon.engine.state, m))
+    if not config.disable_metrics:
+        metrics = await serve_metrics(recorders, _sources(daemon), config.metrics_addr)
+        stack.push_async_callback(metrics.cleanup)
+    if not config.disable_introspection:
+        settings = config.describe()
+        addr = config.introspection_bind_address
+        introspection = await serve_introspection(daemon.engine, settings, addr)
+        stack.push_async_callback(introspection.cleanup)
+
+
+async def _start_timed(daemon: Daemon, recorders: Recorders, process_started: float) -> None:
+    """`daemon.start()`, its duration and the whole start-up's recorded for the metrics."""
+    began = time.monotonic()
+    await daemon.start()
+    done = time.monotonic()
+    recorders.started(daemon.ready, done - process_started, done - began)
+
+
+def _actions_in_progress(daemon: Daemon) -> dict[str, int]:
+    """VPC CNI's `awscni_ipamd_action_inprogress` as far as ipamd's parts show it: start-up until
+    ready (not while refusing an unusable state file), an ENI being created or attached, units
+    or ENIs being returned to EC2."""
+    starting = not daemon.ready and daemon.engine.unavailable is None
+    return {
+        "nodeInit": int(starting),
+        "increaseDatastorePool": int(bool(daemon.pool.pending_enis)),
+        "decreaseDatastorePool": int(bool(daemon.pool.releases_in_flight)),
+    }
+
+
 def _sources(daemon: Daemon) -> Sources:
     limits = daemon.pool._limits
+    snat = daemon.datapath is not None and not daemon.config.external_snat
     return Sources(
         snapshot=daemon.engine.snapshot,
         max_enis=limits.max_enis,
@@ -218,6 +291,9 @@ def _sources(daemon: Daemon) -> Sources:
         pool_failures=lambda: daemon.pool.health.errors_by_code,
         hostnet_fixes=lambda: daemon.datapath.health.fixes if daemon.datapath else {},
         hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,
+        hostnet_reconciles=lambda: daemon.datapath.health.reconciles if daemon.datapath else {},
+        actions_in_progress=lambda: _actions_in_progress(daemon),
+        connmark_backend="nftables" if snat else "",
     )
 
 
@@ -269,9 +345,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     configure_logging(config.log_format, config.log_level)
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
+    # Embedded, the runtime is ipamd's own unless IPAMD_CRI_SOCKET names another.
+    own_runtime = args.embedded and not os.environ.get("IPAMD_CRI_SOCKET")
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(serve(config, args.embedded))
+        try:
+            return asyncio.run(serve(config, args.embedded, own_runtime=own_runtime))
+        except StartupError as err:
+            print(f"ipamd: {err}", file=sys.stderr)
+            return _exit_code(err)
     return 0
+
+
+def _exit_code(err: StartupError) -> int:
+    if isinstance(err, SettingUnusable):
+        return EXIT_CONFIG
+    if isinstance(err, StateUnusable):
+        return EXIT_STATE
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

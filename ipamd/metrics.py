@@ -1,61 +1,216 @@
-"""Prometheus metrics: the `awscni_*` names VPC CNI users already chart, with VPC CNI's meanings, plus
-ipamd's own (`ipamd_*`). Everything published is read from one engine snapshot per scrape.
+"""Prometheus metrics: the `awscni_*` names VPC CNI users already chart, with VPC CNI's types, labels and
+meanings, plus ipamd's own (`ipamd_*`). The only home of `prometheus_client`.
 
-Recorders here are bounded (fixed histogram buckets, counters), so a daemon that runs for months
-does not grow with the calls it makes.
+Owns the catalogue of every published metric (`CATALOGUE`: name, type, labels, help; the table in
+docs/operations.md is checked against it), the recorders of events as they happen (`Recorders`: EC2
+attempts, ADD and DEL requests, start-up, addresses EC2 took away from pods), and the collectors
+that turn one engine snapshot and the daemon's own counters into metric families at scrape time.
+
+It must not read the engine more than once per scrape (the pool collector takes one snapshot; the
+others read plain counters), must not register anything in prometheus_client's global registry
+(each daemon has its own, so that tests can build many), and does no I/O. Everything it keeps is
+bounded: fixed histogram buckets, and labels drawn from EC2 API names, error codes and the node's
+own ENIs and units.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Literal
 
+from prometheus_client import CollectorRegistry, Histogram, Summary, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from cloud.calls import OK
+from datastore.records import Mutation
+from ipamd.engine.state import NodeState
+from ipamd.errors import MaxPodsReached, NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
 
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""What `exposition` writes: the classic text format, as VPC CNI's Go client serves it."""
+
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+GO_DEFAULT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""client_golang's `DefBuckets`, which VPC CNI's start-up histograms use."""
+
+DEL_REASON = "PodDeleted"
+"""The `reason` VPC CNI's plugin sends with every DEL; ipamd's DEL has no other."""
+
+MetricType = Literal["gauge", "counter", "summary", "histogram"]
 
 
-class Histogram:
-    def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS_S) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum = 0.0
-        self.count = 0
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sum += value
-        self.count += 1
 
-    def lines(self, name: str, labels: str = "") -> Iterable[str]:
-        sep = "," if labels else ""
-        running = 0
-        for bound, n in zip(self.buckets, self.counts, strict=False):
-            running += n
-            yield f'{name}_bucket{{{labels}{sep}le="{bound}"}} {running}'
-        yield f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.count}'
-        braces = f"{{{labels}}}" if labels else ""
-        yield f"{name}_sum{braces} {self.sum}"
-        yield f"{name}_count{braces} {self.count}"
+def _catalogue(rows: Iterable[tuple[str, MetricType, str, str]]) -> tuple[MetricSpec, ...]:
+    return tuple(
+        MetricSpec(name, kind, text, tuple(labels.split())) for name, kind, labels, text in rows
+    )
+
+
+# fmt: off
+CATALOGUE: tuple[MetricSpec, ...] = _catalogue((
+    # VPC CNI's metrics (utils/prometheusmetrics), same names, types and labels.
+    ("awscni_assigned_ip_addresses", "gauge", "", "The number of IP addresses assigned to pods"),
+    ("awscni_total_ip_addresses", "gauge", "", "The total number of IP addresses"),
+    ("awscni_total_ipv4_prefixes", "gauge", "", "The total number of IPv4 prefixes"),
+    ("awscni_eni_allocated", "gauge", "", "The number of ENIs allocated"),
+    ("awscni_eni_max", "gauge", "", "The maximum number of ENIs the instance can attach"),
+    ("awscni_ip_max", "gauge", "", "The maximum number of pod addresses the node can hold"),
+    ("awscni_assigned_ip_per_cidr", "gauge", "cidr", "IP addresses assigned per CIDR"),
+    ("awscni_assigned_ip_per_eni", "gauge", "eni", "IP addresses assigned per ENI"),
+    ("awscni_add_ip_req_count", "counter", "", "The number of add IP address requests"),
+    ("awscni_del_ip_req_count", "counter", "reason", "The number of delete IP address requests"),
+    ("awscni_no_available_ip_addresses", "counter", "",
+     "The number of pod IP assignments that fail due to no available IP addresses"),
+    ("awscni_ipamd_error_count", "counter", "fn", "The number of errors encountered in ipamd"),
+    ("awscni_ipamd_action_inprogress", "gauge", "fn", "The number of ipamd actions in progress"),
+    ("awscni_reconcile_count", "counter", "fn", "The number of reconcile rounds by job"),
+    ("awscni_aws_api_latency_ms", "summary", "api error status", "AWS API call latency in ms"),
+    ("awscni_aws_api_error_count", "counter", "api error",
+     "The number of times AWS API returns an error"),
+    ("awscni_ec2api_req_count", "counter", "fn", "The number of requests made to EC2 APIs"),
+    ("awscni_ec2api_error_count", "counter", "fn", "The number of failed EC2 API requests"),
+    ("awscni_force_removed_enis", "counter", "",
+     "The number of ENIs EC2 took away while pods held addresses on them"),
+    ("awscni_force_removed_ips", "counter", "",
+     "The number of pod addresses EC2 took away while pods held them"),
+    ("awscni_ipamd_startup_duration_seconds", "histogram", "success with_api_server failure_reason",
+     "The duration of ipamd startup from process start to ready to serve CNI requests"),
+    ("awscni_ipamd_node_initialization_duration_seconds", "histogram", "success",
+     "The duration of node initialization during ipamd startup"),
+    ("awscni_connmark_backend", "gauge", "backend", "The connmark backend in use (1)"),
+    ("awscni_connmark_reconcile_total", "counter", "result",
+     "Host-network reconcile rounds (connmark rule and SNAT table included) by result"),
+    ("awscni_build_info", "gauge", "version", "A constant 1 labelled by the ipamd version"),
+    # ipamd's own.
+    ("ipamd_addresses", "gauge", "state", "Addresses by state (one snapshot)"),
+    ("ipamd_lost_addresses", "gauge", "", "Owned addresses EC2 no longer lists"),
+    ("ipamd_delete_intents", "gauge", "", "Active delete intents"),
+    ("ipamd_quarantined_allocations", "gauge", "", "Allocations set aside at restore"),
+    ("ipamd_leaked_allocations_released_total", "counter", "",
+     "Allocations the runtime leak GC released"),
+    ("ipamd_ec2_calls_total", "counter", "api outcome", "EC2 attempts by operation and outcome"),
+    ("ipamd_ec2_retries_total", "counter", "api", "EC2 attempts that were retries"),
+    ("ipamd_reconcile_runs_total", "counter", "job outcome", "Reconcile rounds by outcome"),
+    ("ipamd_pool_failures_total", "counter", "code", "Pool grow or shrink failures by code"),
+    ("ipamd_enis_blocked", "gauge", "", "ENIs whose addresses are held back: link not set up yet"),
+    ("ipamd_hostnet_fixes_total", "counter", "kind", "Host-network reconcile repairs by kind"),
+    ("ipamd_hostnet_add_failures_total", "counter", "",
+     "ADDs undone: the pod's rules could not be set"),
+    ("ipamd_add_latency_seconds", "histogram", "", "Latency of ADD requests on the socket"),
+    ("ipamd_del_latency_seconds", "histogram", "", "Latency of DEL requests on the socket"),
+))
+# fmt: on
+SPECS: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
+
+
+def _bare_counter(spec: MetricSpec) -> bool:
+    """VPC CNI's counters mostly lack the `_total` suffix, which prometheus_client always adds."""
+    return spec.type == "counter" and not spec.name.endswith("_total")
+
+
+class Families:
+    """The families of one collection, each declared up front (so that a metric with no series yet
+    still shows), samples added by metric name with exactly the catalogue's labels."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._families: dict[str, Metric] = {}
+        for name in names:
+            spec = SPECS[name]
+            base = spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+            self._families[name] = Metric(base, spec.help, spec.type)
+
+    def add(self, name: str, value: float, **labels: str) -> None:
+        spec = SPECS[name]
+        if sorted(labels) != sorted(spec.labels):
+            raise ValueError(f"{name} takes labels {spec.labels}, not {tuple(labels)}")
+        self._families[name].add_sample(name, labels, value)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
+def _histogram(name: str, buckets: tuple[float, ...]) -> Histogram:
+    spec = SPECS[name]
+    return Histogram(name, spec.help, spec.labels, registry=None, buckets=buckets)
 
 
 class Recorders:
-    """What the daemon records as it goes: EC2 calls (a `cloud.calls.CallRecorder`), ADD/DEL latency."""
+    """What the daemon records as it goes. `record` is the EC2 adapter's `cloud.calls.CallRecorder`;
+    the API's middleware calls `add_done` and `del_done`; `main` calls `started` once and hands
+    every engine commit to `note_commit`."""
 
     def __init__(self) -> None:
-        self.ec2_calls: Counter[tuple[str, str]] = Counter()
-        self.ec2_latency: dict[str, Histogram] = {}
+        self.ec2_attempts: Counter[tuple[str, str]] = Counter()
         self.ec2_retries: Counter[str] = Counter()
-        self.add_latency = Histogram()
-        self.del_latency = Histogram()
+        spec = SPECS["awscni_aws_api_latency_ms"]
+        self.ec2_latency = Summary(spec.name, spec.help, spec.labels, registry=None)
+        self.add_latency = _histogram("ipamd_add_latency_seconds", LATENCY_BUCKETS_S)
+        self.del_latency = _histogram("ipamd_del_latency_seconds", LATENCY_BUCKETS_S)
+        self.startup = _histogram("awscni_ipamd_startup_duration_seconds", GO_DEFAULT_BUCKETS_S)
+        self.node_init = _histogram(
+            "awscni_ipamd_node_initialization_duration_seconds", GO_DEFAULT_BUCKETS_S
+        )
+        self.add_requests = 0
+        self.del_requests: Counter[str] = Counter()
+        self.no_address = 0
+        self.force_removed_enis = 0
+        self.force_removed_ips = 0
 
     def record(self, operation: str, outcome: str, latency_s: float, attempt: int) -> None:
-        self.ec2_calls[operation, outcome] += 1
-        self.ec2_latency.setdefault(operation, Histogram()).observe(latency_s)
+        self.ec2_attempts[operation, outcome] += 1
         if attempt > 1:
             self.ec2_retries[operation] += 1
+        # VPC CNI labels `error` with Go's "true"/"false" and `status` with the HTTP status; the
+        # recorder knows the status of a success only, so a failure's is left empty, as VPC CNI
+        # leaves it for an error without an HTTP response.
+        failed = outcome != OK
+        labels = ("true", "") if failed else ("false", "200")
+        self.ec2_latency.labels(operation, *labels).observe(latency_s * 1000)
+
+    def add_done(self, latency_s: float, error: BaseException | None) -> None:
+        """An ADD answered (or failed) after `latency_s`."""
+        self.add_requests += 1
+        self.add_latency.observe(latency_s)
+        # MaxPodsReached is VPC CNI's case too: its datastore simply has no address left.
+        if isinstance(error, NoAddressAvailable | MaxPodsReached):
+            self.no_address += 1
+
+    def del_done(self, latency_s: float) -> None:
+        self.del_requests[DEL_REASON] += 1
+        self.del_latency.observe(latency_s)
+
+    def started(self, ready: bool, startup_s: float, node_init_s: float) -> None:
+        """Start-up finished: ready, or given up on (an unusable state file is the only way)."""
+        success = "true" if ready else "false"
+        reason = "" if ready else "state_unavailable"
+        # ipamd never talks to the Kubernetes API server.
+        self.startup.labels(success, "false", reason).observe(startup_s)
+        self.node_init.labels(success).observe(node_init_s)
+
+    def note_commit(self, state: NodeState, mutation: Mutation) -> None:
+        """An engine commit listener's work: units turned `lost` are addresses EC2 took away from
+        pods (VPC CNI force-removes them; ipamd keeps them owned until the pod's DEL). An ENI all
+        of whose remaining units are lost is an ENI EC2 took away under its pods."""
+        lost = [u for u in mutation.put_units if u.state == "lost"]
+        if not lost:
+            return
+        self.force_removed_ips += sum(state.owned_in_unit.get(u.cidr, 0) for u in lost)
+        for eni_id in dict.fromkeys(u.eni_id for u in lost):
+            units = state.units_by_eni.get(eni_id, {})
+            if all(state.units[c].state == "lost" for c in units if c in state.units):
+                self.force_removed_enis += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,93 +224,198 @@ class Sources:
     hostnet_fixes: Callable[[], Mapping[str, int]] = dict
     """The host-network reconcile's repairs by kind (rule_added, rule_removed, ..., snat)."""
     hostnet_add_failures: Callable[[], int] = int
+    hostnet_reconciles: Callable[[], Mapping[str, int]] = dict
+    """Host-network reconcile rounds by outcome: ok, unreadable, failed."""
+    actions_in_progress: Callable[[], Mapping[str, int]] = dict
+    """VPC CNI's action names (nodeInit, increaseDatastorePool, ...) → actions running now."""
+    connmark_backend: str = ""
+    """"nftables" when ipamd's SNAT table sets the connmark; "" when nothing does."""
+
+
+POOL_METRICS = (
+    "awscni_assigned_ip_addresses",
+    "awscni_total_ip_addresses",
+    "awscni_total_ipv4_prefixes",
+    "awscni_eni_allocated",
+    "awscni_eni_max",
+    "awscni_ip_max",
+    "awscni_assigned_ip_per_cidr",
+    "awscni_assigned_ip_per_eni",
+    "ipamd_addresses",
+    "ipamd_lost_addresses",
+    "ipamd_delete_intents",
+    "ipamd_quarantined_allocations",
+    "ipamd_enis_blocked",
+)
+
+
+class PoolCollector(Collector):
+    """The pool's gauges, every one from the same single snapshot."""
+
+    def __init__(self, sources: Sources) -> None:
+        self._sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._sources.snapshot()
+        counts = snap.counts
+        f = Families(POOL_METRICS)
+        f.add("awscni_assigned_ip_addresses", counts[AddressState.ASSIGNED])
+        f.add("awscni_total_ip_addresses", sum(counts.values()))
+        prefixes = sum(1 for eni in snap.enis for unit in eni.units if unit.kind == "prefix")
+        f.add("awscni_total_ipv4_prefixes", prefixes)
+        f.add("awscni_eni_allocated", len(snap.enis))
+        f.add("awscni_eni_max", self._sources.max_enis)
+        f.add("awscni_ip_max", self._sources.max_addresses)
+        for eni in snap.enis:
+            f.add("awscni_assigned_ip_per_eni", eni.counts[AddressState.ASSIGNED], eni=eni.eni_id)
+            for unit in eni.units:
+                assigned = sum(1 for _, s in unit.addresses if s is AddressState.ASSIGNED)
+                f.add("awscni_assigned_ip_per_cidr", assigned, cidr=unit.cidr)
+        for state in AddressState:
+            f.add("ipamd_addresses", counts[state], state=state.value)
+        f.add("ipamd_lost_addresses", counts[AddressState.LOST])
+        f.add("ipamd_delete_intents", snap.intents)
+        f.add("ipamd_quarantined_allocations", snap.quarantined)
+        f.add("ipamd_enis_blocked", sum(1 for eni in snap.enis if eni.blocked))
+        yield from f
+
+
+DAEMON_METRICS = (
+    "awscni_ipamd_error_count",
+    "awscni_ipamd_action_inprogress",
+    "awscni_reconcile_count",
+    "awscni_connmark_backend",
+    "awscni_connmark_reconcile_total",
+    "awscni_build_info",
+    "ipamd_leaked_allocations_released_total",
+    "ipamd_reconcile_runs_total",
+    "ipamd_pool_failures_total",
+    "ipamd_hostnet_fixes_total",
+    "ipamd_hostnet_add_failures_total",
+)
+
+
+def _ipamd_version() -> str:
+    try:
+        return version("ipamd")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+class DaemonCollector(Collector):
+    """Counters the daemon's parts keep (jobs, pool manager, leak GC, datapath), read as they are."""
+
+    def __init__(self, sources: Sources) -> None:
+        self._sources = sources
+        self._version = _ipamd_version()
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._sources
+        f = Families(DAEMON_METRICS)
+        outcomes = s.job_outcomes()
+        rounds: Counter[str] = Counter()
+        failed: Counter[str] = Counter()
+        for (job, outcome), n in sorted(outcomes.items()):
+            f.add("ipamd_reconcile_runs_total", n, job=job, outcome=outcome)
+            rounds[job] += n
+            failed[job] += n if outcome != "ok" else 0
+        for job, n in sorted(rounds.items()):
+            f.add("awscni_reconcile_count", n, fn=job)
+        pool_failures = s.pool_failures()
+        for code, n in sorted(pool_failures.items()):
+            f.add("ipamd_pool_failures_total", n, code=code)
+        errors = {"pool": sum(pool_failures.values()), "hostnet_add": s.hostnet_add_failures()}
+        for fn, n in sorted({**errors, **failed}.items()):
+            f.add("awscni_ipamd_error_count", n, fn=fn)
+        for fn, n in sorted(s.actions_in_progress().items()):
+            f.add("awscni_ipamd_action_inprogress", n, fn=fn)
+        f.add("awscni_connmark_backend", int(s.connmark_backend == "nftables"), backend="nftables")
+        reconciles = s.hostnet_reconciles()
+        ok = reconciles.get("ok", 0)
+        f.add("awscni_connmark_reconcile_total", ok, result="success")
+        f.add("awscni_connmark_reconcile_total", sum(reconciles.values()) - ok, result="error")
+        f.add("awscni_build_info", 1, version=self._version)
+        f.add("ipamd_leaked_allocations_released_total", s.leaks_released())
+        for kind, n in sorted(s.hostnet_fixes().items()):
+            f.add("ipamd_hostnet_fixes_total", n, kind=kind)
+        f.add("ipamd_hostnet_add_failures_total", s.hostnet_add_failures())
+        yield from f
+
+
+RECORDED_METRICS = (
+    "awscni_add_ip_req_count",
+    "awscni_del_ip_req_count",
+    "awscni_no_available_ip_addresses",
+    "awscni_aws_api_error_count",
+    "awscni_ec2api_req_count",
+    "awscni_ec2api_error_count",
+    "awscni_force_removed_enis",
+    "awscni_force_removed_ips",
+    "ipamd_ec2_calls_total",
+    "ipamd_ec2_retries_total",
+)
+
+
+class RecordedCollector(Collector):
+    """What `Recorders` counted and timed as events happened."""
+
+    def __init__(self, recorders: Recorders) -> None:
+        self._r = recorders
+
+    def collect(self) -> Iterator[Metric]:
+        r = self._r
+        f = Families(RECORDED_METRICS)
+        f.add("awscni_add_ip_req_count", r.add_requests)
+        f.add("awscni_del_ip_req_count", r.del_requests[DEL_REASON], reason=DEL_REASON)
+        f.add("awscni_no_available_ip_addresses", r.no_address)
+        f.add("awscni_force_removed_enis", r.force_removed_enis)
+        f.add("awscni_force_removed_ips", r.force_removed_ips)
+        requests: Counter[str] = Counter()
+        errors: Counter[str] = Counter()
+        for (op, outcome), n in sorted(r.ec2_attempts.items()):
+            f.add("ipamd_ec2_calls_total", n, api=op, outcome=outcome)
+            requests[op] += n
+            if outcome != OK:
+                errors[op] += n
+                f.add("awscni_aws_api_error_count", n, api=op, error=outcome)
+        for op, n in sorted(requests.items()):
+            f.add("awscni_ec2api_req_count", n, fn=op)
+            f.add("awscni_ec2api_error_count", errors[op], fn=op)
+        for op, n in sorted(r.ec2_retries.items()):
+            f.add("ipamd_ec2_retries_total", n, api=op)
+        yield from f
+        for timed in (r.ec2_latency, r.add_latency, r.del_latency, r.startup, r.node_init):
+            for metric in timed.collect():
+                # client_golang writes no `_created` series; VPC CNI's dashboards know none.
+                metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+                yield metric
+
+
+def build_registry(recorders: Recorders, sources: Sources) -> CollectorRegistry:
+    """A registry of its own for one daemon: the pool, the daemon's counters, the recordings."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PoolCollector(sources))
+    registry.register(DaemonCollector(sources))
+    registry.register(RecordedCollector(recorders))
+    return registry
+
+
+_BARE_COUNTERS = tuple(spec.name for spec in CATALOGUE if _bare_counter(spec))
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry in the text format, with VPC CNI's counter names: prometheus_client heads every
+    counter family `<name>_total`; VPC CNI's Go client heads `awscni_add_ip_req_count` as it is,
+    and its samples (named here as in VPC CNI) must sit under a header of the same name."""
+    text = generate_latest(registry)
+    for name in _BARE_COUNTERS:
+        text = text.replace(f"# HELP {name}_total ".encode(), f"# HELP {name} ".encode(), 1)
+        text = text.replace(
+            f"# TYPE {name}_total counter\n".encode(), f"# TYPE {name} counter\n".encode(), 1
+        )
+    return text
 
 
 def render(recorders: Recorders, sources: Sources) -> str:
-    snap = sources.snapshot()
-    counts = snap.counts
-    total = sum(counts.values())
-    lines = [
-        "# HELP awscni_assigned_ip_addresses IP addresses assigned to pods",
-        "# TYPE awscni_assigned_ip_addresses gauge",
-        f"awscni_assigned_ip_addresses {counts[AddressState.ASSIGNED]}",
-        "# HELP awscni_total_ip_addresses IP addresses on the node's ENIs",
-        "# TYPE awscni_total_ip_addresses gauge",
-        f"awscni_total_ip_addresses {total}",
-        "# HELP awscni_eni_allocated ENIs attached and managed",
-        "# TYPE awscni_eni_allocated gauge",
-        f"awscni_eni_allocated {len(snap.enis)}",
-        "# TYPE awscni_eni_max gauge",
-        f"awscni_eni_max {sources.max_enis}",
-        "# TYPE awscni_ip_max gauge",
-        f"awscni_ip_max {sources.max_addresses}",
-        "# HELP ipamd_addresses Addresses by state (one snapshot)",
-        "# TYPE ipamd_addresses gauge",
-        *(f'ipamd_addresses{{state="{s.value}"}} {counts[s]}' for s in AddressState),
-        "# TYPE ipamd_lost_addresses gauge",
-        f"ipamd_lost_addresses {counts[AddressState.LOST]}",
-        "# TYPE ipamd_delete_intents gauge",
-        f"ipamd_delete_intents {snap.intents}",
-        "# TYPE ipamd_quarantined_allocations gauge",
-        f"ipamd_quarantined_allocations {snap.quarantined}",
-        "# TYPE ipamd_leaked_allocations_released_total counter",
-        f"ipamd_leaked_allocations_released_total {sources.leaks_released()}",
-        *_ec2_lines(recorders),
-        "# TYPE ipamd_reconcile_runs_total counter",
-        *(
-            f'ipamd_reconcile_runs_total{{job="{job}",outcome="{outcome}"}} {n}'
-            for (job, outcome), n in sorted(sources.job_outcomes().items())
-        ),
-        "# TYPE ipamd_pool_failures_total counter",
-        *(
-            f'ipamd_pool_failures_total{{code="{code}"}} {n}'
-            for code, n in sorted(sources.pool_failures().items())
-        ),
-        "# HELP ipamd_enis_blocked ENIs whose addresses are held back: host link not set up yet",
-        "# TYPE ipamd_enis_blocked gauge",
-        f"ipamd_enis_blocked {sum(1 for eni in snap.enis if eni.blocked)}",
-        "# HELP ipamd_hostnet_fixes_total Host-network reconcile repairs by kind",
-        "# TYPE ipamd_hostnet_fixes_total counter",
-        *(
-            f'ipamd_hostnet_fixes_total{{kind="{kind}"}} {n}'
-            for kind, n in sorted(sources.hostnet_fixes().items())
-        ),
-        "# HELP ipamd_hostnet_add_failures_total ADDs undone: the pod's rules could not be set",
-        "# TYPE ipamd_hostnet_add_failures_total counter",
-        f"ipamd_hostnet_add_failures_total {sources.hostnet_add_failures()}",
-        "# TYPE ipamd_add_latency_seconds histogram",
-        *recorders.add_latency.lines("ipamd_add_latency_seconds"),
-        "# TYPE ipamd_del_latency_seconds histogram",
-        *recorders.del_latency.lines("ipamd_del_latency_seconds"),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _ec2_lines(recorders: Recorders) -> list[str]:
-    lines = [
-        "# HELP awscni_aws_api_error_count EC2 API errors by operation and code",
-        "# TYPE awscni_aws_api_error_count counter",
-    ]
-    lines += [
-        f'awscni_aws_api_error_count{{api="{op}",error="{outcome}"}} {n}'
-        for (op, outcome), n in sorted(recorders.ec2_calls.items())
-        if outcome != "ok"
-    ]
-    lines += ["# TYPE ipamd_ec2_calls_total counter"]
-    lines += [
-        f'ipamd_ec2_calls_total{{api="{op}",outcome="{outcome}"}} {n}'
-        for (op, outcome), n in sorted(recorders.ec2_calls.items())
-    ]
-    lines += ["# TYPE ipamd_ec2_retries_total counter"]
-    lines += [
-        f'ipamd_ec2_retries_total{{api="{op}"}} {n}'
-        for op, n in sorted(recorders.ec2_retries.items())
-    ]
-    lines += [
-        "# HELP awscni_aws_api_latency_ms EC2 API latency (milliseconds)",
-        "# TYPE awscni_aws_api_latency_ms summary",
-    ]
-    for op, hist in sorted(recorders.ec2_latency.items()):
-        lines.append(f'awscni_aws_api_latency_ms_sum{{api="{op}"}} {hist.sum * 1000:.3f}')
-        lines.append(f'awscni_aws_api_latency_ms_count{{api="{op}"}} {hist.count}')
-    return lines
+    """One scrape's text, as `GET /metrics` serves it."""
+    return exposition(build_registry(recorders, sources)).decode()

@@ -1,33 +1,40 @@
-"""docs/operations.md keeps up with the code: every metric ipamd publishes is in its table, it links
-the generated settings table instead of copying it, and it has a runbook for each seed incident."""
+"""docs/operations.md keeps up with the code: every metric ipamd publishes is in its table, with its
+type and labels; it links the generated settings table instead of copying it, and it has a runbook
+for each seed incident."""
 
 from __future__ import annotations
 
 import re
 
+from ipamd.metrics import CATALOGUE
 from tests.deploy.repo import REPO
 
 OPERATIONS = REPO / "docs" / "operations.md"
 
 
-def published_metrics() -> set[str]:
-    """Every name with a `# TYPE` line in ipamd/metrics.py: each metric it renders has one."""
-    source = (REPO / "ipamd" / "metrics.py").read_text()
-    return set(re.findall(r"# TYPE ((?:awscni|ipamd)_\w+) ", source))
+def published_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Every metric ipamd publishes (its catalogue): name → (type, labels)."""
+    return {spec.name: (spec.type, spec.labels) for spec in CATALOGUE}
 
 
-def table_metrics() -> set[str]:
+def table_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The metrics table of docs/operations.md: name → (type, labels)."""
     text = OPERATIONS.read_text()
-    return set(re.findall(r"^\| `((?:awscni|ipamd)_[a-z0-9_]+)` \|", text, flags=re.MULTILINE))
+    rows = re.findall(
+        r"^\| `((?:awscni|ipamd)_[a-z0-9_]+)` \| (\w+) \|([^|]*)\|", text, flags=re.MULTILINE
+    )
+    return {name: (kind, tuple(re.findall(r"`(\w+)`", labels))) for name, kind, labels in rows}
 
 
-def test_every_published_metric_is_in_the_table() -> None:
+def test_every_published_metric_is_in_the_table_with_its_type_and_labels() -> None:
     published = published_metrics()
     assert "awscni_assigned_ip_addresses" in published and "ipamd_add_latency_seconds" in published
-    assert published == table_metrics(), {
-        "undocumented": sorted(published - table_metrics()),
-        "not published": sorted(table_metrics() - published),
+    documented = table_metrics()
+    assert set(published) == set(documented), {
+        "undocumented": sorted(set(published) - set(documented)),
+        "not published": sorted(set(documented) - set(published)),
     }
+    assert published == documented
 
 
 def test_links_the_settings_table_instead_of_copying_it() -> None:

@@ -37,6 +37,7 @@ class Running:
     socket_path: Path
     state_dir: Path
     metrics_port: int
+    introspection_port: int
 
     def call(self, method: str, path: str, body: object = None) -> tuple[int, dict[str, object]]:
         conn = UnixHTTPConnection(str(self.socket_path))
@@ -80,14 +81,16 @@ def _start(tmp_path: Path, **extra: str) -> Running:
     socket_path = tmp_path / "ipamd.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IPAMD_", "WARM_", "AWS_"))}
     metrics_port = _free_port()
+    introspection_port = _free_port()
     env.update(
         IPAMD_STATE_DIR=str(state_dir),
         IPAMD_SOCKET=str(socket_path),
         IPAMD_CRI_SOCKET=str(tmp_path / "no-runtime.sock"),
         IPAMD_LOG_FORMAT="json",
         IPAMD_METRICS_ADDR=f"127.0.0.1:{metrics_port}",
-        **extra,
+        INTROSPECTION_BIND_ADDRESS=f"127.0.0.1:{introspection_port}",
     )
+    env.update(extra)
     process = subprocess.Popen(
         [str(BIN / "ipamd"), "run", "--embedded"],
         env=env,
@@ -96,7 +99,7 @@ def _start(tmp_path: Path, **extra: str) -> Running:
         stderr=subprocess.PIPE,
         text=True,
     )
-    return Running(process, socket_path, state_dir, metrics_port)
+    return Running(process, socket_path, state_dir, metrics_port, introspection_port)
 
 
 @pytest.fixture
@@ -153,7 +156,7 @@ def test_embedded_daemon_serves_add_and_del_and_stops_cleanly(daemon: Running) -
         metrics.close()
     assert "awscni_assigned_ip_addresses 0" in text and "awscni_eni_allocated 1" in text
     assert 'ipamd_ec2_calls_total{api="AssignPrivateIpAddresses",outcome="ok"}' in text
-    assert f"ipamd_add_latency_seconds_count {adds}\n" in text, "every ADD answered is timed"
+    assert f"ipamd_add_latency_seconds_count {float(adds)}\n" in text, "every ADD answered is timed"
     status_out = _ipamctl(daemon.socket_path, "status")
     assert status_out.returncode == 0, status_out.stderr
     assert "ASSIGNED" in status_out.stdout and "total" in status_out.stdout

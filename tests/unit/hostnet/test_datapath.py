@@ -315,13 +315,13 @@ async def test_a_blocked_eni_shows_in_the_api_ipamctl_and_metrics(host: Host) ->
         pool_failures=dict,
         hostnet_fixes=lambda: host.datapath.health.fixes,
     )
-    assert "ipamd_enis_blocked 1\n" in render(Recorders(), sources)
+    assert "ipamd_enis_blocked 1.0\n" in render(Recorders(), sources)
 
     host.kernel.plug(SECONDARY_MAC, "eth1")
     await host.datapath.reconcile()
     text = render(Recorders(), sources)
-    assert "ipamd_enis_blocked 0\n" in text
-    assert 'ipamd_hostnet_fixes_total{kind="rule_added"} 1' in text  # the connmark rule
+    assert "ipamd_enis_blocked 0.0\n" in text
+    assert 'ipamd_hostnet_fixes_total{kind="rule_added"} 1.0\n' in text  # the connmark rule
 
 
 async def test_the_loop_sets_up_an_attached_eni_at_once_and_then_sleeps(host: Host) -> None:
