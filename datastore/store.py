@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from datastore.schema import (
 )
 
 STATE_FILE_NAME = "ipamd.db"
+STATE_FILE_MODE = 0o600
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -82,9 +83,15 @@ class Store:
 
     def commit(self, mutation: Mutation) -> None:
         """Apply `mutation` in one durable transaction, or raise `CommitError` having written nothing."""
+        self.commit_all((mutation,))
+
+    def commit_all(self, mutations: Sequence[Mutation]) -> None:
+        """Apply `mutations`, in order, in one durable transaction (one fsync for all of them), or
+        raise `CommitError` having written none of them."""
         self._check_still_ours()
         with self._transaction():
-            codec.write_mutation(self._conn, mutation)
+            for mutation in mutations:
+                codec.write_mutation(self._conn, mutation)
 
     def restore_indexes(self) -> None:
         """Recreate required indexes the file lacked; raises `OwnershipConflict` while duplicates remain."""
@@ -145,6 +152,9 @@ def _create(path: Path) -> None:
     for leftover in (building, *(building.with_name(building.name + s) for s in _SIDECARS)):
         leftover.unlink(missing_ok=True)
     try:
+        # Made 0600 before SQLite opens it (SQLite gives its -wal and -shm files the same mode):
+        # the file names every pod and address on the node, and only ipamd has business with it.
+        os.close(os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, STATE_FILE_MODE))
         conn = sqlite3.connect(building, isolation_level=None)
         try:
             _configure(conn)

@@ -56,12 +56,12 @@ def plan_assign(
     if settings.max_pods is not None and len(state.allocations) >= settings.max_pods:
         raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
     picked = pick_addresses(state, count, now, settings.cooldown_s, blocked_enis)
-    if picked is None and settings.max_addresses is not None:
-        if len(state.owner) + count > settings.max_addresses:
-            raise NodeFull(
-                f"pods own {len(state.owner)} of the {settings.max_addresses} addresses this "
-                "node's ENIs can hold: none will come until a pod is deleted"
-            )
+    full = settings.max_addresses is not None and len(state.owner) + count > settings.max_addresses
+    if picked is None and full:
+        raise NodeFull(
+            f"pods own {len(state.owner)} of the {settings.max_addresses} addresses this "
+            "node's ENIs can hold: none will come until a pod is deleted"
+        )
     if picked is None:
         raise NoAddressAvailable(
             f"no {count} free address(es) on one ENI right now; the pool manager adds more if "

@@ -1,19 +1,29 @@
 """The allocation engine: the one owner of the node's address state.
 
-Every change follows one path (`_mutate`): under a single asyncio lock, decide from memory, commit the
-resulting mutation to SQLite in the store's own thread, then apply the same mutation to memory. There
-is no `await` between the checks and the commit that lets another change in, memory never runs ahead
-of disk, and a failed commit changes nothing. The cloud is never awaited here.
+Every change follows one path (`_mutate`): decide from memory, commit the resulting mutation to SQLite
+in the store's own thread, then apply the same mutation to memory. Memory never runs ahead of disk
+(`state`, which every reader sees, holds only what committed), and a failed commit changes nothing.
+The cloud is never awaited here.
+
+Group commit. Changes are queued, and one at a time a leader (the first caller whose change is still
+queued when the previous write finished) seals the queue: it decides each queued change in order
+against `_decided` — the committed state plus the changes decided before it in the batch — and
+writes the whole batch in one transaction, so N concurrent ADDs cost one fsync, not N. Only then is
+the batch applied to `state` and each caller answered. No decision ever meets another's half: there
+is no `await` between deciding a batch and sealing it, and a single batch is in flight at a time. A
+change cancelled while still queued is withdrawn and does nothing; once sealed, it is written (the
+write cannot be recalled). A failed write fails its whole batch and `_decided` is rebuilt from `state`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from datastore.errors import CommitError, OwnershipConflict, StateFileError
 from datastore.records import (
@@ -45,6 +55,29 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CommitListener = Callable[[Mutation, tuple[AllocationRecord, ...]], None]
+Decide = Callable[[NodeState, float], tuple[Mutation, T]]
+
+
+@dataclass(slots=True)
+class _Change:
+    """One queued change: how to decide it, and where its caller waits for the answer."""
+
+    decide: Callable[[NodeState, float], tuple[Mutation, Any]]
+    future: asyncio.Future[Any]
+    prune: bool = True
+    sealed: bool = False
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # its caller was cancelled: the outcome is known to have been seen
+
+
+@dataclass(slots=True)
+class _Batch:
+    changes: list[_Change] = field(default_factory=list)
+    mutations: list[Mutation] = field(default_factory=list)
+    answers: list[Any] = field(default_factory=list)
 
 
 class Engine:
@@ -58,13 +91,18 @@ class Engine:
         settings: EngineSettings,
         executor: ThreadPoolExecutor,
         unavailable: StateUnavailable | None = None,
+        decided: NodeState | None = None,
     ) -> None:
         self._store = store
         self.state = state
+        """What committed: every reader's view."""
+        self._decided = decided if decided is not None else NodeState.from_image(state.to_image())
+        """`state` plus the changes of the batch being decided or written; only deciding reads it."""
+        self._queue: list[_Change] = []
+        self._turn = asyncio.Lock()
         self._clock = clock
         self.settings = settings
         self._executor = executor
-        self._lock = asyncio.Lock()
         self.unavailable = unavailable
         """Set when the state file could not be trusted: every change is refused with this error."""
         self.pool_wanted = asyncio.Event()
@@ -98,8 +136,8 @@ class Engine:
             logger.error("store.unusable path=%s reason=%s", err.path, err.reason)
             refusal = StateUnavailable(str(err))
             return cls(None, NodeState(), clock, settings, executor, refusal)
-        state = await cls._restore(store, image, clock.now(), live_containers, executor)
-        return cls(store, state, clock, settings, executor)
+        state, decided = await cls._restore(store, image, clock.now(), live_containers, executor)
+        return cls(store, state, clock, settings, executor, decided=decided)
 
     @staticmethod
     async def _restore(
@@ -108,7 +146,8 @@ class Engine:
         now: float,
         live_containers: frozenset[str] | None,
         executor: ThreadPoolExecutor,
-    ) -> NodeState:
+    ) -> tuple[NodeState, NodeState]:
+        """The committed state, and a second copy of it for deciding changes."""
         loop = asyncio.get_running_loop()
         mutation, trusted = plan_quarantine(image, now, live_containers)
         if not mutation.is_empty():
@@ -130,10 +169,10 @@ class Engine:
             len(state.units),
             len(mutation.put_quarantine),
         )
-        return state
+        return state, NodeState.from_image(trusted)
 
     async def close(self) -> None:
-        async with self._lock:
+        async with self._turn:
             if self._store is not None:
                 await asyncio.get_running_loop().run_in_executor(self._executor, self._store.close)
                 self._store = None
@@ -148,8 +187,8 @@ class Engine:
         `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`."""
         try:
             return await self._mutate(
-                lambda now: plan_assign(
-                    self.state, key, pod or PodRef(), count, now, self.settings, self.blocked_enis
+                lambda state, now: plan_assign(
+                    state, key, pod or PodRef(), count, now, self.settings, self.blocked_enis
                 )
             )
         except NoAddressAvailable:
@@ -160,50 +199,52 @@ class Engine:
         """Undo an ADD that was never acknowledged (its pod's datapath could not be made): the
         allocation goes, with no delete intent (the runtime may retry the same ADD) and no
         cooldown (no pod ever used the address). Only while the allocation is still `record`."""
-        return await self._mutate(lambda now: plan_retract(self.state, record))
+        return await self._mutate(lambda state, now: plan_retract(state, record))
 
     async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
         """DEL: release every allocation of `key.container_id` and record its delete intent.
         Succeeds for an unknown container. Returns what was released."""
         return await self._mutate(
-            lambda now: plan_release(self.state, key.container_id, now, self.settings)
+            lambda state, now: plan_release(state, key.container_id, now, self.settings)
         )
 
     # -- inventory (on evidence from EC2) ------------------------------------------------------
 
     async def add_eni(self, eni: EniRecord) -> None:
-        await self._mutate(lambda now: (inventory.plan_add_eni(self.state, eni), None))
+        await self._mutate(lambda state, now: (inventory.plan_add_eni(state, eni), None))
 
     async def add_units(self, eni_id: str, cidrs: Iterable[str], kind: UnitKind) -> None:
         cidrs = tuple(cidrs)
         await self._mutate(
-            lambda now: (inventory.plan_add_units(self.state, eni_id, cidrs, kind, now), None)
+            lambda state, now: (inventory.plan_add_units(state, eni_id, cidrs, kind, now), None)
         )
 
     async def begin_release(self, cidrs: Iterable[str]) -> tuple[str, ...]:
         """Mark whole free units `releasing`; returns those marked. Call EC2 only after this."""
         cidrs = tuple(cidrs)
         return await self._mutate(
-            lambda now: inventory.plan_begin_release(
-                self.state, cidrs, now, self.settings.cooldown_s
+            lambda state, now: inventory.plan_begin_release(
+                state, cidrs, now, self.settings.cooldown_s
             )
         )
 
     async def finish_release(self, cidrs: Iterable[str]) -> None:
         cidrs = tuple(cidrs)
         await self._mutate(
-            lambda now: (inventory.plan_finish_release(self.state, cidrs, now), None)
+            lambda state, now: (inventory.plan_finish_release(state, cidrs, now), None)
         )
 
     async def abort_release(self, cidrs: Iterable[str]) -> None:
         cidrs = tuple(cidrs)
-        await self._mutate(lambda now: (inventory.plan_abort_release(self.state, cidrs, now), None))
+        await self._mutate(
+            lambda state, now: (inventory.plan_abort_release(state, cidrs, now), None)
+        )
 
     async def claim_instance(self, instance_id: str) -> bool:
         """Bind the state to this instance; returns True if a foreign state was set aside."""
         return await self._mutate(
-            lambda now: (
-                m := plan_claim_instance(self.state, instance_id, now),
+            lambda state, now: (
+                m := plan_claim_instance(state, instance_id, now),
                 bool(m.put_quarantine or m.delete_enis),
             )
         )
@@ -211,18 +252,18 @@ class Engine:
     async def commit_repair(self, mutation: Mutation) -> None:
         """Repair's changes to quarantine, decided from EC2's and the runtime's evidence; refused if
         an address it restores was taken meanwhile (the UNIQUE index is the last word)."""
-        await self._mutate(lambda now: (mutation, None))
+        await self._mutate(lambda state, now: (mutation, None))
 
     async def eni_gone(self, eni_id: str) -> None:
         """EC2 no longer lists the ENI as attached here."""
-        await self._mutate(lambda now: (inventory.plan_eni_gone(self.state, eni_id, now), None))
+        await self._mutate(lambda state, now: (inventory.plan_eni_gone(state, eni_id, now), None))
 
     async def remove_eni(self, eni_id: str) -> None:
-        await self._mutate(lambda now: (inventory.plan_remove_eni(self.state, eni_id, now), None))
+        await self._mutate(lambda state, now: (inventory.plan_remove_eni(state, eni_id, now), None))
 
     async def units_gone(self, cidrs: Iterable[str]) -> None:
         cidrs = tuple(cidrs)
-        await self._mutate(lambda now: (inventory.plan_units_gone(self.state, cidrs, now), None))
+        await self._mutate(lambda state, now: (inventory.plan_units_gone(state, cidrs, now), None))
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -234,16 +275,89 @@ class Engine:
 
     # -- the one path every change takes -----------------------------------------------------
 
-    async def _mutate(self, decide: Callable[[float], tuple[Mutation, T]]) -> T:
-        async with self._lock:
-            if self.unavailable is not None or self._store is None:
-                raise self.unavailable or StateUnavailable("the engine is closed")
-            now = self._clock.now()
-            mutation, answer = decide(now)
+    async def _mutate(self, decide: Decide[T], *, prune: bool = True) -> T:
+        self._check_serving()
+        change = _Change(decide, asyncio.get_running_loop().create_future(), prune)
+        self._queue.append(change)
+        try:
+            async with self._turn:
+                if not change.future.done():
+                    await self._lead()
+        except asyncio.CancelledError:
+            if not change.sealed:
+                self._queue.remove(change)  # still queued: withdrawn, it does nothing
+            else:
+                change.future.add_done_callback(_retrieve)
+            raise
+        result: T = change.future.result()
+        return result
+
+    def _check_serving(self) -> None:
+        if self.unavailable is not None or self._store is None:
+            raise self.unavailable or StateUnavailable("the engine is closed")
+
+    async def _lead(self) -> None:
+        """Seal the queue, decide its changes in order, write them in one transaction, then apply
+        them to `state` and answer each caller."""
+        batch = self._seal()
+        if not batch.mutations:
+            return
+        error, cancelled = await self._write(batch.mutations)
+        if error is None:
+            for mutation in batch.mutations:
+                self._apply(mutation)
+            for change, answer in zip(batch.changes, batch.answers, strict=True):
+                change.future.set_result(answer)
+        else:
+            self._decided = NodeState.from_image(self.state.to_image())
+            failure = _failure(error)
+            for change in batch.changes:
+                change.future.set_exception(failure)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def _seal(self) -> _Batch:
+        queued, self._queue = self._queue, []
+        batch = _Batch()
+        for change in queued:
+            change.sealed = True
+            try:
+                self._check_serving()
+                now = self._clock.now()
+                mutation, answer = change.decide(self._decided, now)
+                if not mutation.is_empty() and change.prune:
+                    mutation = plan_pruning(self._decided, mutation, now, self.settings)
+            except Exception as err:  # the caller's own refusal (or bug): only that change fails
+                change.future.set_exception(err)
+                continue
             if mutation.is_empty():
-                return answer
-            await self._commit(plan_pruning(self.state, mutation, now, self.settings))
-            return answer
+                change.future.set_result(answer)
+                continue
+            self._decided.apply(mutation)
+            batch.changes.append(change)
+            batch.mutations.append(mutation)
+            batch.answers.append(answer)
+        return batch
+
+    async def _write(self, mutations: Sequence[Mutation]) -> tuple[BaseException | None, bool]:
+        """Commit in the store's thread. A cancellation that arrives while the write is in flight
+        waits for it: the write cannot be recalled, and memory must follow disk. Returns the error
+        (None when durable) and whether the caller was cancelled meanwhile."""
+        assert self._store is not None
+        future = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._store.commit_all, mutations
+        )
+        cancelled = False
+        while not future.done():
+            try:
+                await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if future.done():
+                    break
+                cancelled = True
+            except BaseException:
+                break
+        return future.exception(), cancelled
 
     def _apply(self, mutation: Mutation) -> None:
         """Memory follows the committed mutation; then the listeners hear of it."""
@@ -257,31 +371,16 @@ class Engine:
             listener(mutation, removed)
 
     async def _commit(self, mutation: Mutation) -> None:
-        """Commit in the store's thread, then apply to memory. A cancellation that arrives while the
-        write is in flight waits for it: the write cannot be recalled, and memory must follow disk."""
-        assert self._store is not None
-        future = asyncio.get_running_loop().run_in_executor(
-            self._executor, self._store.commit, mutation
-        )
-        cancelled = False
-        while not future.done():
-            try:
-                await asyncio.shield(future)
-            except asyncio.CancelledError:
-                if future.done():
-                    break
-                cancelled = True
-            except CommitError:
-                break
-        error = future.exception()
-        if error is None:
-            self._apply(mutation)
-        if cancelled:
-            raise asyncio.CancelledError
-        if isinstance(error, OwnershipConflict):
-            logger.error("store.conflict error=%s", error)
-        if isinstance(error, CommitError):
-            logger.warning("store.commit_failed error=%s", error)
-            raise StoreWriteFailed(str(error)) from error
-        if error is not None:
-            raise error
+        """Commit exactly `mutation` (no pruning added) on the one path every change takes."""
+        await self._mutate(lambda state, now: (mutation, None), prune=False)
+
+
+def _failure(error: BaseException) -> BaseException:
+    if isinstance(error, OwnershipConflict):
+        logger.error("store.conflict error=%s", error)
+    if isinstance(error, CommitError):
+        logger.warning("store.commit_failed error=%s", error)
+        failure = StoreWriteFailed(str(error))
+        failure.__cause__ = error
+        return failure
+    return error

@@ -32,7 +32,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -179,13 +179,16 @@ class TracedEngine(Engine):
 
     trace: Callable[..., None] | None = None
 
-    async def _commit(self, mutation: Mutation) -> None:
-        what = describe_mutation(mutation)
+    async def _write(self, mutations: Sequence[Mutation]) -> tuple[BaseException | None, bool]:
+        whats = [describe_mutation(m) for m in mutations]
         if self.trace is not None:
-            self.trace("commit", what)
-        await super()._commit(mutation)
-        if self.trace is not None:
-            self.trace("committed", what)
+            for what in whats:
+                self.trace("commit", what)
+        outcome = await super()._write(mutations)
+        if self.trace is not None and outcome[0] is None:
+            for what in whats:
+                self.trace("committed", what)
+        return outcome
 
 
 class TracedClient:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Sequence
 
 from datastore.records import Mutation
 from datastore.store import Store
@@ -27,18 +28,19 @@ class FaultyStore(Store):
         file was moved away) or `half_way` (the transaction breaks off after some statements)."""
         self.faults.extend(kinds)
 
-    def commit(self, mutation: Mutation) -> None:
+    def commit_all(self, mutations: Sequence[Mutation]) -> None:
+        """One transaction (one `commits` tick) for the batch, held at the gate, faulted on demand."""
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)
         fault = self.faults.pop(0) if self.faults else None
         if fault is None:
-            super().commit(mutation)
-            self.last_mutation = mutation
+            super().commit_all(mutations)
+            self.last_mutation = mutations[-1]
             self.commits += 1
             return
         with self._fault(fault):
-            super().commit(mutation)
+            super().commit_all(mutations)
 
     @contextlib.contextmanager
     def _fault(self, kind: str):  # type: ignore[no-untyped-def]

@@ -1,0 +1,201 @@
+"""The daemon as pods see it: ADD+DEL pairs over the real unix socket, one client and 32 at once, with
+250 pods held, and the memory the daemon process takes doing it.
+
+The daemon is `ipamd run` as a child process, on an embedded EC2 and IMDS served from this process
+(so its resident memory is the daemon's alone, moto's is not in it). An m5.large in prefix mode (three
+ENIs of nine /28s: 432 addresses) is warmed to `MINIMUM_IP_TARGET` before anything is timed, so no ADD
+waits for EC2: what is measured is the API, the engine and the durable commit behind each answer.
+`IP_COOLDOWN_PERIOD=0` lets a released address be taken by the next pair; with VPC CNI's 30 s, a
+thousand pairs a second would cool 30,000 addresses. Every pair uses a fresh container ID (a DEL
+leaves a delete intent for its ID), as the runtime does. Host networking is off: the socket, the
+engine and the state file are what this family measures (`bench.hostnet` prices the rules).
+
+Each request is one HTTP/1.1 exchange on its own connection, as `ipamd-cni` makes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from bench.timing import p50, p99
+from chaos.daemon import BIN, Endpoints, daemon_environment
+from cloud.embedded.imds_sim import ImdsSimulator
+from cloud.embedded.world import EmbeddedEc2
+
+HELD = 250
+PAIRS_ONE_CLIENT = 1000
+CLIENTS = 32
+PAIRS_PER_CLIENT = 60
+NETWORK = "k8s-pod-network"
+SETTINGS = {
+    "ENABLE_PREFIX_DELEGATION": "true",
+    "WARM_PREFIX_TARGET": "1",
+    "WARM_IP_TARGET": "",
+    "MINIMUM_IP_TARGET": "400",
+    "IP_COOLDOWN_PERIOD": "0",
+    "IPAMD_HOST_NETWORK": "off",
+    "IPAMD_POOL_INTERVAL": "0.5",
+    "IPAMD_LOG_LEVEL": "warning",
+    # The introspection server's fixed port may be taken by another daemon on this machine.
+    "DISABLE_INTROSPECTION": "true",
+}
+
+
+async def run(workdir: Path) -> dict[str, float]:
+    async with _daemon(workdir) as (socket_path, pid):
+        await _warm(socket_path, HELD + CLIENTS + 1)
+        for n in range(HELD):
+            await _add(socket_path, f"held-{n}")
+        one = [await _pair(socket_path, f"one-{n}") for n in range(PAIRS_ONE_CLIENT)]
+        started = time.perf_counter()
+        many = await asyncio.gather(*(_client(socket_path, c) for c in range(CLIENTS)))
+        elapsed = time.perf_counter() - started
+        rss = _rss_mib(pid)
+    pairs = [ms for client in many for ms in client]
+    return {
+        "api_add_del_p50_ms": p50(one),
+        "api_add_del_p99_ms": p99(one),
+        "api_pairs_per_s": len(pairs) / elapsed,
+        "api_add_del_p50_ms_32_clients": p50(pairs),
+        "api_add_del_p99_ms_32_clients": p99(pairs),
+        "daemon_rss_mib_250_pods": rss,
+    }
+
+
+async def _client(socket_path: Path, client: int) -> list[float]:
+    return [await _pair(socket_path, f"c{client}-{n}") for n in range(PAIRS_PER_CLIENT)]
+
+
+async def _pair(socket_path: Path, container_id: str) -> float:
+    started = time.perf_counter()
+    await _add(socket_path, container_id)
+    status, _ = await _request(
+        socket_path, "DELETE", f"/v1/allocations/{container_id}/eth0?network={NETWORK}"
+    )
+    if status != 200:
+        raise RuntimeError(f"DEL of {container_id}: {status}")
+    return (time.perf_counter() - started) * 1000.0
+
+
+async def _add(socket_path: Path, container_id: str) -> None:
+    body = {"container_id": container_id, "ifname": "eth0", "network": NETWORK}
+    status, answer = await _request(socket_path, "POST", "/v1/allocations", body)
+    if status != 200:
+        raise RuntimeError(f"ADD of {container_id}: {status} {answer}")
+
+
+async def _request(
+    socket_path: Path, method: str, path: str, body: object = None
+) -> tuple[int, Any]:
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = f"{method} {path} HTTP/1.1\r\nHost: ipamd\r\nConnection: close\r\n"
+    if body is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+    reader, writer = await asyncio.open_unix_connection(str(socket_path))
+    try:
+        writer.write(head.encode() + b"\r\n" + payload)
+        answer = await reader.read()
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    status_line, _, rest = answer.partition(b"\r\n")
+    _, _, content = rest.partition(b"\r\n\r\n")
+    return int(status_line.split()[1]), json.loads(content or b"{}")
+
+
+async def _warm(socket_path: Path, addresses: int, deadline_s: float = 120.0) -> None:
+    """Until the pool holds `addresses` free ones (the pool manager grows it on its own)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        status, pool = await _request(socket_path, "GET", "/v1/pool")
+        if status == 200 and pool["counts"]["free"] >= addresses:
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"the pool did not reach {addresses} free addresses: {pool}")
+        await asyncio.sleep(0.2)
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def _daemon(workdir: Path) -> AsyncIterator[tuple[Path, int]]:
+    host = EmbeddedEc2("server").start()
+    imds: ImdsSimulator | None = None
+    process: asyncio.subprocess.Process | None = None
+    try:
+        world = host.world("m5.large", region="us-west-2")
+        imds = ImdsSimulator(world)
+        imds_url = await imds.start()
+        assert world.endpoint_url is not None
+        ends = Endpoints(
+            ec2_url=world.endpoint_url,
+            imds_url=imds_url,
+            region=world.region,
+            cri_socket=workdir / "no-runtime.sock",
+            state_dir=workdir / "state",
+            socket_path=workdir / "ipamd.sock",
+            metrics_port=_free_port(),
+        )
+        env = daemon_environment(ends, os.environ) | SETTINGS
+        env = {k: v for k, v in env.items() if v}
+        with (workdir / "ipamd.log").open("ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                str(BIN / "ipamd"),
+                "run",
+                env=env,
+                cwd=str(workdir),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=log,
+            )
+        await _ready(ends.socket_path, process, workdir)
+        yield ends.socket_path, process.pid
+    finally:
+        if process is not None and process.returncode is None:
+            process.terminate()
+            await process.wait()
+        if imds is not None:
+            await imds.close()
+        host.close()
+
+
+async def _ready(socket_path: Path, process: asyncio.subprocess.Process, workdir: Path) -> None:
+    end = time.monotonic() + 60.0
+    while time.monotonic() < end:
+        if process.returncode is not None:
+            log = (workdir / "ipamd.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"ipamd exited {process.returncode}:\n{log}")
+        with contextlib.suppress(OSError):
+            if (await _request(socket_path, "GET", "/readyz"))[0] == 200:
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("ipamd did not become ready within 60 s")
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ipamd-bench-api-") as tmp:
+        for name, value in asyncio.run(run(Path(tmp))).items():
+            print(f"{name}: {value:.3f}", file=sys.stdout)
