@@ -81,6 +81,9 @@ def daemon_environment(ends: Endpoints, base: Mapping[str, str]) -> dict[str, st
         IPAMD_STATE_DIR=str(ends.state_dir),
         IPAMD_CRI_SOCKET=str(ends.cri_socket),
         IPAMD_METRICS_ADDR=f"127.0.0.1:{ends.metrics_port}",
+        # The daemon runs in the machine's own namespace: VPC CNI's fixed introspection port may be
+        # taken there (by another daemon, another run); this runner does not read it.
+        DISABLE_INTROSPECTION="true",
     )
     return env
 

@@ -91,6 +91,8 @@ class Ipamd:
             IPAMD_CRI_SOCKET=str(workdir / "no-runtime.sock"),
             IPAMD_LOG_FORMAT="json",
             IPAMD_METRICS_ADDR=f"127.0.0.1:{metrics_port}",
+            # Not VPC CNI's fixed 61679: two daemons on one machine would collide there.
+            INTROSPECTION_BIND_ADDRESS=f"127.0.0.1:{free_port()}",
         )
         clean.update(env or {})
         with (workdir / "ipamd.log").open("ab") as log:
