@@ -24,7 +24,14 @@ function, of every module reached. Only interactive and test tooling is cut (`EX
 else the closure reaches outside the stdlib and `ipamd` fails the build, since the plugin must stay
 stdlib only. `encodings` is copied whole: codecs are imported by name at run time.
 
+What the plugin imports when it starts is a much smaller set than what is bundled (the closure holds
+error paths and `TYPE_CHECKING` imports too), and it is what every pod's ADD and DEL pays for: the
+build checks it against `START_IMPORTS_BUDGET` and `HEAVY_MODULES` on the built runtime, started as
+the launcher starts it, and fails when the plugin has regrown. `--imports` reports the same set for
+the interpreter running this script, without building.
+
 Usage: python build_cni_bundle.py DEST   (DEST must not exist)
+       python build_cni_bundle.py --imports
 """
 
 from __future__ import annotations
@@ -71,6 +78,45 @@ EXCLUDED = (
 )
 """Interactive and test tooling that the closure reaches only through `help()`, debuggers and the
 like; never imported by the plugin."""
+START_IMPORTS_BUDGET = 12
+"""How many modules importing the plugin may add to an interpreter's own start (with `site`, as
+the launcher runs it). Nine today: `ipamd`, `ipamd.cni` and its three modules, `ipamd.wire`,
+`__future__`, and the C modules `_json` and `_socket`. Each pure-Python module costs a few tenths
+of a millisecond of every ADD and DEL; a regrowth usually brings a heavy one in (below)."""
+HEAVY_MODULES = (
+    # What the plugin once imported and replaced: http.client (email, ssl), socket (enum,
+    # selectors), json (re), dataclasses (inspect), urllib.parse, typing, collections.abc.
+    "http",
+    "email",
+    "ssl",
+    "socket",
+    "selectors",
+    "json",
+    "re",
+    "enum",
+    "dataclasses",
+    "inspect",
+    "urllib",
+    "typing",
+    "typing_extensions",
+    "collections",
+    "functools",
+    # The daemon's stack, which the plugin must never reach.
+    "asyncio",
+    "aiohttp",
+    "sqlite3",
+    "logging",
+    "ipamd.engine",
+    "ipamd.api",
+    "ipamd.config",
+)
+"""Modules (and their submodules) that the plugin's start must not import at all."""
+_START_PROBE = (
+    "import sys\n"
+    "before = set(sys.modules)\n"
+    "from ipamd.cni.plugin import main\n"
+    "print(' '.join(sorted(set(sys.modules) - before)))\n"
+)
 _LDD_LINE = re.compile(r"^\s*(?:(\S+)\s+=>\s+)?(\S+)\s+\(0x[0-9a-f]+\)\s*$")
 
 
@@ -105,16 +151,20 @@ def shared_libraries(binary: Path) -> tuple[Path | None, dict[str, Path]]:
     return loader, libraries
 
 
+def _package_dirs(top: str) -> list[str]:
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        raise BundleError(f"package {top} is not installed")
+    return list(spec.submodule_search_locations)
+
+
 def module_closure() -> dict[str, Path]:
     """Every module file the plugin can import, by dotted name (builtins have no file)."""
     search = list(sys.path)
     for top in sorted(ALLOWED_TOP_LEVEL):
         # An editable install puts the package on the path through an import hook, which
         # modulefinder does not run: give it the package's parent directory.
-        spec = importlib.util.find_spec(top)
-        if spec is None or not spec.submodule_search_locations:
-            raise BundleError(f"package {top} is not installed")
-        search.extend(str(Path(d).parent) for d in spec.submodule_search_locations)
+        search.extend(str(Path(d).parent) for d in _package_dirs(top))
     finder = modulefinder.ModuleFinder(path=search, excludes=list(EXCLUDED))
     with tempfile.TemporaryDirectory() as scratch:
         script = Path(scratch) / "entry.py"
@@ -123,11 +173,11 @@ def module_closure() -> dict[str, Path]:
     missing = sorted(n for n in finder.badmodules if n.split(".")[0] in ALLOWED_TOP_LEVEL)
     if missing:
         raise BundleError(f"the plugin's modules were not found: {', '.join(missing)}")
-    files = {
-        name: Path(module.__file__)
-        for name, module in finder.modules.items()
-        if module.__file__ and name != "__main__"
-    }
+    files: dict[str, Path] = {}
+    for name, module in finder.modules.items():
+        path = getattr(module, "__file__", None)  # modulefinder's Module: None for builtins
+        if path and name != "__main__":
+            files[name] = Path(path)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     for codec in sorted((stdlib / "encodings").glob("*.py")):
         files.setdefault(f"encodings.{codec.stem}", codec)
@@ -204,36 +254,116 @@ def build(dest: Path) -> str:
     return runtime_id
 
 
-def check(dest: Path) -> None:
-    """Imports the plugin on the runtime alone, as the launcher starts it, with an empty
-    environment: a module or library missing from the bundle fails the build, not a pod's ADD."""
-    command = [
-        str(dest / "lib" / "ld.so"),
+def runtime_command(dest: Path) -> list[str]:
+    """How the launcher starts the runtime's interpreter (`cni-launcher.c`), up to `-c`."""
+    lib = dest / "lib"
+    return [
+        str(lib / "ld.so"),
         "--library-path",
-        str(dest / "lib"),
+        str(lib),
         str(dest / "bin" / "python3"),
         "-I",
         "-B",
-        "-c",
-        "import ipamd.cni.plugin, ipamd.cni.client, http.client, json, socket",
     ]
-    answer = subprocess.run(command, capture_output=True, text=True, check=False, env={})
+
+
+def start_imports(interpreter: list[str], env: dict[str, str] | None = None) -> list[str]:
+    """The modules that importing the plugin adds to what `interpreter` (a command up to `-c`)
+    loads by itself, sorted."""
+    answer = subprocess.run(
+        [*interpreter, "-c", _START_PROBE],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env if env is not None else {},
+        timeout=60,
+    )
     if answer.returncode != 0:
         raise BundleError(f"the runtime cannot import the plugin: {answer.stderr.strip()}")
+    return answer.stdout.split()
+
+
+def heavy_imports(modules: list[str]) -> list[str]:
+    """The members of `modules` that `HEAVY_MODULES` names, or that are submodules of one."""
+    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY_MODULES)]
+
+
+def local_imports() -> list[str]:
+    """`start_imports` on this interpreter, on the `ipamd` this script would bundle: isolated and
+    without `site` (whose `.pth` files may preload what the plugin would import), with `os` loaded
+    first, as `site` always loads it on the node."""
+    parents = [str(Path(d).parent) for d in _package_dirs("ipamd")]
+    setup = f"import os, sys\nsys.path[:0] = {parents!r}\n"
+    probe = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", setup + _START_PROBE],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={},
+        timeout=60,
+    )
+    if probe.returncode != 0:
+        raise BundleError(f"cannot import the plugin: {probe.stderr.strip()}")
+    return probe.stdout.split()
+
+
+def check_start(modules: list[str]) -> None:
+    """Fails when the plugin's start imports a heavy module or more than the budget."""
+    heavy = heavy_imports(modules)
+    if heavy:
+        raise BundleError(f"the plugin's start imports {', '.join(heavy)}: see HEAVY_MODULES")
+    if len(modules) > START_IMPORTS_BUDGET:
+        raise BundleError(
+            f"the plugin's start imports {len(modules)} modules, over the budget of "
+            f"{START_IMPORTS_BUDGET}: {' '.join(modules)}"
+        )
+
+
+def check(dest: Path) -> list[str]:
+    """Imports the plugin on the runtime alone, as the launcher starts it, with an empty
+    environment: a module or library missing from the bundle fails the build, not a pod's ADD; so
+    does a start that regrew (`check_start`). Returns the modules the plugin's start imports."""
+    command = runtime_command(dest)
+    # `json` is imported only to word the error of a body that is not JSON: it must be there.
+    lazy = subprocess.run(
+        [*command, "-c", "import ipamd.cni.plugin, json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={},
+        timeout=60,
+    )
+    if lazy.returncode != 0:
+        raise BundleError(f"the runtime cannot import the plugin: {lazy.stderr.strip()}")
+    modules = start_imports(command)
+    check_start(modules)
+    return modules
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: build_cni_bundle.py DEST", file=sys.stderr)
+        print("usage: build_cni_bundle.py DEST | --imports", file=sys.stderr)
         return 2
-    dest = Path(argv[1])
     try:
+        if argv[1] == "--imports":
+            modules = local_imports()
+            print("\n".join(modules))
+            print(
+                f"build_cni_bundle: the plugin's start imports {len(modules)} modules",
+                file=sys.stderr,
+            )
+            return 0
+        dest = Path(argv[1])
         runtime_id = build(dest)
-        check(dest)
+        modules = check(dest)
     except BundleError as err:
         print(f"build_cni_bundle: {err}", file=sys.stderr)
         return 1
-    print(f"build_cni_bundle: {dest} ({runtime_id})")
+    bundled = sum(1 for _ in (dest / "lib").rglob("*.py"))
+    print(
+        f"build_cni_bundle: {dest} ({runtime_id}): {bundled} modules bundled; the plugin's start "
+        f"imports {len(modules)} (budget {START_IMPORTS_BUDGET}): {' '.join(modules)}"
+    )
     return 0
 
 

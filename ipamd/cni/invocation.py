@@ -22,9 +22,6 @@ a runtime that cannot template the config, and for tests), else `/run/ipamd/ipam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
 from ipamd.wire import (
     CNI_VERSION,
     DEFAULT_SOCKET,
@@ -37,6 +34,12 @@ from ipamd.wire import (
     check_network,
     parse_object,
 )
+
+# Imported for every pod's ADD and DEL: `typing`, `collections.abc` and `dataclasses` would cost
+# more than the rest of the plugin; the annotations are never evaluated.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ERR_INCOMPATIBLE_VERSION = 1
 ERR_UNSUPPORTED_FIELD = 2
@@ -68,23 +71,46 @@ class CniError(Exception):
         """The config's cniVersion once known: the error is answered in it."""
 
 
-@dataclass(frozen=True, slots=True)
 class NetConf:
-    cni_version: str
-    network: str
-    socket: str
-    prev_result: Mapping[str, object] | None
-    valid_attachments: tuple[Attachment, ...] | None
-    """GC's `cni.dev/valid-attachments`; None when the key is absent (never "release everything")."""
+    """The network configuration, checked."""
+
+    __slots__ = ("cni_version", "network", "prev_result", "socket", "valid_attachments")
+
+    def __init__(
+        self,
+        cni_version: str,
+        network: str,
+        socket: str,
+        prev_result: Mapping[str, object] | None,
+        valid_attachments: tuple[Attachment, ...] | None,
+    ) -> None:
+        self.cni_version = cni_version
+        self.network = network
+        self.socket = socket
+        self.prev_result = prev_result
+        self.valid_attachments = valid_attachments
+        """GC's `cni.dev/valid-attachments`; None when the key is absent (never "release
+        everything")."""
 
 
-@dataclass(frozen=True, slots=True)
 class Invocation:
-    command: str
-    conf: NetConf
-    container_id: str = ""
-    ifname: str = ""
-    pod: PodInfo | None = None
+    """One command on one network configuration (and, for ADD, DEL and CHECK, one attachment)."""
+
+    __slots__ = ("command", "conf", "container_id", "ifname", "pod")
+
+    def __init__(
+        self,
+        command: str,
+        conf: NetConf,
+        container_id: str = "",
+        ifname: str = "",
+        pod: PodInfo | None = None,
+    ) -> None:
+        self.command = command
+        self.conf = conf
+        self.container_id = container_id
+        self.ifname = ifname
+        self.pod = pod
 
 
 def read_command(environ: Mapping[str, str]) -> str:

@@ -45,10 +45,8 @@ STATUS reports `/readyz` only, never an empty pool: an empty pool is momentary a
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import Callable, Mapping
 
 from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call, segment
 from ipamd.cni.invocation import (
@@ -73,11 +71,14 @@ from ipamd.wire import (
     Allocation,
     GcRequest,
     WireError,
+    dumps,
 )
 
-# `typing` costs milliseconds at every pod's ADD and DEL; the annotations below are never evaluated.
+# `typing` and `collections.abc` cost milliseconds at every pod's ADD and DEL; the annotations below
+# are never evaluated.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import IO
 
 ERR_IPAMD = 100
@@ -258,7 +259,7 @@ _COMMANDS: dict[str, Callable[[Invocation, IO[str]], dict[str, object] | None]] 
 
 
 def _emit(out: IO[str], body: Mapping[str, object]) -> None:
-    out.write(json.dumps(body) + "\n")
+    out.write(dumps(body) + "\n")
     out.flush()
 
 

@@ -151,6 +151,32 @@ def test_runtime_holds_the_plugin_its_interpreter_and_loader(built: Built) -> No
     assert re.fullmatch(r"[0-9a-f]{16}", built.runtime_id)
 
 
+def test_the_runtime_starts_the_plugin_on_its_own_modules_and_two_c_modules(built: Built) -> None:
+    """As the launcher starts it (`site` included), importing the plugin loads `ipamd`'s modules,
+    `__future__`, and the C modules under `json` and `socket`: neither package, nor `re`, `http`,
+    `dataclasses` or `typing` (the build checks the budget too: build_cni_bundle.py)."""
+    lib = built.bundle / "lib"
+    probe = (
+        "import sys\nbefore = set(sys.modules)\nfrom ipamd.cni.plugin import main\n"
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    python = built.bundle / "bin" / "python3"
+    answer = subprocess.run(
+        [str(lib / "ld.so"), "--library-path", str(lib), str(python), "-I", "-B", "-c", probe],
+        capture_output=True,
+        text=True,
+        env={},
+        timeout=60,
+        check=True,
+    )
+    added = answer.stdout.split()
+    assert {"ipamd.cni.plugin", "ipamd.wire", "_json", "_socket"} <= set(added)
+    others = [
+        m for m in added if m.split(".")[0] not in {"ipamd", "__future__", "_json", "_socket"}
+    ]
+    assert others == [], others
+
+
 @needs_gcc
 def test_installed_plugin_answers_version(built: Built, node_bin: Path) -> None:
     result = install(built, node_bin)
