@@ -4,14 +4,17 @@ configuration; every path it runs is one the Dockerfile puts in the image."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 
+from ipamd import conflist as conflist_file
 from ipamd.config import SETTINGS, Config
 from ipamd.wire import SUPPORTED_CNI_VERSIONS
 from tests.deploy.repo import (
+    CONFLIST,
     DOCKERFILE,
     IMAGE_DIR,
     Doc,
@@ -191,6 +194,24 @@ def test_conflist_is_a_cni_network_ipamd_cni_accepts() -> None:
     assert conf["name"] and isinstance(conf["plugins"], list)
     assert [p["type"] for p in conf["plugins"]] == ["ptp"]
     assert conf["plugins"][0]["ipam"]["type"] == "ipamd-cni"
+
+
+def test_conflist_offers_spec_1_1_and_keeps_a_version_for_older_runtimes() -> None:
+    """CNI spec 1.1's `cniVersions`: a runtime that speaks 1.1 picks the highest it knows, and
+    only at 1.1.0 does it send GC and STATUS; a runtime before 1.1 (containerd 1.6) reads
+    `cniVersion` alone, which must be one of the list."""
+    conf = conflist()
+    versions = conf["cniVersions"]
+    assert isinstance(versions, list) and versions, versions
+    assert set(versions) <= set(SUPPORTED_CNI_VERSIONS)
+    assert "1.1.0" in versions
+    assert conf["cniVersion"] in versions
+
+
+def test_the_conflist_ipamd_writes_keeps_the_version_list() -> None:
+    written = json.loads(conflist_file.render(CONFLIST, "/run/ipamd/ipamd.sock"))
+    assert written["cniVersions"] == conflist()["cniVersions"]
+    assert written["cniVersion"] == conflist()["cniVersion"]
 
 
 def test_installer_requires_every_plugin_the_conflist_chains() -> None:
