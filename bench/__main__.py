@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import ec2_calls, engine_latency, hostnet, intents, policy, reconcile, restore
+from bench import ec2_calls, engine_latency, hostnet, intents, plugin, policy, reconcile, restore
 
 Family = Callable[[Path], Awaitable[dict[str, float]]]
 
@@ -26,6 +26,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("ec2_calls", ec2_calls.run),
     ("reconcile", reconcile.run),
     ("hostnet", hostnet.run),
+    ("plugin", plugin.run),
 )
 
 
