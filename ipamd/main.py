@@ -215,8 +215,9 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         if daemon.engine.unavailable is not None:
             print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
         written = _publish_conflist(config, daemon, conflist_bytes)
-        if node is not None and daemon.ready:  # not ready: the line above says why
-            print(node.how_to_try(config), file=sys.stderr)
+        if node is not None:  # the hints only once ready; else the line above says why
+            hints = node.how_to_try(config) if daemon.ready else node.how_to_repair(config)
+            print(hints, file=sys.stderr)
         try:
             return await _run_until_stopped(daemon)
         finally:

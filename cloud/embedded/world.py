@@ -15,7 +15,9 @@ subnet + security group + one instance, built through the API):
 Skipping moto's bundled AMIs on reset is what makes a fresh world cheap. Tests use the in-process host
 (~3 ms a call against ~7 ms over HTTP, and no port); `--embedded` uses the server, whose endpoint URL
 other tools (the AWS CLI) can reach too. Both keep moto's state in this process, so the IMDS simulator
-reads it directly (`World.backend()`).
+reads it directly (`World.backend()`). The server's WSGI app can be wrapped (`wrap_app`): that is
+where a kept world is saved before each answer (`cloud.embedded.cloud_keeper`), and `wipe()` clears
+moto for a world rebuilt from its file (`cloud.embedded.cloud_restore`).
 
 Clients get dummy credentials explicitly and ignore the developer's AWS profile, config files and
 endpoint overrides, so a test can never reach real AWS. Nothing is written to ~/.aws, and no
@@ -28,7 +30,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -54,6 +56,8 @@ from werkzeug.serving import make_server
 from cloud.embedded import moto_ext
 
 Transport = Literal["in-process", "server"]
+WsgiWrapper = Callable[[Any], Any]
+"""Takes a WSGI application and returns one that calls it."""
 
 ACCOUNT_ID: Final[str] = DEFAULT_ACCOUNT_ID
 IMAGE_ID: Final = "ami-12c6146b"
@@ -161,11 +165,16 @@ def ec2_client(region: str, endpoint_url: str | None = None, config: Config | No
 class EmbeddedEc2:
     """moto's EC2 with our extension, running until `close()`; hands out fresh worlds."""
 
-    def __init__(self, transport: Transport = "in-process") -> None:
+    def __init__(
+        self, transport: Transport = "in-process", *, wrap_app: WsgiWrapper | None = None
+    ) -> None:
+        """`wrap_app` wraps the loopback server's WSGI app (server transport only): the hook that
+        saves a kept world before each answer leaves (`cloud.embedded.cloud_keeper`)."""
         self.transport: Transport = transport
         self._mock: Any = None
         self._server: _LoopbackServer | None = None
         self._regions: set[str] = set()
+        self._wrap_app = wrap_app
 
     @property
     def endpoint_url(self) -> str | None:
@@ -177,7 +186,7 @@ class EmbeddedEc2:
             self._mock = mock_aws(config=_MOCK_CONFIG)
             self._mock.start()
         else:
-            self._server = _LoopbackServer()
+            self._server = _LoopbackServer(self._wrap_app)
             self._server.start()
         return self
 
@@ -185,6 +194,13 @@ class EmbeddedEc2:
         """Forget all EC2 state this host created (every region it built a world in)."""
         for region in sorted(self._regions):
             _fresh_backend(region)
+
+    def wipe(self, region: str) -> None:
+        """Forget all EC2 state, before a world is built in `region` (then wiped again on close)."""
+        if self._mock is None and self._server is None:
+            raise RuntimeError("EmbeddedEc2.start() first")
+        self._regions.add(region)
+        self.reset()
 
     def world(
         self,
@@ -196,15 +212,12 @@ class EmbeddedEc2:
     ) -> World:
         """Reset EC2 state, then build a world. One world per host at a time: the next call wipes it.
         `seed` reseeds moto's process-wide random source, making IDs and address draws repeatable."""
-        if self._mock is None and self._server is None:
-            raise RuntimeError("EmbeddedEc2.start() first")
         if instance_type not in INSTANCE_TYPES:
             raise ValueError(f"moto does not know instance type {instance_type!r}")
         subnet = ipaddress.IPv4Network(subnet_cidr)
         if not 16 <= subnet.prefixlen <= 28:
             raise ValueError(f"EC2 subnets are /16 to /28, not {subnet_cidr}")
-        self._regions.add(region)
-        self.reset()
+        self.wipe(region)
         if seed is not None:
             mock_random.seed(seed)
         return _build(self.endpoint_url, instance_type, region, subnet)
@@ -323,8 +336,10 @@ class _LoopbackServer:
     """moto's server app on 127.0.0.1 and a free port, served from a daemon thread of this process
     (what moto's ThreadedMotoServer does, minus its banner and request log)."""
 
-    def __init__(self) -> None:
-        app = DomainDispatcherApplication(create_backend_app)
+    def __init__(self, wrap_app: WsgiWrapper | None = None) -> None:
+        app: Any = DomainDispatcherApplication(create_backend_app)
+        if wrap_app is not None:
+            app = wrap_app(app)
         self._server: Any = make_server(
             "127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler
         )

@@ -1,0 +1,233 @@
+"""The embedded cloud's file: what EC2 holds for one world, as JSON, written atomically.
+
+It owns the record (`CloudFacts`: VPC, subnet, security group, instance, and every ENI of the VPC with
+its MAC, addresses, prefixes, tags and attachment), its JSON form, and the write: a temporary file in
+the same directory (mode 0600), fsync, rename over the old file, fsync of the directory. A kill at any
+instant leaves the old file or the new one, never a torn one. It must not import moto: reading moto's
+objects and rebuilding them is `cloud.embedded.cloud_restore`'s job.
+
+A file that cannot be read or makes no sense raises `CloudFileError`; nobody is supposed to edit it,
+and guessing a new cloud would make the daemon's state file foreign (every allocation quarantined).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+FORMAT: Final = 1
+"""The file's format version; a file of another version is refused, not guessed at."""
+
+FILE_MODE: Final = 0o600
+
+
+class CloudFileError(Exception):
+    """The cloud file cannot be read, written, or understood."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"embedded cloud file {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentFacts:
+    attachment_id: str
+    instance_id: str
+    device_index: int
+    delete_on_termination: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EniFacts:
+    """One network interface as DescribeNetworkInterfaces shows it, with what ipamd reads of it."""
+
+    eni_id: str
+    mac: str
+    subnet_id: str
+    primary_ip: str
+    secondary_ips: tuple[str, ...] = ()
+    """In the order EC2 lists them."""
+    prefixes: tuple[str, ...] = ()
+    description: str = ""
+    group_ids: tuple[str, ...] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
+    attachment: AttachmentFacts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CloudFacts:
+    """One world: a VPC with one subnet and a security group, a running instance, the VPC's ENIs
+    (the instance's primary ENI first, then in the order EC2 created them)."""
+
+    region: str
+    vpc_id: str
+    vpc_cidr: str
+    subnet_id: str
+    subnet_cidr: str
+    availability_zone: str
+    security_group_id: str
+    security_group_name: str
+    instance_id: str
+    instance_type: str
+    primary_eni_id: str
+    enis: tuple[EniFacts, ...]
+    instance_tags: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        body = {"format": FORMAT, **_plain(self)}
+        return json.dumps(body, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, path: Path) -> CloudFacts:
+        """Parse a file's text; raises `CloudFileError` naming what is wrong."""
+        try:
+            body = json.loads(text)
+            if not isinstance(body, dict):
+                raise TypeError("not a JSON object")
+            if body.get("format") != FORMAT:
+                raise CloudFileError(
+                    path, f"format {body.get('format')!r}, this ipamd reads format {FORMAT}"
+                )
+            enis = tuple(_eni(e) for e in body["enis"])
+            instance_tags = {str(k): str(v) for k, v in body.get("instance_tags", {}).items()}
+            scalars = {name: str(body[name]) for name in _SCALARS}
+            facts = cls(enis=enis, instance_tags=instance_tags, **scalars)
+        except CloudFileError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            raise CloudFileError(path, f"unreadable ({type(err).__name__}: {err})") from err
+        problem = facts.problem()
+        if problem is not None:
+            raise CloudFileError(path, problem)
+        return facts
+
+    def problem(self) -> str | None:
+        """What makes this record not a world, or None."""
+        primary = next((e for e in self.enis if e.eni_id == self.primary_eni_id), None)
+        if primary is None or primary.attachment is None:
+            return f"the instance's primary ENI {self.primary_eni_id} is missing or detached"
+        if primary.attachment.device_index != 0:
+            return f"the primary ENI {self.primary_eni_id} is not at device index 0"
+        ids = [e.eni_id for e in self.enis]
+        if len(set(ids)) != len(ids):
+            return "an ENI is listed twice"
+        indexes = [e.attachment.device_index for e in self.enis if e.attachment is not None]
+        if len(set(indexes)) != len(indexes):
+            return "two ENIs share a device index"
+        return None
+
+
+_SCALARS: Final = (
+    "region",
+    "vpc_id",
+    "vpc_cidr",
+    "subnet_id",
+    "subnet_cidr",
+    "availability_zone",
+    "security_group_id",
+    "security_group_name",
+    "instance_id",
+    "instance_type",
+    "primary_eni_id",
+)
+
+
+def _plain(facts: CloudFacts) -> dict[str, Any]:
+    body: dict[str, Any] = {name: getattr(facts, name) for name in _SCALARS}
+    body["instance_tags"] = dict(facts.instance_tags)
+    body["enis"] = [
+        {
+            "eni_id": e.eni_id,
+            "mac": e.mac,
+            "subnet_id": e.subnet_id,
+            "primary_ip": e.primary_ip,
+            "secondary_ips": list(e.secondary_ips),
+            "prefixes": list(e.prefixes),
+            "description": e.description,
+            "group_ids": list(e.group_ids),
+            "tags": dict(e.tags),
+            "attachment": None
+            if e.attachment is None
+            else {
+                "attachment_id": e.attachment.attachment_id,
+                "instance_id": e.attachment.instance_id,
+                "device_index": e.attachment.device_index,
+                "delete_on_termination": e.attachment.delete_on_termination,
+            },
+        }
+        for e in facts.enis
+    ]
+    return body
+
+
+def _eni(body: Mapping[str, Any]) -> EniFacts:
+    raw = body.get("attachment")
+    attachment = (
+        None
+        if raw is None
+        else AttachmentFacts(
+            attachment_id=str(raw["attachment_id"]),
+            instance_id=str(raw["instance_id"]),
+            device_index=int(raw["device_index"]),
+            delete_on_termination=bool(raw["delete_on_termination"]),
+        )
+    )
+    return EniFacts(
+        eni_id=str(body["eni_id"]),
+        mac=str(body["mac"]),
+        subnet_id=str(body["subnet_id"]),
+        primary_ip=str(body["primary_ip"]),
+        secondary_ips=tuple(str(a) for a in body.get("secondary_ips", ())),
+        prefixes=tuple(str(p) for p in body.get("prefixes", ())),
+        description=str(body.get("description", "")),
+        group_ids=tuple(str(g) for g in body.get("group_ids", ())),
+        tags={str(k): str(v) for k, v in body.get("tags", {}).items()},
+        attachment=attachment,
+    )
+
+
+def load(path: Path) -> CloudFacts | None:
+    """The record at `path`, or None if there is no file (a new node). Raises `CloudFileError`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CloudFileError(path, f"cannot read: {err}") from err
+    return CloudFacts.from_json(text, path)
+
+
+def _temp_name(path: Path, pid: int | str) -> Path:
+    return path.with_name(f".{path.name}.{pid}.tmp")
+
+
+def remove_leftovers(path: Path) -> None:
+    """Temporary files of saves a kill cut short (the file itself was never touched by them)."""
+    for leftover in path.parent.glob(_temp_name(path, "*").name):
+        leftover.unlink(missing_ok=True)
+
+
+def save(path: Path, text: str) -> None:
+    """Replace the file at `path` with `text`, atomically and durably. Raises `CloudFileError`."""
+    temp = _temp_name(path, os.getpid())
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+        # The rename is durable only once the directory entry is.
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as err:
+        temp.unlink(missing_ok=True)
+        raise CloudFileError(path, f"cannot write: {err}") from err

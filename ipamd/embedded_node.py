@@ -1,0 +1,186 @@
+"""The node of `ipamd run --embedded`: the embedded half of the composition root (`ipamd.main`, its only
+importer), kept apart so that a production start never loads moto.
+
+It owns what makes a laptop run a node that survives a restart: the embedded cloud kept in the state
+directory (`embedded-cloud.json`, see `cloud.embedded.cloud_keeper`: restored on the next start with the
+same instance, ENIs, MACs and addresses, so the daemon's restore finds its own instance and quarantines
+nothing), the IMDS simulator, the embedded container runtime (`ipamd.runtime.embedded_cri`) whose
+sandboxes are the allocations ipamd holds less the *gone file*, and the hints printed once ready.
+
+It must not touch the machine's network (the host datapath stays off under `--embedded` unless
+IPAMD_HOST_NETWORK says otherwise, and that is `main`'s call), and it reads the engine's state only to
+list sandboxes, never changes it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from cloud.embedded.cloud_file import CloudFileError
+from cloud.embedded.cloud_keeper import CLOUD_FILE, start_kept_world
+from cloud.embedded.imds_sim import ImdsSimulator
+from cloud.embedded.world import World
+from ipamd.api.server import MAX_SOCKET_PATH
+from ipamd.config import Config
+from ipamd.engine.engine import Engine
+from ipamd.runtime.embedded_cri import CriSocketBusy, EmbeddedCri, LiveSandbox
+from ipamd.startup import SettingUnusable, StateUnusable, os_reason
+
+GONE_FILE: Final = "embedded-cri-gone"
+"""In the state directory: sandbox IDs, one a line, that the embedded runtime no longer lists."""
+
+
+@dataclass
+class EmbeddedNode:
+    world: World
+    imds_url: str
+    state_dir: Path
+    runtime: EmbeddedCri | None
+    """None when IPAMD_CRI_SOCKET names a runtime of the user's own."""
+    restored: bool
+
+    def how_to_try(self, config: Config) -> str:
+        return how_to_try(config, self)
+
+    def how_to_repair(self, config: Config) -> str:
+        """For a node that is not ready (an unusable state file): the exact repair command."""
+        ipamctl = (
+            f"{os.path.dirname(sys.executable)}/ipamctl --socket {absolute(config.socket_path)}"
+        )
+        return (
+            f"ipamd: not ready. `{ipamctl} repair` shows how the state file would be rebuilt from "
+            "the cloud and the runtime; `--apply` rebuilds it, and ipamd exits to be started again."
+        )
+
+    def serve_sandboxes(self, engine: Engine) -> None:
+        """From now on the embedded runtime lists the engine's allocations as live sandboxes."""
+        if self.runtime is not None:
+            self.runtime.source = lambda: live_sandboxes(engine)
+
+
+async def start_embedded(
+    config: Config, stack: AsyncExitStack, *, own_runtime: bool
+) -> EmbeddedNode:
+    """The kept cloud, its IMDS and (with `own_runtime`) the embedded CRI, each closed by `stack`.
+    Call with the state directory locked. Raises `StateUnusable` (a cloud file that cannot be read
+    or rebuilt) or `SettingUnusable` (the runtime's socket cannot be served)."""
+    state_dir = absolute(config.state_dir)
+    cloud_path = state_dir / CLOUD_FILE
+    try:
+        kept = start_kept_world(
+            cloud_path, config.embedded_instance_type, config.aws_region or "us-west-2"
+        )
+    except CloudFileError as err:
+        raise StateUnusable(f"{err}; move it aside to start a new node") from err
+    stack.callback(kept.close)
+    world = kept.world
+    simulator = ImdsSimulator(world)
+    imds_url = await simulator.start()
+    stack.push_async_callback(simulator.close)
+    origin = f"restored from {cloud_path}" if kept.restored else f"new, kept in {cloud_path}"
+    print(
+        f"ipamd: embedded cloud ({origin}): EC2 at {world.endpoint_url}, IMDS at {imds_url}, "
+        f"instance {world.instance_id} ({world.instance_type}) in {world.subnet_cidr}",
+        file=sys.stderr,
+    )
+    for note in kept.notes:
+        print(f"ipamd: {note}", file=sys.stderr)
+    runtime = await _runtime(config, state_dir, stack) if own_runtime else None
+    return EmbeddedNode(world, imds_url, state_dir, runtime, kept.restored)
+
+
+def absolute(path: str) -> Path:
+    """`path` against the working directory, as the hints print it (start-up only: reads the cwd)."""
+    return Path(os.path.abspath(path))
+
+
+def cri_socket_path(config: Config) -> Path:
+    """The embedded runtime's socket: beside the API's, named after it (`ipamd.sock` →
+    `ipamd-cri.sock`), so two nodes with sockets side by side do not share one."""
+    api = absolute(config.socket_path)
+    return api.with_name(f"{api.stem}-cri.sock")
+
+
+async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> EmbeddedCri:
+    path = cri_socket_path(config)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise SettingUnusable(
+            f"the embedded runtime's socket {path} is longer than {MAX_SOCKET_PATH} bytes "
+            "(IPAMD_SOCKET: use a shorter path, or set IPAMD_CRI_SOCKET)"
+        )
+    runtime = EmbeddedCri(path, state_dir / GONE_FILE)
+    try:
+        await runtime.start()
+    except CriSocketBusy as err:
+        raise SettingUnusable(f"cannot serve the embedded runtime: {err}") from err
+    except OSError as err:
+        raise SettingUnusable(
+            f"cannot serve the embedded runtime on {path} (beside IPAMD_SOCKET): {os_reason(err)}"
+        ) from err
+    stack.push_async_callback(runtime.close)
+    return runtime
+
+
+def live_sandboxes(engine: Engine) -> list[LiveSandbox]:
+    """One sandbox per container ID that holds an allocation (a pod with two interfaces is one
+    sandbox), created when its first allocation was."""
+    found: dict[str, LiveSandbox] = {}
+    for alloc in engine.state.allocations.values():
+        cid = alloc.key.container_id
+        had = found.get(cid)
+        found[cid] = LiveSandbox(
+            sandbox_id=cid,
+            created_at=min(alloc.created_at, had.created_at) if had else alloc.created_at,
+            namespace=alloc.pod_namespace or (had.namespace if had else ""),
+            name=alloc.pod_name or (had.name if had else ""),
+            uid=alloc.pod_uid or (had.uid if had else ""),
+            addresses=(*(had.addresses if had else ()), *alloc.addresses),
+        )
+    return list(found.values())
+
+
+def how_to_try(config: Config, node: EmbeddedNode) -> str:
+    """Commands a new user can paste once ready: absolute paths, the scripts next to this
+    interpreter, and a container ID of this run's own (a second run on the same state directory
+    would otherwise meet the first run's pod, or its delete intent)."""
+    bin_dir = os.path.dirname(sys.executable)
+    sock = os.path.abspath(config.socket_path)
+    container = f"demo-{secrets.token_hex(3)}"
+    conf = (
+        '{"cniVersion":"1.1.0","name":"k8s-pod-network",'
+        f'"ipam":{{"type":"ipamd-cni","socket":"{sock}"}}}}'
+    )
+
+    def cni(command: str) -> str:
+        return (
+            f"  echo '{conf}' | CNI_COMMAND={command} CNI_CONTAINERID={container} "
+            f"CNI_NETNS=/var/run/netns/{container} CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin "
+            f"{bin_dir}/ipamd-cni"
+        )
+
+    lines = [
+        "ipamd: ready. Try, in another terminal:",
+        f"  {bin_dir}/ipamctl --socket {sock} status",
+        cni("ADD"),
+        cni("DEL"),
+    ]
+    if node.runtime is not None:
+        lines += [
+            f"  Make {container} vanish behind ipamd's back (ADDed, its DEL never sent):",
+            f"    echo {container} >> {node.runtime.gone_file}",
+            f"    then {bin_dir}/ipamctl --socket {sock} repair shows its release (--apply does "
+            f"it); leak GC does it alone after IPAMD_LEAK_GRACE ({config.leak_grace_s:g} s) and "
+            f"two listings (IPAMD_LEAK_GC_INTERVAL, {config.leak_gc_interval_s:g} s)",
+            f"  The embedded runtime (CRI) is at {node.runtime.endpoint}.",
+        ]
+    lines.append(
+        f"  Ctrl-C stops ipamd; running it again on {node.state_dir} is a restart of this node "
+        f"({node.world.instance_id}: same ENIs, addresses and pods)."
+    )
+    return "\n".join(lines)

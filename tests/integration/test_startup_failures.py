@@ -1,0 +1,123 @@
+"""A start the machine refuses is one line on stderr and an exit code, never a traceback: a second
+daemon on a state directory already in use, a metrics port in use, a socket or state directory that
+cannot be created."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.embedded_daemon import EmbeddedDaemon, start_daemon
+
+EXIT_CONFIG = 2
+EXIT_STATE = 3
+
+
+@pytest.fixture
+def started() -> Iterator[list[EmbeddedDaemon]]:
+    daemons: list[EmbeddedDaemon] = []
+    yield daemons
+    for daemon in daemons:
+        daemon.ensure_gone()
+
+
+def _refused(daemon: EmbeddedDaemon) -> tuple[int, str]:
+    """The exit code and the one line a refused start printed."""
+    code = daemon.wait()
+    text = "\n".join(daemon.lines)
+    assert "Traceback" not in text, text
+    printed = daemon.plain_lines
+    assert len(printed) == 1, printed
+    return code, printed[0]
+
+
+def _digests(directory: Path) -> dict[str, tuple[str, int]]:
+    return {
+        p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(directory.iterdir())
+    }
+
+
+def test_a_second_daemon_on_the_same_state_directory_exits_and_touches_nothing(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    first = start_daemon(tmp_path)
+    started.append(first)
+    first.wait_for("/readyz")
+    address = first.add("c1")
+    # Frozen, the first daemon writes nothing (its pool may still be filling): any change to the
+    # directory while it is stopped is the second's. Its lock stays held.
+    first.process.send_signal(signal.SIGSTOP)
+    try:
+        state_dir = first.state_dir
+        before = _digests(state_dir)
+        assert {"ipamd.db", "ipamd.lock", "embedded-cloud.json"} <= set(before)
+        second = start_daemon(tmp_path, socket_name="second.sock")
+        started.append(second)
+        code, line = _refused(second)
+        after = _digests(state_dir)
+    finally:
+        first.process.send_signal(signal.SIGCONT)
+
+    assert code == EXIT_STATE
+    assert str(state_dir) in line and f"pid {first.process.pid}" in line, line
+    assert after == before, "the second daemon wrote nothing in the directory"
+    assert not (tmp_path / "second.sock").exists()
+    assert first.process.poll() is None
+    first.wait_for("/readyz")
+    assert first.add("c1") == address, "the first daemon serves on"
+    assert first.call("GET", "/v1/pool")[0] == 200
+    assert first.stop() == 0
+
+
+def test_a_metrics_port_in_use_is_one_line(tmp_path: Path, started: list[EmbeddedDaemon]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        daemon = start_daemon(tmp_path, IPAMD_METRICS_ADDR=f"127.0.0.1:{port}")
+        started.append(daemon)
+        code, line = _refused_after_banner(daemon)
+    assert code == EXIT_CONFIG
+    assert f"127.0.0.1:{port}" in line and "IPAMD_METRICS_ADDR" in line, line
+
+
+def _refused_after_banner(daemon: EmbeddedDaemon) -> tuple[int, str]:
+    """As `_refused`, for a step after the embedded cloud announced itself."""
+    code = daemon.wait()
+    assert "Traceback" not in "\n".join(daemon.lines)
+    printed = [line for line in daemon.plain_lines if not line.startswith("ipamd: embedded cloud")]
+    assert len(printed) == 1, daemon.plain_lines
+    return code, printed[0]
+
+
+@pytest.mark.parametrize("own_runtime", [True, False], ids=["embedded-runtime", "outside-runtime"])
+def test_a_socket_directory_that_cannot_be_made_is_one_line(
+    tmp_path: Path, started: list[EmbeddedDaemon], own_runtime: bool
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    extra = {} if own_runtime else {"IPAMD_CRI_SOCKET": str(tmp_path / "no-runtime.sock")}
+    daemon = start_daemon(tmp_path, socket_name="a-file/ipamd.sock", **extra)
+    started.append(daemon)
+    code, line = _refused_after_banner(daemon)
+    assert code == EXIT_CONFIG
+    assert "IPAMD_SOCKET" in line and str(blocker) in line, line
+    assert "not a directory" in line.lower(), line
+
+
+def test_a_state_directory_that_cannot_be_made_is_one_line(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    (tmp_path / "a-file").write_text("in the way")
+    daemon = start_daemon(tmp_path, state="a-file/state")
+    started.append(daemon)
+    code, line = _refused(daemon)
+    assert code == EXIT_CONFIG
+    assert "IPAMD_STATE_DIR" in line and str(tmp_path / "a-file" / "state") in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"], "nothing else was made"
