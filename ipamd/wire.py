@@ -143,6 +143,10 @@ class _Decoding:
             raise WireError(
                 f"body is not JSON: {err.msg} at line {err.lineno} column {err.colno}"
             ) from None
+        except ValueError as err:
+            # Valid JSON that Python refuses to read: an integer of more than
+            # sys.get_int_max_str_digits() digits (CVE-2020-10735's limit).
+            raise WireError(f"body holds a value that cannot be read: {err}") from None
 
 
 _STRICT = _Decoding(_no_duplicates, _reject_constant)

@@ -236,6 +236,11 @@ def test_a_process_that_never_imported_json_words_the_error_too() -> None:
     assert done.stdout.strip() == "body is not JSON: Expecting ':' delimiter at line 1 column 6"
 
 
+def test_an_integer_too_long_for_python_is_a_wire_error_not_a_crash() -> None:
+    with pytest.raises(WireError, match="cannot be read"):
+        parse_object(b'{"a": ' + b"1" * 5000 + b"}")
+
+
 def test_parse_answer_reads_any_json_value_as_json_loads_does() -> None:
     assert parse_answer(b'[1, {"a": 2}]') == [1, {"a": 2}]
     assert parse_answer(b'{"a": 1, "a": 2}') == {"a": 2}, "answers are not checked for duplicates"
