@@ -24,6 +24,7 @@ ipamd's answers become CNI errors (JSON on stdout, exit 1) deliberately:
 | `delete_intent` (ADD after the container's DEL) | 3 container unknown: no cleanup needed |
 | `not_ready` or any other failure of `/readyz` | STATUS: 50 plugin not available |
 | `max_pods` | 101 the node holds its max pods |
+| `node_full` | 101 every address the node's ENIs can hold is owned by a pod |
 | `state_unavailable` | 102 the state file is unusable (`ipamctl repair`); DEL: success |
 | `allocation_not_found` | CHECK: 103 no allocation for the attachment |
 | ipamd's address missing from prevResult | CHECK: 104 allocation differs from prevResult |
@@ -89,6 +90,7 @@ ERR_ALLOCATION_MISMATCH = 104
 
 _DAEMON_CODES = {
     "max_pods": (ERR_NODE_FULL, "the node holds its max pods"),
+    "node_full": (ERR_NODE_FULL, "every address this node's ENIs can hold is in use by a pod"),
     "state_unavailable": (
         ERR_STATE_UNAVAILABLE,
         "ipamd's state file is unusable; see ipamctl repair",

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +244,17 @@ async def test_an_empty_pool_is_try_again_later(daemon: Daemon) -> None:
     assert daemon.engine.pool_wanted.is_set()
 
 
+async def test_a_node_that_can_hold_no_more_addresses_is_node_full_not_try_again(
+    daemon: Daemon,
+) -> None:
+    daemon.engine.settings = replace(daemon.engine.settings, max_addresses=4)
+    for i in range(4):
+        assert (await daemon.cni("ADD", cid=f"c{i}")).code == 0
+    run = await daemon.cni("ADD", cid="one-too-many")
+    assert_cni_error(run, 101)
+    assert "node_full" in run.out["details"]
+
+
 async def test_check_reports_a_missing_or_different_allocation(daemon: Daemon) -> None:
     added = await daemon.cni("ADD")
     other = {**added.out, "ips": [{"address": "10.9.9.9/32", "gateway": "169.254.1.1"}]}
@@ -353,13 +364,6 @@ async def test_the_plugin_imports_nothing_of_the_daemon() -> None:
     assert "ipamd.wire" in loaded
     heavy = {"asyncio", "aiohttp", "sqlite3", "ipamd.engine", "ipamd.api", "datastore", "boto3"}
     assert not loaded & heavy, loaded & heavy
-
-
-async def test_the_plugin_starts_quickly() -> None:
-    """A generous bound, as machines vary: an idle one starts it in about 40 ms."""
-    runs = [await run_plugin({"CNI_COMMAND": "VERSION"}, b"") for _ in range(3)]
-    assert all(r.code == 0 for r in runs)
-    assert min(r.elapsed_s for r in runs) < 1.0, [r.elapsed_s for r in runs]
 
 
 def test_plugin_is_installed_next_to_the_interpreter() -> None:
