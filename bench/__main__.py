@@ -14,7 +14,17 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import ec2_calls, engine_latency, hostnet, intents, plugin, policy, reconcile, restore
+from bench import (
+    api,
+    ec2_calls,
+    engine_latency,
+    hostnet,
+    intents,
+    plugin,
+    policy,
+    reconcile,
+    restore,
+)
 
 Family = Callable[[Path], Awaitable[dict[str, float]]]
 
@@ -27,6 +37,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("reconcile", reconcile.run),
     ("hostnet", hostnet.run),
     ("plugin", plugin.run),
+    ("api", api.run),
 )
 
 
