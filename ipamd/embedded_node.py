@@ -101,14 +101,15 @@ def absolute(path: str) -> Path:
 
 
 def cri_socket_path(config: Config) -> Path:
-    """The embedded runtime's socket: beside the API's, named after it (`ipamd.sock` →
-    `ipamd-cri.sock`), so two nodes with sockets side by side do not share one."""
+    """The embedded runtime's socket, IPAMD_CRI_SOCKET's default under `--embedded`: beside the
+    API's, named after it (`ipamd.sock` → `ipamd-cri.sock`), so two nodes with sockets side by side
+    do not share one."""
     api = absolute(config.socket_path)
     return api.with_name(f"{api.stem}-cri.sock")
 
 
 async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> EmbeddedCri:
-    path = cri_socket_path(config)
+    path = Path(config.cri_socket_path)  # `main` set it to `cri_socket_path()`
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise SettingUnusable(
             f"the embedded runtime's socket {path} is longer than {MAX_SOCKET_PATH} bytes "

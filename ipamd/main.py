@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -174,8 +175,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         )
         imds = Imdsv2Client(imds_url)
         stack.push_async_callback(imds.close)
-        cri_endpoint = node.runtime.endpoint if node and node.runtime else config.cri_socket_path
-        runtime = GrpcCriRuntime(cri_endpoint)
+        runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
         hostnet = await _hostnet(config, imds, stack)
         try:
@@ -344,10 +344,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
         return EXIT_CONFIG
+    # Embedded, the runtime is ipamd's own unless IPAMD_CRI_SOCKET names another; the config then
+    # names its socket, so the effective settings (log, introspection) say where leak GC looks.
+    own_runtime = args.embedded and not os.environ.get("IPAMD_CRI_SOCKET")
+    if own_runtime:
+        from ipamd.embedded_node import cri_socket_path
+
+        config = dataclasses.replace(config, cri_socket_path=str(cri_socket_path(config)))
     configure_logging(config.log_format, config.log_level)
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
-    # Embedded, the runtime is ipamd's own unless IPAMD_CRI_SOCKET names another.
-    own_runtime = args.embedded and not os.environ.get("IPAMD_CRI_SOCKET")
     with contextlib.suppress(KeyboardInterrupt):
         try:
             return asyncio.run(serve(config, args.embedded, own_runtime=own_runtime))
