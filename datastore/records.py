@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal
 
 UnitKind = Literal["ip", "prefix"]
@@ -127,7 +128,11 @@ class Mutation:
     """When set, the instance this state belongs to from now on."""
 
     def is_empty(self) -> bool:
-        return not any(getattr(self, name) for name in self.__slots__)
+        # On every change's path: one tuple of the fields, not a generator of getattr calls.
+        return not any(_fields_of(self))
+
+
+_fields_of = attrgetter(*Mutation.__slots__)
 
 
 @dataclass(frozen=True, slots=True)

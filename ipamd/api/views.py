@@ -11,7 +11,6 @@ Without a node address (tests), the link-local 169.254.1.1 of the AWS VPC CNI is
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 
 from datastore.records import AllocationRecord, QuarantineRecord
@@ -23,7 +22,8 @@ POD_GATEWAY = "169.254.1.1"
 
 
 def _cidr(address: str) -> str:
-    return f"{address}/{ipaddress.ip_address(address).max_prefixlen}"
+    # Host addresses ipamd itself wrote: the family shows in the text, no parsing needed per ADD.
+    return f"{address}/{128 if ':' in address else 32}"
 
 
 def allocation(record: AllocationRecord, gateway: str = POD_GATEWAY) -> Allocation:

@@ -143,7 +143,10 @@ def _scan_eni(
             a = addresses[0]
             free = 0 if a in owner or cooldowns.get(a, horizon) > horizon else 1
         else:
-            free = sum(1 for a in addresses if _is_free(state, a, horizon))
+            free = 0
+            for a in addresses:  # the `_is_free` test, inlined: 16 per prefix on every ADD
+                if a not in owner and cooldowns.get(a, horizon) <= horizon:
+                    free += 1
         occupied += size - free
         if free:
             available += free
