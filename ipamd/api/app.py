@@ -251,7 +251,7 @@ async def gc(request: web.Request) -> web.Response:
 async def pool(request: web.Request) -> web.Response:
     query(request)
     engine = request.app[ENGINE]
-    body = views.pool(engine.snapshot())
+    body = views.pool(engine.snapshot(), not isinstance(request.app[PODS], EngineOnly))
     body.update(request.app[POOL_SETTINGS]())
     # An unusable state file serves no pool at all: say so rather than show an empty one.
     body["state_unavailable"] = None if engine.unavailable is None else str(engine.unavailable)
@@ -260,7 +260,8 @@ async def pool(request: web.Request) -> web.Response:
 
 async def enis(request: web.Request) -> web.Response:
     query(request)
-    return _json(views.enis(request.app[ENGINE].snapshot()))
+    app = request.app
+    return _json(views.enis(app[ENGINE].snapshot(), not isinstance(app[PODS], EngineOnly)))
 
 
 async def allocations(request: web.Request) -> web.Response:

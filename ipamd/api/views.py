@@ -57,7 +57,13 @@ def _counts(counts: dict[AddressState, int]) -> dict[str, int]:
     return {state.value: counts.get(state, 0) for state in AddressState}
 
 
-def _eni(eni: EniView, with_units: bool) -> dict[str, object]:
+def _datapath(eni: EniView, host_network: bool) -> str:
+    if not host_network:
+        return "off"  # IPAMD_HOST_NETWORK=off: nothing is set up, only the primary ENI's pods send
+    return "blocked" if eni.blocked else "ready"
+
+
+def _eni(eni: EniView, with_units: bool, host_network: bool = True) -> dict[str, object]:
     body: dict[str, object] = {
         "eni_id": eni.eni_id,
         "device_index": eni.device_index,
@@ -65,9 +71,9 @@ def _eni(eni: EniView, with_units: bool) -> dict[str, object]:
         "is_primary": eni.is_primary,
         "mac": eni.mac,
         "primary_ip": eni.primary_ip,
-        # Host networking: "ready" once its link and route table are set up (or host networking
-        # is off); otherwise why its addresses are held back.
-        "datapath": "blocked" if eni.blocked else "ready",
+        # Host networking: "ready" once its link and route table are set up, "blocked" (and why)
+        # until then, "off" when ipamd sets up nothing on the host.
+        "datapath": _datapath(eni, host_network),
         "datapath_reason": eni.blocked,
         "counts": _counts(eni.counts),
     }
@@ -84,7 +90,7 @@ def _eni(eni: EniView, with_units: bool) -> dict[str, object]:
     return body
 
 
-def pool(snapshot: PoolSnapshot) -> dict[str, object]:
+def pool(snapshot: PoolSnapshot, host_network: bool = True) -> dict[str, object]:
     """`GET /v1/pool`: counts per address state, node-wide and per ENI."""
     return {
         "taken_at": snapshot.taken_at,
@@ -92,15 +98,15 @@ def pool(snapshot: PoolSnapshot) -> dict[str, object]:
         "allocations": snapshot.allocations,
         "intents": snapshot.intents,
         "quarantined": snapshot.quarantined,
-        "enis": [_eni(eni, with_units=False) for eni in snapshot.enis],
+        "enis": [_eni(eni, False, host_network) for eni in snapshot.enis],
     }
 
 
-def enis(snapshot: PoolSnapshot) -> dict[str, object]:
+def enis(snapshot: PoolSnapshot, host_network: bool = True) -> dict[str, object]:
     """`GET /v1/enis`: every ENI with its units and the state of each address."""
     return {
         "taken_at": snapshot.taken_at,
-        "enis": [_eni(eni, with_units=True) for eni in snapshot.enis],
+        "enis": [_eni(eni, True, host_network) for eni in snapshot.enis],
     }
 
 

@@ -43,7 +43,7 @@ def render_status(pool: dict[str, Any]) -> str:
     for eni in pool["enis"]:
         primary = " (primary)" if eni.get("is_primary") else ""
         datapath = eni.get("datapath", "ready")
-        if datapath != "ready":
+        if datapath == "blocked":
             blocked.append(f"{eni['eni_id']}: {eni.get('datapath_reason', '')}")
         rows.append(
             [

@@ -151,3 +151,12 @@ async def test_every_view_of_an_allocation_shows_the_gateway_add_answered_with(
     gateways = {ip["gateway"] for view in (answer, single, item) for ip in view["ips"]}
     assert gateways == {"10.0.0.5"}
     assert item["routes"] == answer["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.0.0.5"}]
+
+
+async def test_enis_say_the_datapath_is_off_without_host_networking(api: Api) -> None:
+    """The API here serves the engine alone (IPAMD_HOST_NETWORK=off): nothing is set up on the
+    host, and /v1/enis must not claim an ENI's datapath is ready."""
+    await api.node.seed(enis=2, per_eni=2)
+    enis = (await api.call("GET", "/v1/enis")).body["enis"]
+    pool = (await api.call("GET", "/v1/pool")).body["enis"]
+    assert {e["datapath"] for e in enis} == {e["datapath"] for e in pool} == {"off"}
