@@ -23,6 +23,11 @@ class FaultyStore(Store):
         self.commits = 0
         self.last_mutation: Mutation | None = None
 
+    @property
+    def inline_writes(self) -> bool:
+        """A commit held at the gate must not hold the test's event loop with it."""
+        return self.gate is None
+
     def fail_next(self, *kinds: str) -> None:
         """Queue faults for the next commits: `read_only` (SQLite refuses writes), `removed` (the
         file was moved away) or `half_way` (the transaction breaks off after some statements)."""
