@@ -18,16 +18,27 @@ import ipaddress
 import os
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from contextlib import aclosing, suppress
-from dataclasses import dataclass
 from socket import AF_INET
 from typing import Any, Final
 
 from pyroute2 import AsyncIPRoute
 from pyroute2.netlink.exceptions import NetlinkDecodeError, NetlinkError
 
+from ipamd.hostnet.netlink_messages import (
+    RTPROT_KERNEL,
+    Link,
+    describe,
+    ipv4_address,
+    ipv4_network,
+    is_connected_route,
+    link_of,
+    route_of,
+    route_request,
+    rule_of,
+    rule_request,
+)
 from ipamd.hostnet.ports import (
     MAIN_TABLE,
-    RT_PROTO_IPAMD,
     EniLink,
     HostNetError,
     KernelUnreadable,
@@ -36,10 +47,6 @@ from ipamd.hostnet.ports import (
     Rule,
 )
 
-RT_SCOPE_UNIVERSE: Final = 0
-RT_SCOPE_LINK: Final = 253
-RTPROT_KERNEL: Final = 2
-IFF_UP: Final = 0x1
 IFA_F_NOPREFIXROUTE: Final = 0x200
 NLM_F_DUMP_INTR: Final = 0x10
 
@@ -61,15 +68,6 @@ _SOCKET_FAILURES: Final = (NetlinkDecodeError, OSError, RuntimeError, ValueError
 """What pyroute2 raises besides NetlinkError: socket errors (ENOBUFS, timeouts, a namespace that
 cannot be entered), undecodable answers, a netns helper process that died, exhausted sequence
 numbers. After any of these the socket is not trusted again."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Link:
-    index: int
-    name: str
-    mac: str
-    mtu: int
-    up: bool
 
 
 class NetlinkHostNetwork:
@@ -120,8 +118,8 @@ class NetlinkHostNetwork:
     # -- the port -------------------------------------------------------------------------------
 
     async def prepare_link(self, link: EniLink) -> str:
-        address = _address(link.address)
-        subnet = _network(link.subnet_cidr)
+        address = ipv4_address(link.address)
+        subnet = ipv4_network(link.subnet_cidr)
         found = await self._link_by_mac(link.mac, link.eni_id)
         if found.mtu != link.mtu:
             await self._request(
@@ -148,7 +146,7 @@ class NetlinkHostNetwork:
         return names
 
     async def add_rules(self, rules: Collection[Rule]) -> None:
-        requests = [(rule, _rule_request(rule)) for rule in rules]
+        requests = [(rule, rule_request(rule)) for rule in rules]
         await self._all(
             self._request(
                 f"add rule {rule}",
@@ -159,7 +157,7 @@ class NetlinkHostNetwork:
         )
 
     async def delete_rules(self, rules: Collection[Rule]) -> None:
-        requests = [(rule, _rule_request(rule)) for rule in rules]
+        requests = [(rule, rule_request(rule)) for rule in rules]
         await self._all(
             self._request(
                 f"delete rule {rule}",
@@ -176,7 +174,7 @@ class NetlinkHostNetwork:
         missing = sorted({route.ifname for route in routes} - oifs.keys())
         if missing:
             raise LinkNotFound(f"no link named {', '.join(missing)}")
-        requests = [(route, _route_request(route, oifs[route.ifname])) for route in routes]
+        requests = [(route, route_request(route, oifs[route.ifname])) for route in routes]
         # The kernel checks a gateway is reachable when a route via it goes in, so the link-scope
         # routes (the gateway's own among them) go in first.
         for via_gateway in (False, True):
@@ -196,7 +194,7 @@ class NetlinkHostNetwork:
         oifs = await self._oifs()
         # A link that is gone took its routes with it.
         requests = [
-            (route, _route_request(route, oifs[route.ifname]))
+            (route, route_request(route, oifs[route.ifname]))
             for route in routes
             if route.ifname in oifs
         ]
@@ -213,26 +211,26 @@ class NetlinkHostNetwork:
 
     async def list_rules(self) -> frozenset[Rule]:
         messages = await self._dump("rules", _call("rule", "dump", family=AF_INET))
-        return frozenset(rule for rule in map(_rule_of, messages) if rule is not None)
+        return frozenset(rule for rule in map(rule_of, messages) if rule is not None)
 
     async def list_routes(self) -> frozenset[Route]:
         messages = await self._dump("routes", _call("route", "dump", family=AF_INET))
         # Links after routes: a route whose index is unknown then belongs to a link that is gone.
         names = {found.index: found.name for found in await self._links()}
         return frozenset(
-            route for route in (_route_of(msg, names) for msg in messages) if route is not None
+            route for route in (route_of(msg, names) for msg in messages) if route is not None
         )
 
     # -- prepare_link's steps -------------------------------------------------------------------
 
-    async def _link_by_mac(self, mac: str, eni_id: str) -> _Link:
+    async def _link_by_mac(self, mac: str, eni_id: str) -> Link:
         wanted = mac.lower()
         candidates = [found for found in await self._links() if found.mac == wanted]
         if not candidates:
             raise LinkNotFound(f"no link has MAC {wanted} (ENI {eni_id})")
         return min(candidates, key=lambda x: x.index)
 
-    async def _own_address(self, link: _Link, address: str, prefixlen: int) -> None:
+    async def _own_address(self, link: Link, address: str, prefixlen: int) -> None:
         wanted = (address, prefixlen)
         present = await self._addresses(link.index)
         stale = [pair for pair in present if pair != wanted]
@@ -264,10 +262,10 @@ class NetlinkHostNetwork:
                 raises=_NO_LINK,
             )
 
-    async def _drop_connected_route(self, link: _Link, subnet: ipaddress.IPv4Network) -> None:
+    async def _drop_connected_route(self, link: Link, subnet: ipaddress.IPv4Network) -> None:
         messages = await self._dump("routes", _call("route", "dump", family=AF_INET))
         for msg in messages:
-            if not _is_connected_route(msg, link.index, subnet):
+            if not is_connected_route(msg, link.index, subnet):
                 continue
             await self._request(
                 f"delete the connected route {subnet} dev {link.name} from main",
@@ -286,9 +284,9 @@ class NetlinkHostNetwork:
 
     # -- reading the kernel ---------------------------------------------------------------------
 
-    async def _links(self) -> list[_Link]:
+    async def _links(self) -> list[Link]:
         messages = await self._dump("links", _call("link", "dump"))
-        return [_link_of(msg) for msg in messages]
+        return [link_of(msg) for msg in messages]
 
     async def _oifs(self) -> dict[str, int]:
         return {found.name: found.index for found in await self._links()}
@@ -349,7 +347,7 @@ class NetlinkHostNetwork:
                 raise error(f"{what}: {_strerror(exc)}") from exc
             except _SOCKET_FAILURES as exc:
                 self._discard(ipr)
-                raise HostNetError(f"{what}: {_describe(exc)}") from exc
+                raise HostNetError(f"{what}: {describe(exc)}") from exc
 
     async def _dump(self, what: str, call: _Call) -> list[Any]:
         async with self._dump_lock:
@@ -371,7 +369,7 @@ class NetlinkHostNetwork:
                 raise KernelUnreadable(f"dump of {what}: {_strerror(exc)}") from exc
             except _SOCKET_FAILURES as exc:
                 self._discard(ipr)
-                raise KernelUnreadable(f"dump of {what}: {_describe(exc)}") from exc
+                raise KernelUnreadable(f"dump of {what}: {describe(exc)}") from exc
 
     @staticmethod
     async def _all(requests: Iterable[Awaitable[None]]) -> None:
@@ -387,133 +385,11 @@ class NetlinkHostNetwork:
         raise first
 
 
-# -- our models <-> netlink messages ----------------------------------------------------------------
-
-
 def _call(kind: str, command: str, **request: object) -> _Call:
     """`ipr.<kind>(command, **request)` on the socket it is later given (`kind`: link, addr, rule
     or route), its arguments bound now."""
     return lambda ipr: getattr(ipr, kind)(command, **request)
 
 
-def _network(cidr: str) -> ipaddress.IPv4Network:
-    try:
-        return ipaddress.IPv4Network(cidr)
-    except ValueError as exc:
-        raise HostNetError(f"not an IPv4 CIDR: {cidr!r}") from exc
-
-
-def _address(text: str) -> ipaddress.IPv4Address:
-    try:
-        return ipaddress.IPv4Address(text)
-    except ValueError as exc:
-        raise HostNetError(f"not an IPv4 address: {text!r}") from exc
-
-
-def _rule_request(rule: Rule) -> dict[str, object]:
-    request: dict[str, object] = {
-        "family": AF_INET,
-        "priority": rule.priority,
-        "table": rule.table,
-        "protocol": RT_PROTO_IPAMD,
-    }
-    for key, cidr in (("src", rule.src), ("dst", rule.dst)):
-        if cidr:
-            network = _network(cidr)
-            request[key] = str(network.network_address)
-            request[f"{key}_len"] = network.prefixlen
-    if rule.fwmark or rule.fwmask:
-        # Both, always: given a mark alone the kernel makes the mask 0xffffffff, and the rule would
-        # not list back as the one asked for.
-        request["fwmark"] = rule.fwmark
-        request["fwmask"] = rule.fwmask
-    return request
-
-
-def _rule_of(msg: Any) -> Rule | None:
-    if msg["family"] != AF_INET or msg.get_attr("FRA_PROTOCOL") != RT_PROTO_IPAMD:
-        return None
-    return Rule(
-        priority=int(msg.get_attr("FRA_PRIORITY") or 0),
-        table=_table(msg, "FRA_TABLE"),
-        src=_selector(msg.get_attr("FRA_SRC"), int(msg["src_len"])),
-        dst=_selector(msg.get_attr("FRA_DST"), int(msg["dst_len"])),
-        fwmark=int(msg.get_attr("FRA_FWMARK") or 0),
-        fwmask=int(msg.get_attr("FRA_FWMASK") or 0),
-    )
-
-
-def _route_request(route: Route, oif: int) -> dict[str, object]:
-    network = _network(route.dst)
-    request: dict[str, object] = {
-        "family": AF_INET,
-        "table": route.table,
-        "dst": str(network.network_address),
-        "dst_len": network.prefixlen,
-        "oif": oif,
-        "proto": RT_PROTO_IPAMD,
-        # Given on delete too: pyroute2 sends scope universe when none is given, and the kernel
-        # then finds no link-scope route to delete.
-        "scope": RT_SCOPE_UNIVERSE if route.gateway else RT_SCOPE_LINK,
-    }
-    if route.gateway:
-        request["gateway"] = str(_address(route.gateway))
-    return request
-
-
-def _route_of(msg: Any, names: Mapping[int, str]) -> Route | None:
-    if msg["family"] != AF_INET or msg["proto"] != RT_PROTO_IPAMD:
-        return None
-    # No RTA_OIF: a multipath route, which ipamd never adds; an unknown one: its link is gone.
-    ifname = names.get(msg.get_attr("RTA_OIF"))
-    if ifname is None:
-        return None
-    dst_len = int(msg["dst_len"])
-    return Route(
-        table=_table(msg, "RTA_TABLE"),
-        dst=f"{msg.get_attr('RTA_DST') or '0.0.0.0'}/{dst_len}",
-        ifname=ifname,
-        gateway=str(msg.get_attr("RTA_GATEWAY") or ""),
-    )
-
-
-def _is_connected_route(msg: Any, index: int, subnet: ipaddress.IPv4Network) -> bool:
-    return bool(
-        msg["family"] == AF_INET
-        and msg["proto"] == RTPROT_KERNEL
-        and _table(msg, "RTA_TABLE") == MAIN_TABLE
-        and msg.get_attr("RTA_OIF") == index
-        and msg.get_attr("RTA_DST") == str(subnet.network_address)
-        and msg["dst_len"] == subnet.prefixlen
-    )
-
-
-def _link_of(msg: Any) -> _Link:
-    return _Link(
-        index=int(msg["index"]),
-        name=str(msg.get_attr("IFLA_IFNAME")),
-        mac=str(msg.get_attr("IFLA_ADDRESS") or "").lower(),
-        mtu=int(msg.get_attr("IFLA_MTU") or 0),
-        up=bool(msg["flags"] & IFF_UP),
-    )
-
-
-def _table(msg: Any, attr: str) -> int:
-    # The header's table field holds 252 (RT_TABLE_COMPAT) for tables above 255; the attribute
-    # holds the real one.
-    table = msg.get_attr(attr)
-    return int(table if table is not None else msg["table"])
-
-
-def _selector(address: object, length: int) -> str:
-    return f"{address}/{length}" if address is not None and length else ""
-
-
 def _strerror(exc: NetlinkError) -> str:
     return f"{os.strerror(exc.code)} (errno {exc.code})" if exc.code > 0 else str(exc)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer from the kernel in time"
-    return f"{type(exc).__name__}: {exc}"
