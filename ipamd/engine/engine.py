@@ -24,11 +24,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from datastore.errors import CommitError, OwnershipConflict, StateFileError
+from datastore.errors import StateFileError
 from datastore.records import (
     AllocationKey,
     AllocationRecord,
@@ -47,10 +46,11 @@ from ipamd.engine.allocator import (
     plan_release,
     plan_retract,
 )
+from ipamd.engine.commits import Batch, Change, as_write_failure, retrieve
 from ipamd.engine.restore import plan_claim_instance, plan_quarantine
 from ipamd.engine.snapshot import take_snapshot
 from ipamd.engine.state import NodeState
-from ipamd.errors import NoAddressAvailable, StateUnavailable, StoreWriteFailed
+from ipamd.errors import NoAddressAvailable, StateUnavailable
 from ipamd.model import PodRef, PoolSnapshot
 
 logger = logging.getLogger(__name__)
@@ -62,28 +62,6 @@ INLINE_YIELDS = 2
 
 CommitListener = Callable[[Mutation, tuple[AllocationRecord, ...]], None]
 Decide = Callable[[NodeState, float], tuple[Mutation, T]]
-
-
-@dataclass(slots=True)
-class _Change:
-    """One queued change: how to decide it, and where its caller waits for the answer."""
-
-    decide: Callable[[NodeState, float], tuple[Mutation, Any]]
-    future: asyncio.Future[Any]
-    prune: bool = True
-    sealed: bool = False
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # its caller was cancelled: the outcome is known to have been seen
-
-
-@dataclass(slots=True)
-class _Batch:
-    changes: list[_Change] = field(default_factory=list)
-    mutations: list[Mutation] = field(default_factory=list)
-    answers: list[Any] = field(default_factory=list)
 
 
 class Engine:
@@ -104,7 +82,7 @@ class Engine:
         """What committed: every reader's view."""
         self._decided = decided if decided is not None else NodeState.from_image(state.to_image())
         """`state` plus the changes of the batch being decided or written; only deciding reads it."""
-        self._queue: list[_Change] = []
+        self._queue: list[Change] = []
         self._turn = asyncio.Lock()
         self._clock = clock
         self.settings = settings
@@ -283,7 +261,7 @@ class Engine:
 
     async def _mutate(self, decide: Decide[T], *, prune: bool = True) -> T:
         self._check_serving()
-        change = _Change(decide, asyncio.get_running_loop().create_future(), prune)
+        change = Change(decide, asyncio.get_running_loop().create_future(), prune)
         self._queue.append(change)
         try:
             async with self._turn:
@@ -293,7 +271,7 @@ class Engine:
             if not change.sealed:
                 self._queue.remove(change)  # still queued: withdrawn, it does nothing
             else:
-                change.future.add_done_callback(_retrieve)
+                change.future.add_done_callback(retrieve)
             raise
         result: T = change.future.result()
         return result
@@ -321,15 +299,15 @@ class Engine:
                 change.future.set_result(answer)
         else:
             self._decided = NodeState.from_image(self.state.to_image())
-            failure = _failure(error)
+            failure = as_write_failure(error)
             for change in batch.changes:
                 change.future.set_exception(failure)
         if cancelled:
             raise asyncio.CancelledError
 
-    def _seal(self) -> _Batch:
+    def _seal(self) -> Batch:
         queued, self._queue = self._queue, []
-        batch = _Batch()
+        batch = Batch()
         for change in queued:
             change.sealed = True
             try:
@@ -392,14 +370,3 @@ class Engine:
     async def _commit(self, mutation: Mutation) -> None:
         """Commit exactly `mutation` (no pruning added) on the one path every change takes."""
         await self._mutate(lambda state, now: (mutation, None), prune=False)
-
-
-def _failure(error: BaseException) -> BaseException:
-    if isinstance(error, OwnershipConflict):
-        logger.error("store.conflict error=%s", error)
-    if isinstance(error, CommitError):
-        logger.warning("store.commit_failed error=%s", error)
-        failure = StoreWriteFailed(str(error))
-        failure.__cause__ = error
-        return failure
-    return error
