@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ipamd.metrics import CATALOGUE
+from ipamd.metrics_catalogue import CATALOGUE
 from tests.deploy.repo import REPO
 
 OPERATIONS = REPO / "docs" / "operations.md"

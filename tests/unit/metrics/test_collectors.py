@@ -8,7 +8,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from ipamd.engine.engine import Engine
-from ipamd.metrics import CATALOGUE, SPECS, Recorders, Sources, render
+from ipamd.metrics import Recorders, Sources, render
+from ipamd.metrics_catalogue import CATALOGUE, SPECS
 from ipamd.model import PoolSnapshot
 from tests.support.node import NodeFixture, key
 
