@@ -11,16 +11,9 @@ import pytest
 
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from ipamd.daemon import build_daemon
 from ipamd.errors import NoAddressAvailable, NodeFull
-from ipamd.runtime.ports import RuntimeUnavailable
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
+from tests.support.fake_cloud import FakeEc2, fake_daemon
 from tests.support.node import NodeFixture, key
-
-
-class _NoAddresses:
-    async def sandbox_addresses(self, sandbox_id: str) -> tuple[str, ...]:
-        raise RuntimeUnavailable("not used here")
 
 
 async def test_every_address_owned_at_capacity_is_node_full_not_try_again(
@@ -57,14 +50,7 @@ async def test_the_daemon_knows_its_address_capacity(tmp_path: Path) -> None:
     ec2 = FakeEc2(clock)  # an m5.large: 3 ENIs of 10 addresses, one of each the ENI's own
     for env, capacity in (({}, 27), ({"MAX_ENI": "2"}, 18)):
         config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path / str(capacity)), **env})
-        daemon = await build_daemon(
-            config,
-            ec2=ec2,
-            imds=FakeImds(ec2),
-            runtime=FakeRuntime(clock),
-            addresses=_NoAddresses(),
-            clock=clock,
-        )
+        daemon = await fake_daemon(config, ec2, clock)
         try:
             assert daemon.engine.settings.max_addresses == capacity
             assert daemon.engine.settings.max_pods is not None

@@ -9,14 +9,7 @@ import pytest
 
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from ipamd.daemon import build_daemon
-from ipamd.runtime.ports import RuntimeUnavailable
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
-
-
-class _NoAddresses:
-    async def sandbox_addresses(self, sandbox_id: str) -> tuple[str, ...]:
-        raise RuntimeUnavailable("not used here")
+from tests.support.fake_cloud import FakeEc2, fake_daemon
 
 
 async def test_a_clean_start_is_adoption_logged_at_info_and_real_drift_warns(
@@ -27,14 +20,7 @@ async def test_a_clean_start_is_adoption_logged_at_info_and_real_drift_warns(
     clock = FakeClock()
     ec2 = FakeEc2(clock)
     config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
-    daemon = await build_daemon(
-        config,
-        ec2=ec2,
-        imds=FakeImds(ec2),
-        runtime=FakeRuntime(clock),
-        addresses=_NoAddresses(),
-        clock=clock,
-    )
+    daemon = await fake_daemon(config, ec2, clock)
     try:
         with caplog.at_level("INFO", logger="ipamd.reconcile.ec2_drift"):
             await daemon.start()

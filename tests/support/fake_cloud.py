@@ -41,7 +41,9 @@ from cloud.errors import (
 )
 from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
 from cloud.ports import ImdsIdentity, ImdsInterface, Instance
-from ipamd.clock import Clock
+from ipamd.clock import Clock, FakeClock
+from ipamd.config import Config
+from ipamd.daemon import Daemon, build_daemon
 from ipamd.runtime.ports import RuntimeUnavailable, Sandbox
 
 PREFIX_SIZE = 16
@@ -536,3 +538,22 @@ class FakeRuntime:
         if not self.reachable:
             raise RuntimeUnavailable("injected: the runtime's socket does not answer")
         return "fake-runtime 1.0"
+
+
+class NoSandboxAddresses:
+    """Repair's evidence source for daemons that never repair: asking is an unreachable runtime."""
+
+    async def sandbox_addresses(self, sandbox_id: str) -> tuple[str, ...]:
+        raise RuntimeUnavailable("this test's runtime records no sandbox addresses")
+
+
+async def fake_daemon(config: Config, ec2: FakeEc2, clock: FakeClock) -> Daemon:
+    """The daemon's parts, built by `build_daemon` itself, on the in-memory EC2 and IMDS."""
+    return await build_daemon(
+        config,
+        ec2=ec2,
+        imds=FakeImds(ec2),
+        runtime=FakeRuntime(clock),
+        addresses=NoSandboxAddresses(),
+        clock=clock,
+    )

@@ -7,28 +7,14 @@ from pathlib import Path
 
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from ipamd.daemon import build_daemon
-from ipamd.runtime.ports import RuntimeUnavailable
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
-
-
-class _NoAddresses:
-    async def sandbox_addresses(self, sandbox_id: str) -> tuple[str, ...]:
-        raise RuntimeUnavailable("not used here")
+from tests.support.fake_cloud import FakeEc2, fake_daemon
 
 
 async def test_start_retries_a_failing_first_reconcile_with_backoff(tmp_path: Path) -> None:
     clock = FakeClock()
     ec2 = FakeEc2(clock)
     config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
-    daemon = await build_daemon(
-        config,
-        ec2=ec2,
-        imds=FakeImds(ec2),
-        runtime=FakeRuntime(clock),
-        addresses=_NoAddresses(),
-        clock=clock,
-    )
+    daemon = await fake_daemon(config, ec2, clock)
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
