@@ -21,6 +21,8 @@ from typing import TypeVar
 
 import pytest
 
+from tests.support.embedded_daemon import unix_call
+
 BIN = Path(sys.executable).parent
 """Where this interpreter's console scripts are: `ipamd`, `ipamd-cni`."""
 SYSTEM_CNI_DIR = Path("/usr/lib/cni")
@@ -44,17 +46,6 @@ def wait_until(
         if time.monotonic() > end:
             raise AssertionError(f"{what}: not within {deadline_s} s")
         time.sleep(every_s)
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path) -> None:
-        super().__init__("localhost", timeout=10)
-        self._path = str(path)
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        self.sock.connect(self._path)
 
 
 def bare(address: str) -> str:
@@ -110,15 +101,7 @@ class Ipamd:
         return (self.workdir / "ipamd.log").read_text(errors="replace")[-chars:]
 
     def call(self, method: str, path: str, body: object = None) -> tuple[int, dict[str, object]]:
-        conn = UnixHTTPConnection(self.socket_path)
-        try:
-            payload = None if body is None else json.dumps(body)
-            headers = {"Content-Type": "application/json"} if payload else {}
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            return response.status, json.loads(response.read() or b"{}")
-        finally:
-            conn.close()
+        return unix_call(self.socket_path, method, path, body)
 
     def get(self, path: str) -> dict[str, object]:
         status, body = self.call("GET", path)

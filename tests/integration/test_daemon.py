@@ -17,18 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.embedded_daemon import unix_call
+
 BIN = Path(sys.executable).parent
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=10)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        self.sock.connect(self._path)
 
 
 @dataclass
@@ -40,15 +31,7 @@ class Running:
     introspection_port: int
 
     def call(self, method: str, path: str, body: object = None) -> tuple[int, dict[str, object]]:
-        conn = UnixHTTPConnection(str(self.socket_path))
-        try:
-            payload = None if body is None else json.dumps(body)
-            headers = {"Content-Type": "application/json"} if payload else {}
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            return response.status, json.loads(response.read() or b"{}")
-        finally:
-            conn.close()
+        return unix_call(self.socket_path, method, path, body)
 
     def wait_for(self, path: str, status: int = 200, deadline_s: float = 60.0) -> int:
         """Poll until the daemon answers `path` with `status` (it is a separate process: there is no

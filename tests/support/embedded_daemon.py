@@ -36,6 +36,22 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
+def unix_call(
+    socket_path: str | os.PathLike[str], method: str, path: str, body: object = None
+) -> tuple[int, dict[str, Any]]:
+    """One request to a daemon's API on its unix socket, as the tests' clients make it: the status
+    and the JSON answer (`{}` for an empty one)."""
+    conn = UnixHTTPConnection(os.fspath(socket_path))
+    try:
+        payload = None if body is None else json.dumps(body)
+        headers = {"Content-Type": "application/json"} if payload else {}
+        conn.request(method, path, body=payload, headers=headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        conn.close()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -91,15 +107,7 @@ class EmbeddedDaemon:
         return self._reader is not None and self._reader.is_alive()
 
     def call(self, method: str, path: str, body: object = None) -> tuple[int, dict[str, Any]]:
-        conn = UnixHTTPConnection(str(self.socket_path))
-        try:
-            payload = None if body is None else json.dumps(body)
-            headers = {"Content-Type": "application/json"} if payload else {}
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            return response.status, json.loads(response.read() or b"{}")
-        finally:
-            conn.close()
+        return unix_call(self.socket_path, method, path, body)
 
     def wait_for(self, path: str, status: int = 200, deadline_s: float = 60.0) -> None:
         """Poll until the daemon answers `path` with `status` (a separate process: there is no
