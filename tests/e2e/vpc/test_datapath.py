@@ -21,18 +21,16 @@ import pytest
 
 from tests.e2e.support import wait_until
 from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, ip
-from tests.e2e.vpc.harness import (
+from tests.e2e.vpc.harness import Pod, VpcNode, free_subnet_address, vpc_node
+from tests.e2e.vpc.rules import (
     CONNMARK_RULE,
     PRIORITY_FROM_POD,
     PRIORITY_TO_POD,
     PROTO_IPAMD,
     KernelRule,
-    Pod,
-    VpcNode,
-    free_subnet_address,
+    expected_rules,
     host,
     pod_rules,
-    vpc_node,
 )
 
 pytestmark = pytest.mark.timeout(600)
@@ -78,9 +76,9 @@ def assert_rules_as_ipamd_holds(node: VpcNode, snat: bool) -> None:
     """The node's protocol-167 rules are exactly what ipamd's API implies (`expected_rules`). The API
     is read just before and just after the kernel, so that a change meanwhile (the pool may grow, and
     an ENI be set up, at any time) is allowed either way, and nothing else is."""
-    first = node.expected_rules(node.allocations(), node.enis(), snat)
+    first = expected_rules(node.allocations(), node.enis(), snat)
     rules = node.ipamd_rules()
-    second = node.expected_rules(node.allocations(), node.enis(), snat)
+    second = expected_rules(node.allocations(), node.enis(), snat)
     missing = sorted((first & second) - rules)
     unexpected = sorted(rules - (first | second))
     assert not missing and not unexpected, f"missing {missing}; unexpected {unexpected}"
