@@ -14,20 +14,11 @@ from ipamd.hostnet.snat import (
     CONNMARK,
     TABLE,
     NftSnatTable,
-    SnatPlan,
     SnatTable,
     normalize_listing,
     render_ruleset,
 )
-
-PLAN = SnatPlan(
-    primary_ip="10.0.1.10",
-    primary_ifname="eth0",
-    eni_ifnames=("eth0", "eth1"),
-    exempt_cidrs=("10.0.0.0/16",),
-    randomize="prng",
-)
-
+from tests.hostnet.plans import PLAN
 
 # --- render_ruleset -----------------------------------------------------------------------------
 

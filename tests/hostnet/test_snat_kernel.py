@@ -26,14 +26,7 @@ from ipamd.hostnet.snat import (
     SnatPlan,
     render_ruleset,
 )
-
-PLAN = SnatPlan(
-    primary_ip="10.0.1.10",
-    primary_ifname="eth0",
-    eni_ifnames=("eth0", "eth1"),
-    exempt_cidrs=("10.0.0.0/16",),
-    randomize="prng",
-)
+from tests.hostnet.plans import PLAN
 
 needs_root_nft = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("nft") is None or shutil.which("ip") is None,
