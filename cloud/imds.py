@@ -9,8 +9,8 @@ It must not: cache answers (each call reads IMDS afresh), start background tasks
 exception out of this module.
 
 IMDS is a hint, never the inventory: it has kept serving released addresses, and missed newly assigned
-ones, for hours (DESIGN §6). Callers compare its lists with their own by content, and a disagreement
-only triggers an EC2 read.
+ones, for hours (docs/architecture.md §6.1). Callers compare its lists with their own by content, and
+a disagreement only triggers an EC2 read.
 """
 
 from __future__ import annotations

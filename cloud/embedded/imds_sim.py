@@ -8,10 +8,11 @@ It must not: change moto's state, or serve anything EC2 never had (a kept addres
 
 Why staleness knobs: in a real incident IMDS kept listing released addresses, and missed newly assigned
 ones, for hours; with 4 missing and 4 kept, a count comparison saw agreement where the contents
-differed (DESIGN §6: compare by content, IMDS only triggers an EC2 read). `Staleness` reproduces that per
-address in both directions (`keep`, `hide`), by time (`add_lag_s`, `remove_lag_s`), or wholesale
-(`freeze`). IMDS learns of an EC2 change when it observes it: on every metadata request, or on
-`observe()`; call that right after changing EC2 to pin the moment a time lag starts from.
+differed (seed 001 in docs/failure-scenarios.md; ipamd compares by content and IMDS only triggers an
+EC2 read: docs/architecture.md §6.1). `Staleness` reproduces that per address in both directions
+(`keep`, `hide`), by time (`add_lag_s`, `remove_lag_s`), or wholesale (`freeze`). IMDS learns of an
+EC2 change when it observes it: on every metadata request, or on `observe()`; call that right after
+changing EC2 to pin the moment a time lag starts from.
 
 ENIs (the MAC list and each ENI's own fields) and each ENI's primary address are always served as EC2
 has them, unless frozen.

@@ -1,7 +1,7 @@
 """What the knobs ask of the pool, as one `Goal`: the addresses and wholly free units to keep, and
 how growth and shrinking proceed.
 
-Three goals, as in VPC CNI (reference §3.3-3.5):
+Three goals, as in VPC CNI (docs/architecture.md §5.2):
 - WARM_IP_TARGET / MINIMUM_IP_TARGET, when either is > 0, in either mode (`warm_ip_goal`);
 - otherwise WARM_ENI_TARGET in secondary-IP mode (`warm_eni_goal`);
 - otherwise WARM_PREFIX_TARGET in prefix mode (`warm_prefix_goal`).
@@ -39,7 +39,8 @@ class Goal:
     """Release an ENI only while at least this many addresses are available (hysteresis)."""
 
     def short_addresses(self, pool: PoolTally) -> int:
-        """VPC CNI's `short` (§3.3): max(keep_available - available, keep_total - total, 0)."""
+        """VPC CNI's `short` (docs/architecture.md §5.2):
+        max(keep_available - available, keep_total - total, 0)."""
         return max(self.keep_available - pool.available, self.keep_total - pool.total, 0)
 
     def short_free_units(self, pool: PoolTally) -> int:

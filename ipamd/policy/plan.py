@@ -12,7 +12,8 @@ Rules every plan keeps:
 - only wholly free units go back (no assigned, cooling or releasing address), and only ENIs that
   are not primary, hold no used or releasing unit, and are at least `min_eni_lifetime_s` old;
 - growth fills the fullest ENIs first, then new ENIs; shrinking empties the emptiest non-primary
-  ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and spreads pods, §12.9).
+  ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and spreads pods:
+  docs/architecture.md §5.4).
 
 This module must not import asyncio, do I/O, or know the engine, datastore or cloud adapters.
 """

@@ -13,6 +13,8 @@ unit, so it holds across a restart. Outside it:
   between the attach and setting it) gets it, so it cannot outlive the instance.
 
 Nothing enters the inventory that EC2 does not list.
+
+The design: docs/architecture.md §6.3; seed 001 and the scenarios it gave: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

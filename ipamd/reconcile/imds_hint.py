@@ -4,6 +4,8 @@ IMDS is a hint, never evidence (seed 001: it kept released addresses and missed 
 Its lists are compared by content with ipamd's view, leaving out units ipamd changed within the grace
 window; a disagreement only *triggers* an EC2 drift check, at most once per `min_trigger_interval_s`.
 This never changes the inventory.
+
+The design: docs/architecture.md §6.4; seed 001 and S23: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ A DEL can go missing (ipamd down, an error the runtime gave up on); seed 003 is 
 
 `release_invalid_attachments` serves the CNI GC verb (spec 1.1, `cni.dev/valid-attachments`) on the
 same path: attachments of the network that the runtime did not list as valid are released, past grace.
+
+The design: docs/architecture.md §6.5. The scenarios (S11, S13-S15, S29) and seed 003:
+docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

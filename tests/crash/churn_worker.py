@@ -19,6 +19,8 @@ outcomes: `ok`, `refused` (delete intent active), `no_address` (pool empty).
 
 This module must stay importable without side effects: the parent preloads it into a forkserver so
 that starting a child costs a fork, not an interpreter start.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

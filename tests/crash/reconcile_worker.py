@@ -24,6 +24,8 @@ window, as they would be for a daemon restarting some time after a crash.
 Like `churn_worker`, this module is preloaded into a forkserver. Importing it loads moto's server-side
 modules (through `cloud.embedded.world`) and EC2's service model into the shared botocore session
 (`warm_boto`), about 2 s, so that a child starts with a fork and not with those.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

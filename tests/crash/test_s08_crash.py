@@ -1,6 +1,6 @@
 """S8 "Crash anywhere": `kill -9` at random instants during ADD/DEL churn. On restart every
 acknowledged ADD and DEL is there, the one operation the kill cut short is all there or not at all,
-and the invariants hold (DESIGN.md §2, invariant 4).
+and the invariants hold (docs/architecture.md §3.4, invariant 4).
 
 A child process (`churn_worker`) churns against a real engine on a real state file and reports each
 call before making it and after it returns. The parent kills it with SIGKILL at a random instant
@@ -14,6 +14,8 @@ process has threads).
 
 `IPAMD_CRASH_KILLS=<n>` raises the number of kills (default 200). `IPAMD_CRASH_SEED=<n>` replays the
 choices of a failed run (the kill instants also depend on timing, so replay is approximate).
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

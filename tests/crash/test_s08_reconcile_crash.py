@@ -38,6 +38,8 @@ by more than the grace window after each kill.
 
 `IPAMD_CRASH_KILLS_RECONCILE=<n>` raises the number of kills (default 60); `IPAMD_CRASH_SEED=<n>`
 replays a run's choices (the kill instants also depend on timing, so replay is approximate).
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

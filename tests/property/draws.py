@@ -4,6 +4,8 @@ It keeps the history the draws pick from (keys ADDed before, container IDs DELet
 node's small unit universe; it decides nothing about outcomes, which is the model's business.
 Draws lean towards the cases that matter (live containers for DEL, units a release can act on)
 without excluding the others.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """A reference model of the allocation engine for the stateful property test.
 
-The model keeps what DESIGN.md §2 promises in plain dictionaries: live allocations by key, the first
-DEL time of each container's delete intent, when each address was released, and the units with their
-states. Every engine operation is a `Step`: it knows how to call the engine, whether the model
-expects that call to write (so an injected commit failure must surface), and how to check an
-engine outcome against the model and then apply it (`settle`). `settle` raises `AssertionError` on
-any mismatch, which is how the test tells a serial outcome from an impossible one.
+The model keeps what docs/architecture.md §3.4 promises in plain dictionaries: live allocations by
+key, the first DEL time of each container's delete intent, when each address was released, and the
+units with their states. Every engine operation is a `Step`: it knows how to call the engine,
+whether the model expects that call to write (so an injected commit failure must surface), and how
+to check an engine outcome against the model and then apply it (`settle`). `settle` raises
+`AssertionError` on any mismatch, which is how the test tells a serial outcome from an impossible
+one.
 
 It must not look inside the engine's decisions: it predicts outcomes from the contract, and accepts
 any choice the contract leaves open (which free address an ADD takes).
@@ -81,7 +82,7 @@ class Model:
         return free
 
     def address_counts(self, now: float) -> dict[AddressState, int]:
-        """The partition of DESIGN.md §2, computed from the model alone."""
+        """The partition of docs/architecture.md §3.4, computed from the model alone."""
         owners = self.owners()
         counts: Counter[AddressState] = Counter()
         for cidr, unit in self.units.items():

@@ -1,11 +1,13 @@
 """Stateful property test of the allocation engine: random interleavings of ADD, DEL, clock advances,
 inventory changes, injected commit failures, restarts and concurrent pairs, checked after every step
-against the invariants of DESIGN.md §2 and a reference model (`tests.property.model`).
+against the invariants of docs/architecture.md §3.4 and a reference model (`tests.property.model`).
 
 The engine is async and hypothesis's state machines are not: each machine owns a private event loop
 and runs every step to completion on it, so a step is atomic from hypothesis's point of view while
 the concurrent rules still interleave real coroutines inside one step. `IPAMD_HYPOTHESIS_EXAMPLES`
 sets the number of examples (default 150).
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

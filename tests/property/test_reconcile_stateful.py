@@ -5,7 +5,7 @@ ticks, reconcile rounds, IMDS going stale in both directions for as long as it l
 Describe lagging within the grace window, DELs that never arrive (seed 003), an unreachable runtime and
 restarts from disk.
 
-Checked after every step, besides the invariants of DESIGN §2 (`check_invariants`):
+Checked after every step, besides the invariants of docs/architecture.md §3.4 (`check_invariants`):
 - zero in-use addresses released: every address of a live pod (ADD acknowledged, no DEL, sandbox
   still running) is still owned by that pod in ipamd and still on its ENI in EC2's truth, and no unit
   holding one ever left EC2;
@@ -537,7 +537,7 @@ def test_reconcile_never_releases_in_use_addresses_nor_hands_out_unlisted_ones()
 # step by step, with the worst lag the premise allows (EC2's Describe 60 s behind, grace 60 s). All
 # three end the same way: an ADD is handed an address EC2 no longer lists on an attached ENI. The
 # common cause: right after its own mutation, the pool manager takes a Describe as the truth, inside
-# the window in which DESIGN §6 says EC2's listing cannot be trusted.
+# the window in which docs/architecture.md §6.2 says EC2's listing cannot be trusted.
 
 
 def replay_machine(**shape: object) -> ReconcileMachine:

@@ -1,5 +1,7 @@
 """S1, S4, S18, S16: ADD and DEL racing, cancelled, duplicated and repeated — driven by a commit held at
-a gate, never by sleeps."""
+a gate, never by sleeps.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """S5, S6, S7: a write that fails changes nothing, leaks into nothing, and never lands half-way.
 
 Faults are SQLite's own (a read-only database, a transaction aborted half-way) or a state file moved
-away under the daemon."""
+away under the daemon.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

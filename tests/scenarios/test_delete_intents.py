@@ -1,5 +1,7 @@
 """S2, S17, S27, S28: delete intents — DEL before ADD, unknown and repeated DELs, every key form of
-one container, and intents that grow without making DEL slower."""
+one container, and intents that grow without making DEL slower.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

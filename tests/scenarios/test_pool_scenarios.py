@@ -2,7 +2,9 @@
 addresses coming back, a stale Describe, ENI GC beside a fresh ENI, throttling and errors, an
 exhausted subnet, and the instance's limits. Interleavings come from gates (an EC2 call or a commit
 held), faults from a seeded injector, time from the fake clock; every test ends with the shared
-invariant check, which includes "what EC2 reports equals what ipamd believes"."""
+invariant check, which includes "what EC2 reports equals what ipamd believes".
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

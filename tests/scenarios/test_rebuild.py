@@ -1,5 +1,7 @@
 """S9's way out: an unusable state file is moved aside and rebuilt from EC2's view and the addresses
-the runtime recorded for its live sandboxes (a real gRPC CRI double)."""
+the runtime recorded for its live sandboxes (a real gRPC CRI double).
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

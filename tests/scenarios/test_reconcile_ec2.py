@@ -1,5 +1,7 @@
 """S12, S26, S30 and EC2 drift by content: EC2 is the authority, ipamd's own recent changes are given a
-grace window, an owned address EC2 drops becomes lost and never free."""
+grace window, an owned address EC2 drops becomes lost and never free.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Repair from evidence: stale owners released, quarantine cleared or restored (S10, S3)."""
+"""Repair from evidence: stale owners released, quarantine cleared or restored (S10, S3).
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

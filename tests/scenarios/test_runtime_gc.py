@@ -1,5 +1,7 @@
 """S11, S13, S14, S15, S29 and seed 003: allocations whose sandbox is gone are found against the
-runtime's own list (a real gRPC CRI server double) and released — never a live pod's."""
+runtime's own list (a real gRPC CRI server double) and released — never a live pod's.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """S23: seed 001 replayed with its addresses and counts. IMDS keeps four addresses ipamd released and
 misses every new one; at the worst moment the counts are equal. ipamd compares by content, takes EC2's
-word, and never releases or reassigns the in-use 10.56.156.194 — nor after a restart."""
+word, and never releases or reassigns the in-use 10.56.156.194 — nor after a restart.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """S9, S10: a state file that cannot be trusted is refused, not replaced; one that holds untrusted
-claims is served with those claims set aside in quarantine."""
+claims is served with those claims set aside in quarantine.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ sandbox the runtime does not list yet, S14). `calls` counts the calls received, 
 It runs in the test's event loop (grpc.aio, no thread pool) on a socket in a private temp directory
 with a short path (unix socket paths are limited to 107 bytes, pytest's tmp_path can be longer).
 `shutdown()` and `start()` restart it on the same path with its sandboxes kept, like a runtime restart.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ at once, as EC2 may). On top of the truth it models EC2's eventual consistency: 
 per unit and per ENI attachment, the state as it was up to `lag_s` seconds ago by the injected clock —
 an assigned unit appears late, an unassigned one lingers. The answers to mutations are always current.
 The lag must stay within the grace window given to the reconciler: that is the premise ipamd documents
-(DESIGN §6), and nothing can be right without it.
+(docs/architecture.md §6.2), and nothing can be right without it.
 
 `FakeImds` serves the truth through knobs that make it stale in both directions, per unit and for as
 long as a test likes (seed 001: IMDS was wrong for hours): `keep` a released unit listed, `hide` an

@@ -1,4 +1,4 @@
-"""The invariants of DESIGN.md §2, checked after every scenario by this one helper.
+"""The invariants of docs/architecture.md §3.4, checked after every scenario by this one helper.
 
 It reads the state file through its own read-only connection, so "memory equals disk" compares two
 independent readings, not one object with itself.

@@ -1,5 +1,7 @@
 """Inventory states: releasing units are never handed out and never hold owners; units EC2 stops listing
-become lost while owned, never free; a unit that comes back is usable again."""
+become lost while owned, never free; a unit that comes back is usable again.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

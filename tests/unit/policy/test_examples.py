@@ -1,5 +1,5 @@
-"""VPC CNI's documented examples (reference §3.10, docs/eni-and-ip-target.md and
-docs/prefix-and-ip-target.md), run to a settled pool: plan, apply, schedule pods, plan again, until
+"""VPC CNI's documented examples (its eni-and-ip-target.md and prefix-and-ip-target.md pages, listed in
+docs/architecture.md §5.7), run to a settled pool: plan, apply, schedule pods, plan again, until
 the plan is empty."""
 
 from __future__ import annotations

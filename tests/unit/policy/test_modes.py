@@ -55,7 +55,8 @@ def test_ip_targets_take_over_from_the_modes_own_target(
 @pytest.mark.parametrize(
     ("name", "enis", "ipv4_per_eni", "ips", "prefixes"),
     [
-        # VPC CNI's eni-max-pods.txt (reference §3.9); prefix mode per the EKS max-pods calculator.
+        # VPC CNI's eni-max-pods.txt, and the EKS max-pods calculator in prefix mode
+        # (docs/architecture.md §5.3).
         ("t3.small", 3, 4, 11, 146),
         ("m5.large", 3, 10, 29, 434),
         ("m5.xlarge", 4, 15, 58, 898),
