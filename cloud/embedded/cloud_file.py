@@ -1,7 +1,8 @@
 """The embedded cloud's file: what EC2 holds for one world, as JSON, written atomically.
 
-It owns the record (`CloudFacts`: VPC, subnet, security group, instance, and every ENI of the VPC with
-its MAC, addresses, prefixes, tags and attachment), its JSON form, and the write: a temporary file in
+It owns the record (`CloudFacts`: VPC and its CIDR blocks, the node's subnet and the VPC's other
+subnets with their tags, security group, instance, and every ENI of the VPC with its MAC, addresses,
+prefixes, tags and attachment), its JSON form, and the write: a temporary file in
 the same directory (mode 0600), fsync, rename over the old file, fsync of the directory. A kill at any
 instant leaves the old file or the new one, never a torn one. It must not import moto: reading moto's
 objects and rebuilding them is `cloud.embedded.cloud_restore`'s job.
@@ -19,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-FORMAT: Final = 1
-"""The file's format version; a file of another version is refused, not guessed at."""
+FORMAT: Final = 2
+"""The file's format version; a file of another version is refused, not guessed at. Format 2 added
+the VPC's secondary CIDR blocks and its subnets besides the node's (with tags)."""
+READABLE: Final = (1, 2)
+"""Formats this ipamd reads: a format 1 file is a VPC with the node's subnet only, untagged."""
 
 FILE_MODE: Final = 0o600
 
@@ -60,9 +64,20 @@ class EniFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class SubnetFacts:
+    """A subnet of the VPC other than the node's."""
+
+    subnet_id: str
+    cidr: str
+    availability_zone: str
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class CloudFacts:
-    """One world: a VPC with one subnet and a security group, a running instance, the VPC's ENIs
-    (the instance's primary ENI first, then in the order EC2 created them)."""
+    """One world: a VPC with the node's subnet and a security group, a running instance, the VPC's
+    ENIs (the instance's primary ENI first, then in the order EC2 created them); the VPC's secondary
+    CIDR blocks and other subnets, in the order they are to be rebuilt."""
 
     region: str
     vpc_id: str
@@ -77,6 +92,10 @@ class CloudFacts:
     primary_eni_id: str
     enis: tuple[EniFacts, ...]
     instance_tags: Mapping[str, str] = field(default_factory=dict)
+    secondary_cidrs: tuple[str, ...] = ()
+    subnet_tags: Mapping[str, str] = field(default_factory=dict)
+    """The node subnet's tags."""
+    subnets: tuple[SubnetFacts, ...] = ()
 
     def to_json(self) -> str:
         body = {"format": FORMAT, **_plain(self)}
@@ -89,14 +108,18 @@ class CloudFacts:
             body = json.loads(text)
             if not isinstance(body, dict):
                 raise TypeError("not a JSON object")
-            if body.get("format") != FORMAT:
-                raise CloudFileError(
-                    path, f"format {body.get('format')!r}, this ipamd reads format {FORMAT}"
-                )
-            enis = tuple(_eni(e) for e in body["enis"])
-            instance_tags = {str(k): str(v) for k, v in body.get("instance_tags", {}).items()}
+            found = body.get("format")
+            if type(found) is not int or found not in READABLE:  # JSON true is no format 1
+                raise CloudFileError(path, f"format {found!r}, this ipamd reads formats {READABLE}")
             scalars = {name: str(body[name]) for name in _SCALARS}
-            facts = cls(enis=enis, instance_tags=instance_tags, **scalars)
+            facts = cls(
+                enis=tuple(_eni(e) for e in body["enis"]),
+                instance_tags=_tags(body.get("instance_tags", {})),
+                secondary_cidrs=tuple(str(c) for c in body.get("secondary_cidrs", ())),
+                subnet_tags=_tags(body.get("subnet_tags", {})),
+                subnets=tuple(_subnet(s) for s in body.get("subnets", ())),
+                **scalars,
+            )
         except CloudFileError:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as err:
@@ -116,6 +139,12 @@ class CloudFacts:
         ids = [e.eni_id for e in self.enis]
         if len(set(ids)) != len(ids):
             return "an ENI is listed twice"
+        subnet_ids = [self.subnet_id, *(s.subnet_id for s in self.subnets)]
+        if len(set(subnet_ids)) != len(subnet_ids):
+            return "a subnet is listed twice"
+        stray = next((e for e in self.enis if e.subnet_id not in subnet_ids), None)
+        if stray is not None:
+            return f"ENI {stray.eni_id} is in subnet {stray.subnet_id}, which the record lacks"
         indexes = [e.attachment.device_index for e in self.enis if e.attachment is not None]
         if len(set(indexes)) != len(indexes):
             return "two ENIs share a device index"
@@ -140,6 +169,17 @@ _SCALARS: Final = (
 def _plain(facts: CloudFacts) -> dict[str, Any]:
     body: dict[str, Any] = {name: getattr(facts, name) for name in _SCALARS}
     body["instance_tags"] = dict(facts.instance_tags)
+    body["secondary_cidrs"] = list(facts.secondary_cidrs)
+    body["subnet_tags"] = dict(facts.subnet_tags)
+    body["subnets"] = [
+        {
+            "subnet_id": s.subnet_id,
+            "cidr": s.cidr,
+            "availability_zone": s.availability_zone,
+            "tags": dict(s.tags),
+        }
+        for s in facts.subnets
+    ]
     body["enis"] = [
         {
             "eni_id": e.eni_id,
@@ -165,6 +205,19 @@ def _plain(facts: CloudFacts) -> dict[str, Any]:
     return body
 
 
+def _tags(body: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in body.items()}
+
+
+def _subnet(body: Mapping[str, Any]) -> SubnetFacts:
+    return SubnetFacts(
+        subnet_id=str(body["subnet_id"]),
+        cidr=str(body["cidr"]),
+        availability_zone=str(body["availability_zone"]),
+        tags=_tags(body.get("tags", {})),
+    )
+
+
 def _eni(body: Mapping[str, Any]) -> EniFacts:
     raw = body.get("attachment")
     attachment = (
@@ -186,7 +239,7 @@ def _eni(body: Mapping[str, Any]) -> EniFacts:
         prefixes=tuple(str(p) for p in body.get("prefixes", ())),
         description=str(body.get("description", "")),
         group_ids=tuple(str(g) for g in body.get("group_ids", ())),
-        tags={str(k): str(v) for k, v in body.get("tags", {}).items()},
+        tags=_tags(body.get("tags", {})),
         attachment=attachment,
     )
 

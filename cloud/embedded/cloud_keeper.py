@@ -18,6 +18,7 @@ every later answer is refused the same way until a save succeeds.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -29,9 +30,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from moto.ec2.exceptions import EC2ClientError
 
 from cloud.embedded import cloud_file
-from cloud.embedded.cloud_file import CloudFileError
+from cloud.embedded.cloud_file import CloudFacts, CloudFileError
 from cloud.embedded.cloud_restore import RebuildError, capture, rebuild
 from cloud.embedded.world import EmbeddedEc2, World
+from cloud.embedded.world_layout import Layout
 
 logger = logging.getLogger(__name__)
 
@@ -151,10 +153,19 @@ class KeptWorld:
         self.host.close()
 
 
-def start_kept_world(path: Path, instance_type: str, region: str) -> KeptWorld:
-    """The world recorded at `path`, rebuilt on a loopback server, or a new one saved there. The
-    file's instance type and region win over the arguments: a node keeps its type. Raises
-    `CloudFileError` (unreadable file, a record moto would not rebuild, a save that failed)."""
+def start_kept_world(
+    path: Path,
+    instance_type: str,
+    region: str,
+    *,
+    subnet_cidr: str = "10.0.0.0/16",
+    layout: Layout | None = None,
+) -> KeptWorld:
+    """The world recorded at `path`, rebuilt on a loopback server, or a new one saved there (the
+    node's subnet `subnet_cidr`, with `layout`'s extras). The file's instance type, region and
+    subnets win over the arguments: a node keeps its type and its VPC. Raises `CloudFileError`
+    (unreadable file, a record moto would not rebuild, a save that failed); a new world's
+    `LayoutError` is raised as it is."""
     cloud_file.remove_leftovers(path)
     facts = cloud_file.load(path)
     keeper = CloudKeeper(path)
@@ -162,7 +173,7 @@ def start_kept_world(path: Path, instance_type: str, region: str) -> KeptWorld:
     try:
         notes: tuple[str, ...] = ()
         if facts is None:
-            world = host.world(instance_type, region=region)
+            world = host.world(instance_type, region, subnet_cidr, layout=layout)
         else:
             try:
                 world = rebuild(host, facts)
@@ -176,8 +187,31 @@ def start_kept_world(path: Path, instance_type: str, region: str) -> KeptWorld:
                 )
                 if wanted != had
             )
+            if layout is not None and not _recorded(layout, facts):
+                notes += (
+                    f"the embedded subnet layout ignored: this node's VPC is as {path} has it",
+                )
         keeper.watch(world)
     except BaseException:
         host.close()
         raise
     return KeptWorld(host, world, keeper, facts is not None, notes)
+
+
+def _recorded(layout: Layout, facts: CloudFacts) -> bool:
+    """Whether the file's VPC begins as `layout` would have built it (subnets made since by
+    CreateSubnet come after the layout's)."""
+    wanted = [
+        (
+            str(ipaddress.IPv4Network(s.cidr)),
+            s.zone_in(facts.region, facts.availability_zone),
+            s.tags,
+        )
+        for s in layout.subnets
+    ]
+    had = [(s.cidr, s.availability_zone, s.tags) for s in facts.subnets[: len(wanted)]]
+    return (
+        layout.secondary_cidrs == facts.secondary_cidrs
+        and wanted == had
+        and dict(layout.node_subnet_tags) == dict(facts.subnet_tags)
+    )

@@ -15,6 +15,7 @@ a later moto that draws IDs elsewhere fails loudly here (moto is pinned to one v
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,9 +24,10 @@ from typing import Any, Final
 from moto.ec2.models import elastic_network_interfaces, instances, security_groups, subnets, vpcs
 
 from cloud.embedded import eni_rules
-from cloud.embedded.cloud_file import AttachmentFacts, CloudFacts, EniFacts
+from cloud.embedded.cloud_file import AttachmentFacts, CloudFacts, EniFacts, SubnetFacts
 from cloud.embedded.eni_rules import LOCK
 from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World, ec2_client
+from cloud.embedded.world_layout import WorldSubnet, tag_specification
 
 _ID_SOURCES: Final[dict[str, tuple[Any, str]]] = {
     "vpc": (vpcs, "random_vpc_id"),
@@ -56,6 +58,7 @@ def capture(world: World) -> CloudFacts:
         found = [e for e in list(backend.enis.values()) if e.subnet.vpc_id == world.vpc_id]
         # The primary first: it is rebuilt by RunInstances, before any other ENI exists.
         found.sort(key=lambda e: e.id != world.primary_eni_id)
+        node_subnet = backend.get_subnet(world.subnet_id)
         return CloudFacts(
             region=world.region,
             vpc_id=world.vpc_id,
@@ -70,7 +73,43 @@ def capture(world: World) -> CloudFacts:
             primary_eni_id=world.primary_eni_id,
             enis=tuple(_eni_facts(e) for e in found),
             instance_tags=_tags(instance),
+            secondary_cidrs=_secondary_cidrs(vpc),
+            subnet_tags=_tags(node_subnet),
+            subnets=_other_subnets(backend, world),
         )
+
+
+def _secondary_cidrs(vpc: Any) -> tuple[str, ...]:
+    """The VPC's associated IPv4 blocks but its primary, in association order (their association
+    IDs are not kept: a rebuilt VPC's are new, and ipamd reads only the blocks)."""
+    blocks = [
+        str(a["cidr_block"])
+        for a in vpc.cidr_block_association_set
+        if a.get("cidr_block_state", {}).get("state") == "associated" and "cidr_block" in a
+    ]
+    return tuple(b for b in dict.fromkeys(blocks) if b != str(vpc.cidr_block))
+
+
+def _other_subnets(backend: Any, world: World) -> tuple[SubnetFacts, ...]:
+    """The VPC's subnets but the node's: the world's extra subnets in their order, then any made
+    since (CreateSubnet) by CIDR."""
+    known = [s.subnet_id for s in world.subnets]
+    subnets = [
+        s
+        for zone in list(backend.subnets.values())
+        for s in list(zone.values())
+        if s.vpc_id == world.vpc_id and s.id != world.subnet_id
+    ]
+    subnets.sort(
+        key=lambda s: (
+            known.index(s.id) if s.id in known else len(known),
+            ipaddress.IPv4Network(s.cidr_block),
+        )
+    )
+    return tuple(
+        SubnetFacts(str(s.id), str(s.cidr_block), str(s.availability_zone), _tags(s))
+        for s in subnets
+    )
 
 
 def _eni_facts(eni: Any) -> EniFacts:
@@ -110,13 +149,20 @@ def rebuild(host: EmbeddedEc2, facts: CloudFacts) -> World:
     ec2.describe_vpcs()
     with _pinned(vpc=facts.vpc_id):
         _expect(ec2.create_vpc(CidrBlock=facts.vpc_cidr)["Vpc"]["VpcId"], facts.vpc_id)
-    with _pinned(subnet=facts.subnet_id):
-        made = ec2.create_subnet(
-            VpcId=facts.vpc_id,
-            CidrBlock=facts.subnet_cidr,
-            AvailabilityZone=facts.availability_zone,
-        )
-        _expect(made["Subnet"]["SubnetId"], facts.subnet_id)
+    for cidr in facts.secondary_cidrs:
+        ec2.associate_vpc_cidr_block(VpcId=facts.vpc_id, CidrBlock=cidr)
+    node_subnet = SubnetFacts(
+        facts.subnet_id, facts.subnet_cidr, facts.availability_zone, facts.subnet_tags
+    )
+    for subnet in (node_subnet, *facts.subnets):
+        with _pinned(subnet=subnet.subnet_id):
+            made = ec2.create_subnet(
+                VpcId=facts.vpc_id,
+                CidrBlock=subnet.cidr,
+                AvailabilityZone=subnet.availability_zone,
+                TagSpecifications=tag_specification("subnet", subnet.tags),
+            )
+            _expect(made["Subnet"]["SubnetId"], subnet.subnet_id)
     with _pinned(security_group=facts.security_group_id):
         made = ec2.create_security_group(
             GroupName=facts.security_group_name, Description="embedded node", VpcId=facts.vpc_id
@@ -139,6 +185,11 @@ def rebuild(host: EmbeddedEc2, facts: CloudFacts) -> World:
         instance_type=facts.instance_type,
         primary_eni_id=facts.primary_eni_id,
         endpoint_url=host.endpoint_url,
+        secondary_cidrs=facts.secondary_cidrs,
+        subnets=tuple(
+            WorldSubnet(s.subnet_id, s.cidr, s.availability_zone, dict(s.tags))
+            for s in facts.subnets
+        ),
     )
 
 

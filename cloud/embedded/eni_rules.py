@@ -356,13 +356,21 @@ def unassign(eni: Any, addresses: Sequence[str], prefixes: Sequence[str]) -> Non
 def check_attach(eni: Any, instance: Any, device_index: int) -> None:
     """AttachNetworkInterface as EC2 refuses it (EC2 API reference, AttachNetworkInterface and error
     codes; EC2 User Guide, "Maximum IP addresses per network interface"):
-    an ENI attached elsewhere → InvalidNetworkInterface.InUse; a device index the instance already
-    uses → InvalidParameterValue; one ENI beyond the type's MaximumNetworkInterfaces →
+    an ENI attached elsewhere → InvalidNetworkInterface.InUse; an ENI whose subnet is in another
+    availability zone than the instance → InvalidParameterCombination (EC2 User Guide, "Network
+    interfaces": both must be in the same zone); a device index the instance already uses →
+    InvalidParameterValue; one ENI beyond the type's MaximumNetworkInterfaces →
     AttachmentLimitExceeded; an ENI holding more slots than the type allows per ENI →
     PrivateIpAddressLimitExceeded (our choice of code: EC2 checks the unattached ENI's addresses
     against the instance type only at this point)."""
     if eni.attachment_id is not None:
         raise ec2_error("InvalidNetworkInterface.InUse", f"Interface: [{eni.id}] in use.")
+    if eni.subnet.availability_zone != instance.placement.zone:
+        raise ec2_error(
+            "InvalidParameterCombination",
+            "You may not attach a network interface to an instance if they are not in the same "
+            "availability zone",
+        )
     attached = [nic for nic in instance.nics.values() if nic.instance is instance]
     if any(nic.device_index == device_index for nic in attached):
         raise ec2_error(

@@ -45,6 +45,7 @@ _MAC_KEYS: Final = (
     "local-ipv4s",
     "mac",
     "subnet-id",
+    "subnet-ipv4-cidr-block",
     "vpc-ipv4-cidr-blocks",
 )
 
@@ -250,10 +251,16 @@ class ImdsSimulator:
             "local-ipv4s": "\n".join(eni.local_ipv4s),
             "mac": eni.mac,
             "subnet-id": eni.subnet_id,
+            "subnet-ipv4-cidr-block": self._subnet_cidr(eni.subnet_id),
             "vpc-ipv4-cidr-blocks": "\n".join(self._vpc_cidrs()),
         }
         # IMDS answers 404, not an empty body, for an ENI without prefixes.
         return fields.get(key) or None
+
+    def _subnet_cidr(self, subnet_id: str) -> str:
+        """The IPv4 CIDR block of the ENI's own subnet (not always the node's)."""
+        with LOCK:
+            return str(self.world.backend().get_subnet(subnet_id).cidr_block)
 
     def _vpc_cidrs(self) -> tuple[str, ...]:
         """The VPC's IPv4 CIDR blocks, the primary first (every ENI of the instance is in it)."""

@@ -26,7 +26,9 @@ Subnet.get_available_subnet_ip, Subnet.request_ip    Instance primaries (RunInst
 Subnet.available_ip_address_count                   AvailableIpAddressCount counts every address in
                                                      use, 16 per delegated prefix.
 NetworkInterfaceBackend.attach_network_interface     AttachmentLimitExceeded, device index in use,
-                                                     InvalidNetworkInterface.InUse, per-ENI limit;
+                                                     InvalidNetworkInterface.InUse, per-ENI limit,
+                                                     an ENI of another zone refused
+                                                     (InvalidParameterCombination);
                                                      DeleteOnTermination starts false.
 NetworkInterfaceBackend.detach_network_interface     The primary ENI (device index 0) cannot be
                                                      detached.

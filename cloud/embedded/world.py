@@ -1,4 +1,5 @@
-"""An embedded EC2 world: moto with our extension, one VPC, subnet, security group and running instance.
+"""An embedded EC2 world: moto with our extension, one VPC, subnet, security group and running instance,
+and whatever extra subnets and VPC CIDR blocks a `Layout` asks for (`cloud.embedded.world_layout`).
 
 For tests and `ipamd run --embedded`. `EmbeddedEc2` is the long-lived part (moto patched and started,
 in this process or as a loopback HTTP server); each `EmbeddedEc2.world()` wipes moto's EC2 state and
@@ -54,6 +55,7 @@ from moto.moto_server.werkzeug_app import (
 from werkzeug.serving import make_server
 
 from cloud.embedded import moto_ext
+from cloud.embedded.world_layout import Layout, WorldSubnet, build_layout
 
 Transport = Literal["in-process", "server"]
 WsgiWrapper = Callable[[Any], Any]
@@ -95,8 +97,8 @@ DEFAULT_CLIENT_CONFIG: Final = Config(
 
 @dataclass(slots=True)
 class World:
-    """One VPC with one subnet, a security group and a running instance whose primary ENI is at
-    device index 0 (DeleteOnTermination set, as RunInstances does)."""
+    """One VPC with the node's subnet, a security group and a running instance whose primary ENI is
+    at device index 0 (DeleteOnTermination set, as RunInstances does); and the layout's extras."""
 
     region: str
     vpc_id: str
@@ -109,6 +111,10 @@ class World:
     primary_eni_id: str
     endpoint_url: str | None
     """The loopback server's URL; None in-process (clients talk to moto's in-process hook)."""
+    secondary_cidrs: tuple[str, ...] = ()
+    """The VPC's IPv4 CIDR blocks after its primary one."""
+    subnets: tuple[WorldSubnet, ...] = ()
+    """The VPC's subnets other than the node's, in the order they were made."""
     account_id: str = ACCOUNT_ID
     _on_close: Any = field(default=None, repr=False)
 
@@ -116,6 +122,13 @@ class World:
         """A boto3 EC2 client for this world (dummy credentials). Default config: standard retries,
         3 attempts in all. Thread-safe; a client may be shared between threads."""
         return ec2_client(self.region, self.endpoint_url, config)
+
+    def subnet(self, cidr: str) -> WorldSubnet:
+        """The extra subnet with this CIDR (KeyError if the world has none)."""
+        found = next((s for s in self.subnets if s.cidr == cidr), None)
+        if found is None:
+            raise KeyError(f"no extra subnet {cidr} in {[s.cidr for s in self.subnets]}")
+        return found
 
     def backend(self) -> Any:
         """moto's EC2 backend holding this world (for the IMDS simulator and for assertions)."""
@@ -209,18 +222,23 @@ class EmbeddedEc2:
         subnet_cidr: str = "10.0.0.0/16",
         *,
         seed: int | None = None,
+        layout: Layout | None = None,
     ) -> World:
         """Reset EC2 state, then build a world. One world per host at a time: the next call wipes it.
-        `seed` reseeds moto's process-wide random source, making IDs and address draws repeatable."""
+        `seed` reseeds moto's process-wide random source, making IDs and address draws repeatable.
+        `layout` adds VPC CIDR blocks and subnets (raises `LayoutError` before building if EC2 would
+        refuse them); the node's subnet must then leave room for them in the VPC."""
         if instance_type not in INSTANCE_TYPES:
             raise ValueError(f"moto does not know instance type {instance_type!r}")
         subnet = ipaddress.IPv4Network(subnet_cidr)
         if not 16 <= subnet.prefixlen <= 28:
             raise ValueError(f"EC2 subnets are /16 to /28, not {subnet_cidr}")
+        layout = layout or Layout()
+        layout.check_against(subnet, _vpc_cidr(subnet))
         self.wipe(region)
         if seed is not None:
             mock_random.seed(seed)
-        return _build(self.endpoint_url, instance_type, region, subnet)
+        return _build(self.endpoint_url, instance_type, region, subnet, layout)
 
     def close(self) -> None:
         mock, self._mock = self._mock, None
@@ -270,11 +288,12 @@ def start_world(
     subnet_cidr: str = "10.0.0.0/16",
     *,
     transport: Transport = "in-process",
+    layout: Layout | None = None,
 ) -> World:
     """A world with a host of its own; `World.close()` (or leaving `with`) stops the host."""
     host = EmbeddedEc2(transport).start()
     try:
-        world = host.world(instance_type, region, subnet_cidr)
+        world = host.world(instance_type, region, subnet_cidr, layout=layout)
     except BaseException:
         host.close()
         raise
@@ -282,17 +301,27 @@ def start_world(
     return world
 
 
+def _vpc_cidr(subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    """EC2 VPCs are /16 to /28: the node subnet's /16 holds it."""
+    return subnet.supernet(new_prefix=16) if subnet.prefixlen > 16 else subnet
+
+
 def _build(
-    endpoint_url: str | None, instance_type: str, region: str, subnet: ipaddress.IPv4Network
+    endpoint_url: str | None,
+    instance_type: str,
+    region: str,
+    subnet: ipaddress.IPv4Network,
+    layout: Layout,
 ) -> World:
     ec2 = ec2_client(region, endpoint_url)
-    # EC2 VPCs are /16 to /28: the subnet's /16 holds it.
-    vpc_cidr = subnet.supernet(new_prefix=16) if subnet.prefixlen > 16 else subnet
-    vpc_id: str = ec2.create_vpc(CidrBlock=str(vpc_cidr))["Vpc"]["VpcId"]
+    vpc_id: str = ec2.create_vpc(CidrBlock=str(_vpc_cidr(subnet)))["Vpc"]["VpcId"]
     zone = f"{region}a"
     subnet_id: str = ec2.create_subnet(VpcId=vpc_id, CidrBlock=str(subnet), AvailabilityZone=zone)[
         "Subnet"
     ]["SubnetId"]
+    extras = build_layout(
+        ec2, layout, vpc_id=vpc_id, node_subnet_id=subnet_id, region=region, node_zone=zone
+    )
     group_id: str = ec2.create_security_group(
         GroupName="ipamd-node", Description="embedded node", VpcId=vpc_id
     )["GroupId"]
@@ -322,6 +351,8 @@ def _build(
         instance_type=instance_type,
         primary_eni_id=instance["NetworkInterfaces"][0]["NetworkInterfaceId"],
         endpoint_url=endpoint_url,
+        secondary_cidrs=layout.secondary_cidrs,
+        subnets=extras,
     )
 
 
