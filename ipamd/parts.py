@@ -149,7 +149,7 @@ async def open_parts(
     config: Config,
     node: NodeFacts,
     *,
-    ec2: Ec2,
+    ec2: Ec2Api,
     imds: Imds,
     runtime: RuntimeApi,
     clock: Clock,
