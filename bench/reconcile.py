@@ -27,19 +27,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.node import STATE_FILE, pod_key
-from cloud.ports import Instance
+from bench.node import pod_key
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.modes import PREFIXES
-from ipamd.policy.plan import compute_pod_limit
-from ipamd.reconcile.ec2_drift import Ec2Drift
-from ipamd.reconcile.imds_hint import ImdsHint
-from ipamd.reconcile.leaks import LeakGc
+from ipamd.parts import Parts, describe_node, open_parts
+from ipamd.policy.model import PoolTargets
+from tests.support.configs import node_config
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 
 ENIS = 15
@@ -60,12 +54,12 @@ class BenchNode:
     ec2: FakeEc2
     imds: FakeImds
     runtime: FakeRuntime
-    engine: Engine
-    pool: PoolManager
-    drift: Ec2Drift
-    hint: ImdsHint
-    gc: LeakGc
-    triggers: list[float]
+    parts: Parts
+    """The daemon's own wiring (`ipamd.parts`) on the fakes."""
+
+    @property
+    def engine(self) -> Engine:
+        return self.parts.engine
 
 
 async def run(workdir: Path) -> dict[str, float]:
@@ -95,42 +89,38 @@ async def _open_node(workdir: Path) -> BenchNode:
         eni = await ec2.create_eni(ec2.subnet_id, ("sg-0fake",), "bench", {})
         await ec2.attach_eni(eni.eni_id, ec2.instance_id, index)
         await ec2.assign_units(eni.eni_id, "prefix", PREFIXES_PER_ENI)
-    instance: Instance = await ec2.describe_instance(ec2.instance_id)
-    limits = NodeLimits(max_enis=ENIS, units_per_eni=PREFIXES_PER_ENI)
-    targets = PoolTargets(minimum_ip_target=ADDRESSES, warm_prefix_target=0)
-    settings = EngineSettings(max_pods=compute_pod_limit(targets, limits, PREFIXES))
-    engine = await Engine.open(workdir / STATE_FILE, clock, settings)
-    await engine.claim_instance(ec2.instance_id)
-    pool = PoolManager(
-        engine, ec2, instance, limits, PoolSettings(targets, PREFIXES), clock, random.Random(1)
-    )
-    await pool.adopt()
+    imds = FakeImds(ec2)
     runtime = FakeRuntime(clock)
+    config = node_config(
+        workdir,
+        PoolTargets(minimum_ip_target=ADDRESSES, warm_prefix_target=0),
+        prefix_mode=True,
+        cluster_name="",
+        reconcile_grace_s=GRACE_S,
+        leak_grace_s=LEAK_GRACE_S,
+    )
+    facts = await describe_node(ec2, ec2.instance_id)
+    parts = await open_parts(
+        config, facts, ec2=ec2, imds=imds, runtime=runtime, clock=clock, rng=random.Random(1)
+    )
+    engine, pool = parts.engine, parts.pool
+    await engine.claim_instance(ec2.instance_id)
+    await pool.adopt()
     for n in range(PODS):
         key = pod_key("reconcile", n)
         runtime.start(key.container_id)
         await engine.assign(key)
     clock.advance(max(GRACE_S, LEAK_GRACE_S) + 1)
-    imds = FakeImds(ec2)
-    triggers: list[float] = []
-    kinds = (PREFIXES.kind,)
-    drift = Ec2Drift(
-        engine, ec2, ec2.instance_id, kinds, GRACE_S, clock, lambda: pool.releases_in_flight
-    )
-    hint = ImdsHint(
-        lambda: engine.state, imds, kinds, GRACE_S, clock, lambda: triggers.append(clock.now())
-    )
-    gc = LeakGc(engine, runtime, LEAK_GRACE_S, clock)
     if not pool.plan().is_empty():
         raise RuntimeError(f"the bench node's pool is not at its target: {pool.plan()}")
-    return BenchNode(clock, ec2, imds, runtime, engine, pool, drift, hint, gc, triggers)
+    return BenchNode(clock, ec2, imds, runtime, parts)
 
 
 async def _reconcile_cpu_ms(node: BenchNode) -> float:
     async def one_round() -> None:
-        report = await node.drift.run_once()
-        found = await node.hint.run_once()
-        released = await node.gc.run_once()
+        report = await node.parts.drift.run_once()
+        found = await node.parts.hint.run_once()
+        released = await node.parts.leak_gc.run_once()
         if report.changed() or found or released:
             raise RuntimeError(f"the bench node is not steady: {report} {found} {released}")
 
@@ -139,7 +129,7 @@ async def _reconcile_cpu_ms(node: BenchNode) -> float:
 
 async def _gc_ms(node: BenchNode) -> float:
     async def one_round() -> None:
-        if await node.gc.run_once():
+        if await node.parts.leak_gc.run_once():
             raise RuntimeError("leak GC released a live pod")
 
     return await _median_ms(one_round, GC_ROUNDS, time.perf_counter)
@@ -160,20 +150,21 @@ async def _median_ms(
 async def _describes_per_hour(node: BenchNode, config: Config) -> float:
     """One node-hour by the fake clock, second by second, each job when its interval comes round (a
     drift also whenever the hint triggers one); returns the Describe calls made meanwhile."""
+    parts = node.parts
     jobs: list[tuple[float, Callable[[], Awaitable[object]]]] = [
-        (config.pool_interval_s, node.pool.run_once),
-        (config.imds_hint_interval_s, node.hint.run_once),
-        (config.leak_gc_interval_s, node.gc.run_once),
-        (config.ec2_reconcile_interval_s, node.drift.run_once),
+        (config.pool_interval_s, parts.pool.run_once),
+        (config.imds_hint_interval_s, parts.hint.run_once),
+        (config.leak_gc_interval_s, parts.leak_gc.run_once),
+        (config.ec2_reconcile_interval_s, parts.drift.run_once),
     ]
     before = node.ec2.calls["describe_enis"]
-    node.triggers.clear()
+    parts.drift_wanted.clear()
     for second in range(1, HOUR_S + 1):
         node.clock.advance(1.0)
         for interval_s, job in jobs:
             if second % round(interval_s) == 0:
                 await job()
-        if node.triggers:
-            node.triggers.clear()
-            await node.drift.run_once()
+        if parts.drift_wanted.is_set():
+            parts.drift_wanted.clear()
+            await parts.drift.run_once()
     return float(node.ec2.calls["describe_enis"] - before)

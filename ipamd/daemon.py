@@ -1,9 +1,12 @@
-"""The daemon's parts, built from the configuration and the adapters `main` hands over, and its start-up.
+"""The daemon: its parts (`ipamd.parts`) on the adapters `main` hands over, the host's datapath, and
+its start-up.
 
-Start-up order (readiness follows it): open the state file → bind it to this instance (a state file
-from another instance is set aside) → read EC2 (drift: the inventory comes from EC2, never from IMDS)
-→ the first runtime listing (it releases nothing yet: a leak needs two misses) → ready. Afterwards the
-pool manager runs its own loop, and the reconcilers run on the schedule of `ipamd.reconcile.jobs`.
+Building reads this instance from IMDS and EC2 first, so that the state file opens with its final
+settings (max pods and address capacity follow from the instance type's limits). Start-up order
+(readiness follows it): bind the state file to this instance (a state file from another instance is
+set aside) → read EC2 (drift: the inventory comes from EC2, never from IMDS) → the first runtime
+listing (it releases nothing yet: a leak needs two misses) → ready. Afterwards the pool manager runs
+its own loop, and the reconcilers run on the schedule of `ipamd.reconcile.jobs`.
 """
 
 from __future__ import annotations
@@ -12,25 +15,29 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from cloud.errors import CloudError
 from cloud.models import UnitKind
-from cloud.ports import Ec2Api, Ec2Catalog, Imds, Instance
+from cloud.ports import Imds, Instance
 from ipamd.clock import Clock
 from ipamd.config import Config
-from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.engine.pool import PoolManager
 from ipamd.errors import StoreWriteFailed
 from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.modes import SECONDARY_IPS, strategy_for
-from ipamd.policy.plan import compute_address_capacity, compute_pod_limit
+from ipamd.parts import (
+    STATE_FILE,
+    Ec2,
+    EngineOpener,
+    Parts,
+    describe_node,
+    open_parts,
+    rebuild_drift,
+)
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
@@ -42,32 +49,15 @@ from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable, SandboxAddresses
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "ipamd.db"
-
-
-def engine_settings(config: Config) -> EngineSettings:
-    return EngineSettings(
-        cooldown_s=float(config.ip_cooldown_period_s),
-        intent_ttl_s=config.delete_intent_ttl_s,
-    )
-
 
 @dataclass
 class Daemon:
     config: Config
     clock: Clock
-    engine: Engine
+    parts: Parts
     ec2: Ec2
     imds: Imds
     runtime: RuntimeApi
-    pool: PoolManager
-    drift: Ec2Drift
-    hint: ImdsHint
-    leak_gc: LeakGc
-    eni_gc: EniGc
-    instance_id: str
-    node_ip: str
-    kinds: tuple[UnitKind, ...]
     addresses: SandboxAddresses
     datapath: Datapath | None = None
     """The host's datapath (IPAMD_HOST_NETWORK=on); None when ipamd only hands out addresses."""
@@ -75,10 +65,49 @@ class Daemon:
     restart_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once repair rebuilt the state file: the daemon exits so its supervisor starts it afresh."""
     ready: bool = False
-    drift_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     start_retry_cap_s: float = 30.0
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rng: random.Random = field(default_factory=random.Random)
+
+    @property
+    def engine(self) -> Engine:
+        return self.parts.engine
+
+    @property
+    def pool(self) -> PoolManager:
+        return self.parts.pool
+
+    @property
+    def drift(self) -> Ec2Drift:
+        return self.parts.drift
+
+    @property
+    def hint(self) -> ImdsHint:
+        return self.parts.hint
+
+    @property
+    def leak_gc(self) -> LeakGc:
+        return self.parts.leak_gc
+
+    @property
+    def eni_gc(self) -> EniGc:
+        return self.parts.eni_gc
+
+    @property
+    def drift_wanted(self) -> asyncio.Event:
+        return self.parts.drift_wanted
+
+    @property
+    def instance_id(self) -> str:
+        return self.parts.node.instance.instance_id
+
+    @property
+    def node_ip(self) -> str:
+        return self.parts.node.instance.private_ip
+
+    @property
+    def kinds(self) -> tuple[UnitKind, ...]:
+        return self.parts.kinds
 
     async def start(self) -> None:
         """Bring the node to a state it can serve from; sets `ready`. EC2 answering badly or the
@@ -141,13 +170,6 @@ class Daemon:
         await self.engine.close()
 
 
-class Ec2(Ec2Api, Ec2Catalog, Protocol):
-    """Both EC2 ports, as one adapter serves them."""
-
-
-EngineOpener = Callable[[Path, Clock, EngineSettings], Awaitable[Engine]]
-
-
 @dataclass(frozen=True, slots=True)
 class HostNetAdapters:
     """What the host's datapath runs on: the kernel's routing (netlink), its SNAT table (nftables),
@@ -170,90 +192,35 @@ async def build_daemon(
     rng: random.Random | None = None,
     hostnet: HostNetAdapters | None = None,
 ) -> Daemon:
-    """Open the state and build every part on the adapters `main` made; nothing runs until `start()`
-    and the task group. (`open_engine` and `rng` let a simulation on virtual time build the same
-    parts.)"""
-    path = Path(config.state_dir) / STATE_FILE
-    engine = await open_engine(path, clock, engine_settings(config))
+    """Read this instance from IMDS and EC2, open the state and build every part on the adapters
+    `main` made; nothing runs until `start()` and the task group. (`open_engine` and `rng` let a
+    simulation on virtual time build the same parts.) Raises `CloudError`."""
     identity = await imds.identity()
-    instance = await ec2.describe_instance(identity.instance_id)
-    raw_limits = await ec2.instance_limits(instance.instance_type)
-    limits = NodeLimits(max_enis=raw_limits.max_enis, units_per_eni=raw_limits.units_per_eni)
-    targets = PoolTargets.from_config(config)
-    strategy = strategy_for(config.enable_prefix_delegation)
-    engine.settings = replace(
-        engine.settings,
-        max_pods=compute_pod_limit(targets, limits, strategy),
-        max_addresses=compute_address_capacity(targets, limits, strategy),
-    )
-    fallback = (
-        SECONDARY_IPS if config.prefix_fallback_to_ips and strategy.kind == "prefix" else None
-    )
-    kinds: tuple[UnitKind, ...] = (strategy.kind,) + ((fallback.kind,) if fallback else ())
-    pool = PoolManager(
-        engine,
-        ec2,
-        instance,
-        limits,
-        PoolSettings(
-            targets=targets,
-            strategy=strategy,
-            fallback_strategy=fallback,
-            cluster_name=config.cluster_name,
-            extra_tags=config.additional_eni_tags,
-            subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
-            release_grace_s=config.reconcile_grace_s,
-        ),
-        clock,
-        rng,
-    )
-
-    def in_flight() -> set[str]:
-        return pool.releases_in_flight | pool.pending_enis
-
-    drift = Ec2Drift(
-        engine, ec2, instance.instance_id, kinds, config.reconcile_grace_s, clock, in_flight
-    )
-    daemon_events: dict[str, asyncio.Event] = {"drift": asyncio.Event()}
-    hint = ImdsHint(
-        lambda: engine.state,
-        imds,
-        kinds,
-        config.reconcile_grace_s,
-        clock,
-        daemon_events["drift"].set,
-    )
-    eni_gc = EniGc(
-        ec2,
-        instance.instance_id,
-        config.eni_gc_grace_s,
-        clock,
-        lambda: pool.pending_enis | set(engine.state.enis),
-        cluster_name=config.cluster_name,
+    node = await describe_node(ec2, identity.instance_id)
+    parts = await open_parts(
+        config,
+        node,
+        ec2=ec2,
+        imds=imds,
+        runtime=runtime,
+        clock=clock,
+        open_engine=open_engine,
+        rng=rng,
     )
     datapath = (
-        _datapath(config, engine, ec2, instance, hostnet, clock, rng)
+        _datapath(config, parts.engine, ec2, node.instance, hostnet, clock, rng)
         if hostnet is not None
         else None
     )
     return Daemon(
-        datapath=datapath,
         config=config,
         clock=clock,
-        engine=engine,
+        parts=parts,
         ec2=ec2,
         imds=imds,
         runtime=runtime,
-        pool=pool,
-        drift=drift,
-        hint=hint,
-        leak_gc=LeakGc(engine, runtime, config.leak_grace_s, clock),
-        eni_gc=eni_gc,
-        instance_id=instance.instance_id,
-        node_ip=instance.private_ip,
-        kinds=kinds,
         addresses=addresses,
-        drift_wanted=daemon_events["drift"],
+        datapath=datapath,
         rng=rng or random.Random(),
     )
 
@@ -320,7 +287,7 @@ async def _rebuild(daemon: Daemon, apply: bool) -> dict[str, object]:
         return engine
 
     async def read_ec2(engine: Engine) -> None:
-        drift = Ec2Drift(engine, daemon.ec2, daemon.instance_id, daemon.kinds, 0.0, daemon.clock)
+        drift = rebuild_drift(engine, daemon.ec2, daemon.instance_id, daemon.kinds, daemon.clock)
         await drift.run_once()
 
     aside, unfixable = await rebuild_state(path, plan, open_engine, read_ec2, daemon.clock)

@@ -227,7 +227,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
 
 def _pool_settings(daemon: Daemon) -> dict[str, object]:
     """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`)."""
-    targets, limits = daemon.pool._settings.targets, daemon.pool._limits
+    targets, limits = daemon.parts.targets, daemon.parts.node.limits
     return {
         "mode": daemon.pool.strategy.kind,
         "targets": {
@@ -281,7 +281,7 @@ def _actions_in_progress(daemon: Daemon) -> dict[str, int]:
 
 
 def _sources(daemon: Daemon) -> Sources:
-    limits = daemon.pool._limits
+    limits = daemon.parts.node.limits
     snat = daemon.datapath is not None and not daemon.config.external_snat
     return Sources(
         snapshot=daemon.engine.snapshot,

@@ -85,7 +85,7 @@ class Engine:
         self._queue: list[Change] = []
         self._turn = asyncio.Lock()
         self._clock = clock
-        self.settings = settings
+        self._settings = settings
         self._executor = executor
         self.unavailable = unavailable
         """Set when the state file could not be trusted: every change is refused with this error."""
@@ -98,6 +98,11 @@ class Engine:
         self.listeners: list[CommitListener] = []
         """Called after each commit has been applied to memory, with the mutation and the
         allocations it removed (read before they left memory). Synchronous and non-raising."""
+
+    @property
+    def settings(self) -> EngineSettings:
+        """Given when the engine is opened, and final: nothing changes them afterwards."""
+        return self._settings
 
     @classmethod
     async def open(

@@ -15,7 +15,8 @@ Messages (tab-separated fields):
     error <repr>                                   an unexpected exception; the child exits
 ops: `eni` and `units` (seeding the inventory; the target is the ENI ID), `add` and `del` (the
 target is the container ID; `count` is the number of addresses an `add` asks for).
-outcomes: `ok`, `refused` (delete intent active), `no_address` (pool empty).
+outcomes: `ok`, `refused` (delete intent active), `no_address` (pool empty), `node_full` (every
+address the node can hold is owned: a node with an address capacity).
 
 This module must stay importable without side effects: the parent preloads it into a forkserver so
 that starting a child costs a fork, not an interpreter start.
@@ -34,7 +35,7 @@ from datastore.records import EniRecord
 from ipamd.clock import SystemClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.errors import DeleteIntentActive, NoAddressAvailable
+from ipamd.errors import DeleteIntentActive, NoAddressAvailable, NodeFull
 from tests.support.node import key, secondary_ips
 
 ENIS = 3
@@ -148,8 +149,8 @@ class Churn:
             record = await engine.assign(key(cid), count=count)
         except DeleteIntentActive:
             self.emit("ack", seq, op, cid, "refused", "")
-        except NoAddressAvailable:
-            self.emit("ack", seq, op, cid, "no_address", "")
+        except (NoAddressAvailable, NodeFull) as err:
+            self.emit("ack", seq, op, cid, err.code, "")
         else:
             self.emit("ack", seq, op, cid, "ok", ",".join(record.addresses))
             if cid not in self.live:

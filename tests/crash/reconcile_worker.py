@@ -1,7 +1,7 @@
 """The child of the reconcile crash scenario (S8 with S12): a whole node — engine on the real state
 file, the boto3 EC2 adapter on the parent's embedded EC2 server, a pool manager and the EC2 drift
-reconcile — doing ADD/DEL churn, pool rounds and drift rounds in a seeded random order until it is
-killed.
+reconcile, wired by `ipamd.parts` as the daemon wires them — doing ADD/DEL churn, pool rounds and
+drift rounds in a seeded random order until it is killed.
 
 It speaks the churn worker's protocol (`tests.crash.churn_worker`: `open`, `call`, `ack`, `error`,
 `unavailable`), with two more step ops, `pool` and `drift` (target `node`; the outcome says what the
@@ -45,15 +45,17 @@ from cloud.embedded.world import ec2_client
 from cloud.ports import Ec2Api, Instance
 from datastore.records import Mutation
 from ipamd.clock import Clock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.config import Config
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.engine.pool import PoolManager
+from ipamd.parts import STATE_FILE, EngineOpener, NodeFacts, Parts, Tuning, open_parts
 from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.modes import SECONDARY_IPS
-from ipamd.policy.plan import PoolPlan, compute_pod_limit
+from ipamd.policy.plan import PoolPlan
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
 from tests.crash.churn_worker import Churn
-from tests.support.cloudnode import FAST
+from tests.support import configs
+from tests.support.cloudnode import FAST, NoImds
+from tests.support.fake_cloud import FakeRuntime
 
 INSTANCE_TYPE = "t3.small"
 """3 ENIs of 4 IPv4 addresses: 3 secondary IPs per ENI, so a few pods make ENIs come and go."""
@@ -87,37 +89,42 @@ class ShiftedClock:
         self.shift += seconds
 
 
-def engine_settings(limits: NodeLimits) -> EngineSettings:
-    return EngineSettings(
-        cooldown_s=COOLDOWN_S,
-        intent_ttl_s=INTENT_TTL_S,
-        max_pods=compute_pod_limit(TARGETS, limits, SECONDARY_IPS),
-    )
+TUNING = Tuning(cooldown_s=COOLDOWN_S, pool_backoff_s=(0.05, 0.2))
+"""A child lives well under a second: a cooldown finer than IP_COOLDOWN_PERIOD's whole seconds, and
+a short pool backoff, so that it does not spend its life backing off."""
 
 
-def pool_settings() -> PoolSettings:
-    # Short backoff: a child lives well under a second, and should not spend it backing off.
-    return PoolSettings(
-        targets=TARGETS,
-        strategy=SECONDARY_IPS,
+def node_config(path: Path) -> Config:
+    """The node's configuration, its state file at `path`."""
+    assert path.name == STATE_FILE, f"the state file is {STATE_FILE} in IPAMD_STATE_DIR"
+    return configs.node_config(
+        path.parent,
+        TARGETS,
         cluster_name="crash-cluster",
-        backoff_base_s=0.05,
-        backoff_cap_s=0.2,
+        delete_intent_ttl_s=INTENT_TTL_S,
+        reconcile_grace_s=GRACE_S,
     )
 
 
-def drift_for(
-    engine: Engine, ec2: Ec2Api, pool: PoolManager, instance_id: str, clock: Clock
-) -> Ec2Drift:
-    """The drift reconcile wired as the daemon wires it (`ipamd.daemon`)."""
-    return Ec2Drift(
-        engine,
-        ec2,
-        instance_id,
-        (SECONDARY_IPS.kind,),
-        GRACE_S,
-        clock,
-        lambda: pool.releases_in_flight | pool.pending_enis,
+async def open_node(
+    path: Path,
+    facts: NodeFacts,
+    ec2: Ec2Api,
+    clock: Clock,
+    rng: random.Random,
+    open_engine: EngineOpener = Engine.open,
+) -> Parts:
+    """The node's parts, wired as the daemon wires them (`ipamd.parts`); no IMDS or runtime here."""
+    return await open_parts(
+        node_config(path),
+        facts,
+        ec2=ec2,
+        imds=NoImds(),
+        runtime=FakeRuntime(clock),
+        clock=clock,
+        open_engine=open_engine,
+        rng=rng,
+        tuning=TUNING,
     )
 
 
@@ -244,7 +251,13 @@ class NodeChurn(Churn):
     async def run(self) -> None:
         args = self.args
         clock = ShiftedClock(args.shift)
-        engine = await TracedEngine.open(self.path, clock, engine_settings(args.limits))
+        client = ec2_client(args.region, args.endpoint_url, client_config())
+        ec2 = Boto3Ec2(TracedClient(client, self.trace), limits=FAST, rng=random.Random(args.seed))
+        facts = NodeFacts(args.instance, args.limits)
+        parts = await open_node(
+            self.path, facts, ec2, clock, random.Random(args.seed), TracedEngine.open
+        )
+        engine = parts.engine
         assert isinstance(engine, TracedEngine)
         try:
             if engine.unavailable is not None:
@@ -254,20 +267,7 @@ class NodeChurn(Churn):
             self.live = sorted(engine.state.by_container)
             self.deleted = list(engine.state.intents)
             self.emit("open")
-            client = ec2_client(args.region, args.endpoint_url, client_config())
-            ec2 = Boto3Ec2(
-                TracedClient(client, self.trace), limits=FAST, rng=random.Random(args.seed)
-            )
-            pool = PoolManager(
-                engine,
-                ec2,
-                args.instance,
-                args.limits,
-                pool_settings(),
-                clock,
-                random.Random(args.seed),
-            )
-            drift = drift_for(engine, ec2, pool, args.instance.instance_id, clock)
+            pool, drift = parts.pool, parts.drift
             await self.start(engine, pool, drift)
             names = [name for name, _ in STEP_WEIGHTS]
             weights = [weight for _, weight in STEP_WEIGHTS]

@@ -280,7 +280,7 @@ class Model:
             return
         assert cid not in self.deleted, f"{where}: {call} after an acknowledged DEL: {ack.outcome}"
         held = self.alive.get(cid)
-        if ack.outcome == "no_address":
+        if ack.outcome in ("no_address", "node_full"):
             assert held is None, f"{where}: repeated {call} failed instead of answering {held}"
         elif held is None:
             assert len(ack.addresses) == call.count, f"{where}: {call} got {ack.addresses}"

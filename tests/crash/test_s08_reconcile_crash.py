@@ -63,7 +63,7 @@ from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Instance
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
+from ipamd.parts import NodeFacts, Parts
 from ipamd.policy.model import NodeLimits
 from ipamd.reconcile.ec2_drift import DriftReport
 from tests.crash import reconcile_worker as worker
@@ -439,31 +439,25 @@ class Parent:
             self.counts["calls cut short but committed"] += self.model.settle(call, disk, where)
         check_disk(self.model, disk, where)
         ec2 = await read_ec2(self.ec2, self.instance.instance_id, where)
-        engine = await Engine.open(self.path, self.clock, worker.engine_settings(self.limits))
+        facts = NodeFacts(self.instance, self.limits)
+        rng = random.Random(self.rng.random())
+        parts = await worker.open_node(self.path, facts, self.ec2, self.clock, rng)
+        engine = parts.engine
         try:
             assert engine.unavailable is None, f"{where}: reopening failed: {engine.unavailable}"
             self.invariants(engine, f"{where}: after reopening")
             check_owned_on_ec2(engine, self.model, ec2, f"{where}: after reopening")
-            ec2 = await self.settle(engine, ec2, where)
+            ec2 = await self.settle(parts, ec2, where)
         finally:
             await engine.close()
         if self.rng.random() < INJECT_P:
             self.inject(ec2)
 
-    async def settle(self, engine: Engine, ec2: EC2View, where: str) -> EC2View:
+    async def settle(self, parts: Parts, ec2: EC2View, where: str) -> EC2View:
         """Drift, then the pool until its plan is empty; returns EC2's view once settled."""
+        engine, pool, drift = parts.engine, parts.pool, parts.drift
         releasing = {c: u.eni_id for c, u in engine.state.units.items() if u.state == "releasing"}
         self.counts["restarts with units releasing"] += bool(releasing)
-        pool = PoolManager(
-            engine,
-            self.ec2,
-            self.instance,
-            self.limits,
-            worker.pool_settings(),
-            self.clock,
-            random.Random(self.rng.random()),
-        )
-        drift = worker.drift_for(engine, self.ec2, pool, self.instance.instance_id, self.clock)
         report = await drift.run_once()
         self.tally_report("restart drift", report)
         check_s12(releasing, ec2, report, engine, where)
@@ -638,26 +632,17 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
             await node.settle()
             for pod in ("a", "b"):  # 2 of the primary ENI's 3 addresses: the pool needs an ENI
                 await node.engine.assign(key(pod))
-            instance = await node.ec2.describe_instance(node.world.instance_id)
-            raw_limits = await node.ec2.instance_limits(worker.INSTANCE_TYPE)
-            limits = NodeLimits(raw_limits.max_enis, raw_limits.units_per_eni)
+            await node.engine.close()  # and the node comes back on an adapter it dies on
             dying = Boto3Ec2(
                 KilledBeforeDeleteOnTermination(node.world.client(client_config())), limits=FAST
             )
-            pool = PoolManager(
-                node.engine, dying, instance, limits, worker.pool_settings(), node.clock
-            )
+            await node.reopen(api=dying)
             with pytest.raises(Killed):
-                await pool.run_once()
+                await node.pool.run_once()
             await node.engine.close()  # nothing was being committed: as good as a kill
             node.clock.advance(worker.JUMP_S)
-            node.engine = await Engine.open(node.path, node.clock, node.engine.settings)
-            node.pool = PoolManager(
-                node.engine, node.api, instance, limits, worker.pool_settings(), node.clock
-            )
-            drift = worker.drift_for(
-                node.engine, node.ec2, node.pool, node.world.instance_id, node.clock
-            )
+            await node.reopen()
+            drift = node.drift
             report = await drift.run_once()
             assert len(report.enis_added) == 1, f"the attached ENI is adopted: {report}"
             assert report.enis_bound_to_instance == report.enis_added, "and bound to the instance"

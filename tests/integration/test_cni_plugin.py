@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from ipamd.api import create_app, serve_unix
+from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.errors import StateUnavailable
 from tests.support.node import NodeFixture
@@ -100,7 +101,15 @@ async def run_plugin(environ: dict[str, str], stdin: bytes) -> Run:
 
 
 @pytest.fixture
-async def daemon(node: NodeFixture) -> AsyncIterator[Daemon]:
+def engine_settings() -> EngineSettings:
+    """The engine's settings, final once `daemon` opens it: a test that needs others parametrizes
+    this fixture."""
+    return EngineSettings()
+
+
+@pytest.fixture
+async def daemon(node: NodeFixture, engine_settings: EngineSettings) -> AsyncIterator[Daemon]:
+    node.settings = engine_settings
     engine = await node.open()
     await node.seed(enis=1, per_eni=4)
     directory = Path(tempfile.mkdtemp(prefix="ipamd-cni-", dir="/tmp"))
@@ -244,10 +253,10 @@ async def test_an_empty_pool_is_try_again_later(daemon: Daemon) -> None:
     assert daemon.engine.pool_wanted.is_set()
 
 
+@pytest.mark.parametrize("engine_settings", [EngineSettings(max_addresses=4)])
 async def test_a_node_that_can_hold_no_more_addresses_is_node_full_not_try_again(
     daemon: Daemon,
 ) -> None:
-    daemon.engine.settings = replace(daemon.engine.settings, max_addresses=4)
     for i in range(4):
         assert (await daemon.cni("ADD", cid=f"c{i}")).code == 0
     run = await daemon.cni("ADD", cid="one-too-many")

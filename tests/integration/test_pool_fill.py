@@ -43,7 +43,7 @@ async def test_pool_reaches_targets_from_empty_node(
     node = await open_cloud_node(embedded, tmp_path, instance_type, prefix_mode=prefix_mode)
     try:
         await node.settle()
-        limits = node.pool._limits
+        limits = node.facts.limits
         per_eni = limits.units_per_eni * node.strategy.addresses_per_unit
         if prefix_mode:
             assert _free(node) >= 16, "WARM_PREFIX_TARGET=1: one whole free prefix"
@@ -87,7 +87,7 @@ async def test_targets_hold_under_churn_and_units_go_back_after(
         total = sum(len(units) for units in node.ec2_units().values())
         expected = node.strategy.units_for(max(targets.minimum_ip_target, targets.warm_ip_target))
         assert total == expected, "back to the resting pool, and EC2 agrees"
-        enis_needed = -(-expected // node.pool._limits.units_per_eni)
+        enis_needed = -(-expected // node.facts.limits.units_per_eni)
         assert len(node.ec2_units()) == enis_needed, "ENIs that were needed only for pods went back"
         if instance_type == "t3.small" and not prefix_mode:
             assert node.peak_enis > enis_needed, "the churn did need extra ENIs on the way"

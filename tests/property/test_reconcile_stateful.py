@@ -51,20 +51,16 @@ from hypothesis.stateful import (
 
 from cloud.errors import CloudError
 from cloud.models import UnitKind
-from cloud.ports import Instance
 from datastore.records import AllocationRecord
-from ipamd.clock import FakeClock
+from ipamd.clock import Clock, FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
-from ipamd.errors import MaxPodsReached, NoAddressAvailable
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
-from ipamd.policy.plan import compute_pod_limit
-from ipamd.reconcile.ec2_drift import Ec2Drift
-from ipamd.reconcile.imds_hint import ImdsHint
-from ipamd.reconcile.leaks import LeakGc
+from ipamd.engine.pool import PoolManager
+from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
+from ipamd.parts import describe_node, open_parts
+from ipamd.policy.model import PoolTargets
 from ipamd.runtime.ports import RuntimeUnavailable
+from tests.support.configs import node_config
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 from tests.support.invariants import check_invariants, normalized
 from tests.support.node import key
@@ -74,7 +70,6 @@ T = TypeVar("T")
 GRACE_S = 60.0
 """IPAMD_RECONCILE_GRACE's default; EC2's Describe lags by at most this much (the premise)."""
 LEAK_GRACE_S = 120.0
-HINT_MIN_TRIGGER_S = 10.0
 LAGS_S = (GRACE_S, 1.0, 0.0, 5.0, 30.0, GRACE_S - 1)
 """The worst case first: hypothesis draws (and shrinks towards) it most."""
 CLOCK_STEPS_S = (1.0, 5.0, 10.0, 29.0, 31.0, 59.0, 60.0, 61.0, 121.0, 301.0, 601.0)
@@ -126,10 +121,8 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.ec2 = FakeEc2(self.clock)
         self.imds = FakeImds(self.ec2)
         self.runtime = FakeRuntime(self.clock)
-        self.kind: UnitKind = "ip"
         self.engine: Engine | None = None
         self.pool: PoolManager | None = None
-        self.triggered = False
         self.live: dict[str, AllocationRecord] = {}
         """Pods whose ADD was acknowledged, with no DEL, whose sandbox is running."""
         self.zombies: set[str] = set()
@@ -164,44 +157,28 @@ class ReconcileMachine(RuleBasedStateMachine):
         assert self.pool is not None
         return self.pool
 
-    def trigger(self) -> None:
-        self.triggered = True
-
     def open(self, adopt: bool, live_containers: frozenset[str] | None) -> None:
         """Start the daemon's parts afresh on the state file and the same fakes."""
-        self.engine = self.run(
-            Engine.open(self.path, self.clock, self.engine_settings, live_containers)
+
+        async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+            return await Engine.open(path, clock, settings, live_containers)
+
+        parts = self.run(
+            open_parts(
+                self.config,
+                self.facts,
+                ec2=self.ec2,
+                imds=self.imds,
+                runtime=self.runtime,
+                clock=self.clock,
+                open_engine=open_engine,
+                rng=random.Random(7),
+            )
         )
+        self.engine, self.pool = parts.engine, parts.pool
+        self.drift, self.hint, self.gc = parts.drift, parts.hint, parts.leak_gc
+        self.drift_wanted = parts.drift_wanted
         self.run(self.engine.claim_instance(self.ec2.instance_id))
-        self.pool = PoolManager(
-            self.engine,
-            self.ec2,
-            self.instance,
-            self.limits,
-            self.pool_settings,
-            self.clock,
-            random.Random(7),
-        )
-        kinds = (self.kind,)
-        self.drift = Ec2Drift(
-            self.engine,
-            self.ec2,
-            self.ec2.instance_id,
-            kinds,
-            GRACE_S,
-            self.clock,
-            lambda: self.pm.releases_in_flight,
-        )
-        self.hint = ImdsHint(
-            lambda: self.eng.state,
-            self.imds,
-            kinds,
-            GRACE_S,
-            self.clock,
-            self.trigger,
-            HINT_MIN_TRIGGER_S,
-        )
-        self.gc = LeakGc(self.engine, self.runtime, LEAK_GRACE_S, self.clock)
         if adopt:
             self.run(self.pool.adopt())
 
@@ -212,7 +189,7 @@ class ReconcileMachine(RuleBasedStateMachine):
         max_enis=st.sampled_from([2, 3]),
         per_eni=st.sampled_from([3, 4, 6, 10]),
         knobs=st.sampled_from(TARGETS),
-        cooldown_s=st.sampled_from([30.0, 30.0, 0.0]),
+        cooldown_s=st.sampled_from([30, 30, 0]),
         leftovers=st.integers(min_value=0, max_value=2),
         lag_s=st.sampled_from(LAGS_S),
         lag_seed=st.none() | st.integers(min_value=0, max_value=2**16),
@@ -223,14 +200,13 @@ class ReconcileMachine(RuleBasedStateMachine):
         max_enis: int,
         per_eni: int,
         knobs: PoolTargets,
-        cooldown_s: float,
+        cooldown_s: int,
         leftovers: int,
         lag_s: float,
         lag_seed: int | None,
     ) -> None:
         """A node whose primary ENI may hold units left from an earlier life, a pool with one of
         the knob sets, and EC2's Describe lagging by up to `lag_s`."""
-        self.kind = kind
         self.ec2 = FakeEc2(
             self.clock, subnet_cidr="10.0.0.0/24", max_enis=max_enis, ipv4_per_eni=per_eni
         )
@@ -240,15 +216,15 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.run(self.ec2.assign_units(primary, kind, min(leftovers, per_eni - 1)))
         rng = None if lag_seed is None else random.Random(lag_seed)
         self.ec2.lag_s, self.ec2.lag_rng = lag_s, rng  # the leftovers are old news to EC2
-        strategy = PREFIXES if kind == "prefix" else SECONDARY_IPS
-        self.limits = NodeLimits(max_enis=max_enis, units_per_eni=per_eni - 1)
-        self.engine_settings = EngineSettings(
-            cooldown_s=cooldown_s, max_pods=compute_pod_limit(knobs, self.limits, strategy)
+        self.config = node_config(
+            self.dir / "state",
+            knobs,
+            prefix_mode=kind == "prefix",
+            ip_cooldown_period_s=cooldown_s,
+            reconcile_grace_s=GRACE_S,
+            leak_grace_s=LEAK_GRACE_S,
         )
-        self.pool_settings = PoolSettings(
-            knobs, strategy, cluster_name="test-cluster", release_grace_s=GRACE_S
-        )
-        self.instance: Instance = self.run(self.ec2.describe_instance(self.ec2.instance_id))
+        self.facts = self.run(describe_node(self.ec2, self.ec2.instance_id))
         self.open(adopt=True, live_containers=None)
         tally(f"mode {kind}, lag {lag_s:g} s {'jittered' if rng else 'fixed'}")
 
@@ -262,7 +238,7 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.runtime.start(cid)
         try:
             alloc = self.run(self.eng.assign(key(cid)))
-        except (NoAddressAvailable, MaxPodsReached) as err:
+        except (NoAddressAvailable, MaxPodsReached, NodeFull) as err:
             tally(f"ADD -> {type(err).__name__}")
             self.run(self.eng.release(key(cid)))
             self.runtime.stop(cid)
@@ -328,15 +304,16 @@ class ReconcileMachine(RuleBasedStateMachine):
     def hint_then_drift(self) -> None:
         """The IMDS hint compares; a disagreement triggers a drift. IMDS alone changes nothing."""
         before = normalized(self.eng.state.to_image())
-        self.triggered = False
+        self.drift_wanted.clear()
         try:
             found = self.run(self.hint.run_once())
         except CloudError:
             tally("hint: IMDS unavailable")
             return
         assert normalized(self.eng.state.to_image()) == before, "IMDS changed the inventory"
-        tally(f"hint: {'disagrees' if found else 'agrees'}{', triggers' if self.triggered else ''}")
-        if self.triggered:
+        triggered = self.drift_wanted.is_set()
+        tally(f"hint: {'disagrees' if found else 'agrees'}{', triggers' if triggered else ''}")
+        if triggered:
             self.drift_round()
 
     def gc_round(self) -> tuple[str, ...]:

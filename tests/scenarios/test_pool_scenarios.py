@@ -30,11 +30,12 @@ from cloud.ports import (
     TAG_MANAGED_BY,
 )
 from datastore.records import AllocationRecord
+from ipamd.clock import Clock
+from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
-from ipamd.errors import MaxPodsReached, NoAddressAvailable
+from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.model import AddressState
-from ipamd.policy.model import NodeLimits, PoolTargets
+from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
 from ipamd.reconcile.eni_gc import EniGc
 from tests.support.cloudnode import CloudNode, open_cloud_node
@@ -177,10 +178,9 @@ async def test_s20_released_address_returned_by_ec2_is_allocatable_again(
 # -- S21 ---------------------------------------------------------------------------------------
 
 
-async def _on_faulty_store(node: CloudNode, targets: PoolTargets) -> tuple[CloudNode, FaultyStore]:
-    """The same node with its engine reopened on a `FaultyStore` (a commit can be held at a gate)
-    and a pool manager on that engine."""
-    settings = node.engine.settings
+async def _on_faulty_store(node: CloudNode) -> FaultyStore:
+    """The node's parts reopened with the engine on a `FaultyStore` (a commit can be held at a
+    gate)."""
     await node.engine.close()
     stores: list[FaultyStore] = []
 
@@ -190,23 +190,19 @@ async def _on_faulty_store(node: CloudNode, targets: PoolTargets) -> tuple[Cloud
         stores.append(store)
         return store
 
-    engine = await Engine.open(node.path, node.clock, settings, store_opener=opener)
-    instance = await node.ec2.describe_instance(node.world.instance_id)
-    raw = await node.ec2.instance_limits(node.world.instance_type)
-    limits = NodeLimits(max_enis=raw.max_enis, units_per_eni=raw.units_per_eni)
-    pool_settings = PoolSettings(targets=targets, strategy=node.strategy)
-    pool = PoolManager(
-        engine, node.api, instance, limits, pool_settings, node.clock, random.Random(3)
-    )
-    return replace(node, engine=engine, pool=pool), stores[0]
+    async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+        return await Engine.open(path, clock, settings, store_opener=opener)
+
+    await node.reopen(open_engine=open_engine)
+    return stores[0]
 
 
 async def test_s21_release_aborted_when_excess_becomes_need(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = replace(EAGER, warm_ip_target=2)
-    opened = await open_cloud_node(embedded, tmp_path, targets=targets)
-    node, store = await _on_faulty_store(opened, targets)
+    node = await open_cloud_node(embedded, tmp_path, targets=targets)
+    store = await _on_faulty_store(node)
     state = node.engine.state
     try:
         await _fill_then_empty(node, 1, "old")  # three free addresses, two wanted
@@ -264,7 +260,7 @@ async def test_s22_stale_describe_after_assign_does_not_over_allocate(
                 try:
                     await node.engine.assign(key(f"pod-{pods}"))
                     pods += 1
-                except NoAddressAvailable:
+                except (NoAddressAvailable, NodeFull):  # full: every address is a pod's
                     pass
             # Two ticks in a row, and between them the EC2 check reading the lagging Describe.
             await node.pool.run_once()
@@ -485,7 +481,7 @@ async def test_s25_throttling_and_errors_during_churn(
         # A partial failure of an assign or attach leaves units (or an ENI) on EC2 that ipamd
         # never heard of, and a release of unknown outcome leaves units releasing: the EC2 drift
         # settles both, as in the daemon.
-        await node.drift().run_once()
+        await node.drift.run_once()
         await node.settle()
         assert _releasing(node) == set(), "nothing stuck releasing"
         node.check()
@@ -607,7 +603,7 @@ async def test_s32_limits_no_call_ec2_would_reject_and_max_pods_is_clear(
             await node.settle()
             try:
                 served.append(await node.engine.assign(key(f"pod-{i}")))
-            except (NoAddressAvailable, MaxPodsReached) as err:
+            except (NoAddressAvailable, MaxPodsReached, NodeFull) as err:
                 error = err
                 break
         for _ in range(3):  # the refused ADD woke the pool: it has nothing it may ask for
@@ -615,12 +611,13 @@ async def test_s32_limits_no_call_ec2_would_reject_and_max_pods_is_clear(
             assert (await node.pool.run_once()).is_empty()
         assert len(served) == 9
         # Max pods is 3 x 3 + 2 = 11, the 2 being host-network pods that never ask ipamd: the
-        # addresses run out first, so the 10th ADD is refused as "no address", retryable (a DEL
-        # frees one), never as max pods.
+        # addresses run out first, so the 10th ADD is refused as "node full" (every address the
+        # node can hold is a pod's: only a DEL frees one, waiting does not), never as max pods.
         assert node.engine.settings.max_pods == 11
-        assert isinstance(error, NoAddressAvailable)
-        assert (error.code, error.status, error.retryable) == ("no_address", 503, True)
-        assert "free address" in str(error)
+        assert node.engine.settings.max_addresses == 9
+        assert isinstance(error, NodeFull)
+        assert (error.code, error.status, error.retryable) == ("node_full", 503, False)
+        assert "9 of the 9 addresses" in str(error)
         enis = node.ec2_units()
         assert len(enis) == 3 and all(len(units) == 3 for units in enis.values())
         for code in ("PrivateIpAddressLimitExceeded", "AttachmentLimitExceeded"):
@@ -758,7 +755,7 @@ async def test_s21_unassign_failing_on_one_eni_leaves_nothing_releasing_on_the_o
         assert set(plan.release_units) - failed == set(node.engine.state.released)
         # Not stuck: past the grace window the drift settles it from EC2's listing.
         node.clock.advance(61.0)
-        report = await node.drift().run_once()
+        report = await node.drift.run_once()
         assert set(report.settled_kept) == failed
         assert _releasing(node) == set(), "nothing stuck releasing"
         node.check()
@@ -775,7 +772,7 @@ async def test_s32_add_at_full_capacity_does_not_claim_the_pool_is_growing(
             await node.settle()
             await node.engine.assign(key(f"pod-{i}"))
         await node.settle()
-        with pytest.raises((NoAddressAvailable, MaxPodsReached)) as refused:
+        with pytest.raises(NodeFull) as refused:
             await node.engine.assign(key("pod-9"))
         assert "growing" not in str(refused.value)
         node.check()
@@ -791,8 +788,8 @@ async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
     fails like a failed EC2 call, with backoff, memory unchanged; what EC2 did meanwhile the drift
     reconciles once the disk takes writes again."""
     targets = replace(EAGER, warm_ip_target=2)
-    opened = await open_cloud_node(embedded, tmp_path, targets=targets)
-    node, store = await _on_faulty_store(opened, targets)
+    node = await open_cloud_node(embedded, tmp_path, targets=targets)
+    store = await _on_faulty_store(node)
     try:
         if direction == "shrink":
             await _fill_then_empty(node, 3, "old")  # one free address more than wanted
@@ -807,7 +804,7 @@ async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
         assert node.engine.state.to_image() == before, "nothing half-applied in memory"
 
         node.clock.advance(61.0)  # past the backoff and the grace window
-        await node.drift().run_once()
+        await node.drift.run_once()
         await node.settle()
         node.check()  # EC2's view and ipamd's agree again
     finally:

@@ -12,7 +12,7 @@ import pytest
 
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.engine.engine import Engine
-from ipamd.reconcile.ec2_drift import Ec2Drift
+from ipamd.parts import rebuild_drift
 from ipamd.reconcile.rebuild import REBUILT_NETWORK, gather_claims, rebuild_state
 from ipamd.runtime.cri import GrpcCriRuntime
 from tests.support.cloudnode import open_cloud_node
@@ -55,15 +55,16 @@ async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
         return engine
 
     async def read_ec2(engine: Engine) -> None:
-        await Ec2Drift(
-            engine, node.api, node.world.instance_id, ("ip",), 0.0, node.clock
-        ).run_once()
+        drift = rebuild_drift(
+            engine, node.api, node.world.instance_id, node.parts.kinds, node.clock
+        )
+        await drift.run_once()
 
     aside, unfixable = await rebuild_state(node.path, plan, open_engine, read_ec2, node.clock)
     assert aside.read_bytes() == b"\0" * 4096, "the unusable file is kept as it was"
     assert unfixable == ["192.168.9.9 of sandbox elsewhere is not on this node per EC2"]
 
-    node.engine = await Engine.open(node.path, node.clock, node.engine.settings)
+    await node.reopen()
     try:
         assert node.engine.unavailable is None
         rebuilt = {k.container_id: a.addresses for k, a in node.engine.state.allocations.items()}

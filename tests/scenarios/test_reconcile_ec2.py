@@ -15,33 +15,20 @@ import pytest
 
 from cloud.embedded.world import EmbeddedEc2
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
-from ipamd.engine.engine import Engine
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
 from ipamd.policy.model import PoolTargets
-from ipamd.reconcile.ec2_drift import Ec2Drift
 from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
 
 GRACE_S = 60.0
+"""IPAMD_RECONCILE_GRACE's default: the drift grace window of every node here."""
 
 
 @pytest.fixture(scope="module")
 def embedded() -> Iterator[EmbeddedEc2]:
     with EmbeddedEc2() as host:
         yield host
-
-
-def drift_for(node: CloudNode, engine: Engine | None = None) -> Ec2Drift:
-    return Ec2Drift(
-        engine or node.engine,
-        node.api,
-        node.world.instance_id,
-        (node.strategy.kind,),
-        GRACE_S,
-        node.clock,
-        lambda: node.pool.releases_in_flight,
-    )
 
 
 def _unassign_on_ec2(node: CloudNode, eni_id: str, cidr: str) -> None:
@@ -65,7 +52,7 @@ async def test_owned_address_ec2_drops_becomes_lost_and_comes_back_assigned(
         alloc = await node.engine.assign(key("pod"))
         cidr, eni_id = alloc.unit_cidrs[0], alloc.eni_id
         _unassign_on_ec2(node, eni_id, cidr)  # EC2 takes the address away behind ipamd's back
-        drift = drift_for(node)
+        drift = node.drift
         assert (await drift.run_once()).lost == [], "inside the grace window: left alone"
         node.clock.advance(GRACE_S)
         report = await drift.run_once()
@@ -93,7 +80,7 @@ async def test_units_ec2_lists_and_ipamd_lacks_are_added_free_outside_grace(
             NetworkInterfaceId=eni_id, SecondaryPrivateIpAddressCount=1
         )
         new = f"{answer['AssignedPrivateIpAddresses'][0]['PrivateIpAddress']}/32"
-        report = await drift_for(node).run_once()
+        report = await node.drift.run_once()
         assert report.added == [new]
         node.check()
     finally:
@@ -111,13 +98,12 @@ async def test_s12_restart_during_scale_down_waits_for_ec2_to_settle(
         # ipamd marked two units for release, unassigned only the first, and died.
         marked = await node.engine.begin_release(free[:2])
         _unassign_on_ec2(node, node.engine.state.units[marked[0]].eni_id, marked[0])
-        path = node.path
         await node.engine.close()
-        node.engine = await Engine.open(path, node.clock, node.engine.settings)
+        await node.reopen()
         assert node.engine.snapshot().counts[AddressState.RELEASING] == 2
         with pytest.raises(NoAddressAvailable):
             await node.engine.assign(key("a"))  # the releasing ones are never handed out
-        drift = drift_for(node)
+        drift = node.drift
         assert (await drift.run_once()).settled_released == [], "not before the grace window"
         node.clock.advance(GRACE_S)
         report = await drift.run_once()
@@ -138,14 +124,14 @@ async def test_s26_state_from_another_instance_is_set_aside_and_reread(
         await node.engine.claim_instance("i-0000000000000dead")  # the volume's first life
         await node.engine.assign(key("old-pod"))
         await node.engine.close()
-        node.engine = await Engine.open(node.path, node.clock, node.engine.settings)
+        await node.reopen()
         assert await node.engine.claim_instance(node.world.instance_id)
         state = node.engine.state
         assert state.instance_id == node.world.instance_id
         assert state.enis == {} and state.allocations == {}
         assert [q.key for q in state.quarantine.values()] == [key("old-pod")]
         assert "belongs to instance i-0000000000000dead" in state.quarantine[key("old-pod")].reason
-        report = await drift_for(node).run_once()
+        report = await node.drift.run_once()
         assert report.enis_added, "the inventory is read afresh from EC2"
         node.check()
         assert not await node.engine.claim_instance(node.world.instance_id), "idempotent"
@@ -264,11 +250,11 @@ async def test_drift_gives_our_attached_eni_delete_on_termination_and_leaves_oth
         before = {e.eni_id: e for e in await node.ec2.describe_enis(node.world.instance_id)}
         assert not before[ours].delete_on_termination and not before[foreign].delete_on_termination
 
-        report = await node.drift().run_once()
+        report = await node.drift.run_once()
         assert report.enis_bound_to_instance == [ours]
         after = {e.eni_id: e for e in await node.ec2.describe_enis(node.world.instance_id)}
         assert after[ours].delete_on_termination, "ours now goes with the instance"
         assert not after[foreign].delete_on_termination, "not ipamd's to decide"
-        assert not (await node.drift().run_once()).enis_bound_to_instance, "set once"
+        assert not (await node.drift.run_once()).enis_bound_to_instance, "set once"
     finally:
         await node.engine.close()

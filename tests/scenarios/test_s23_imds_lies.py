@@ -15,10 +15,7 @@ import pytest
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2
 from cloud.imds import Imdsv2Client
-from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
 from ipamd.policy.model import PoolTargets
-from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.imds_hint import ImdsHint
 from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
@@ -86,23 +83,12 @@ class Views:
             min_trigger_interval_s=0,
         )
 
-    def drift(self) -> Ec2Drift:
-        return Ec2Drift(
-            self.node.engine,
-            self.node.api,
-            self.node.world.instance_id,
-            ("ip",),
-            GRACE_S,
-            self.node.clock,
-            lambda: self.node.pool.releases_in_flight,
-        )
-
     async def reconcile(self) -> None:
         """eniIPPoolReconcile's moment: IMDS is read; a disagreement sends ipamd to EC2."""
         self.triggered.clear()
         await self.hint().run_once()
         if self.triggered:
-            await self.drift().run_once()
+            await self.node.drift.run_once()
 
     def assert_safe(self) -> None:
         state = self.node.engine.state
@@ -171,15 +157,7 @@ async def test_s23_seed_001_timeline_never_releases_the_in_use_address(views: Vi
 
     # The same right after a restart: grace windows and cooldowns come back from disk.
     await node.engine.close()
-    node.engine = await Engine.open(node.path, node.clock, node.engine.settings)
-    node.pool = PoolManager(
-        node.engine,
-        node.api,
-        node.pool._instance,
-        node.pool._limits,
-        node.pool._settings,
-        node.clock,
-    )
+    await node.reopen()
     await views.reconcile()
     node.clock.advance(GRACE_S)
     await views.reconcile()

@@ -1,6 +1,6 @@
-"""A whole node on the embedded EC2: a world (VPC, subnet, instance), the boto3 adapter on it, an engine
-on a real state file, and the pool manager — with helpers to compare what EC2 reports with what ipamd
-believes."""
+"""A whole node on the embedded EC2: a world (VPC, subnet, instance), the boto3 adapter on it, and the
+daemon's parts wired by `ipamd.parts` (an engine on a real state file, the pool manager, the EC2
+drift, ...) — with helpers to compare what EC2 reports with what ipamd believes."""
 
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ from typing import Any
 from cloud.calls import CallLog
 from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2, World
-from cloud.ports import Ec2Api, Instance
+from cloud.errors import ServiceUnavailable
+from cloud.ports import Ec2Api, ImdsIdentity, ImdsInterface
 from cloud.ratelimit import RateLimits
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.config import Config
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.modes import PREFIXES, SECONDARY_IPS, UnitStrategy
-from ipamd.policy.plan import compute_pod_limit
+from ipamd.engine.pool import PoolManager
+from ipamd.parts import STATE_FILE, EngineOpener, NodeFacts, Parts, describe_node, open_parts
+from ipamd.parts import strategy as unit_strategy
+from ipamd.policy.model import PoolTargets
+from ipamd.policy.modes import UnitStrategy
 from ipamd.reconcile.ec2_drift import Ec2Drift
+from tests.support.configs import node_config
+from tests.support.fake_cloud import FakeRuntime
 from tests.support.invariants import check_invariants
 
 # Generous buckets: these tests are about correctness, and the fake clock does not refill them.
@@ -30,18 +34,52 @@ FAST = RateLimits(
 )
 
 
+class NoImds:
+    """IMDS for a node whose tests never run the IMDS hint: asking is IMDS not answering."""
+
+    async def identity(self) -> ImdsIdentity:
+        raise ServiceUnavailable("ImdsGet", "503", "this test node has no IMDS")
+
+    async def interfaces(self) -> tuple[ImdsInterface, ...]:
+        raise ServiceUnavailable("ImdsGet", "503", "this test node has no IMDS")
+
+
 @dataclass
 class CloudNode:
     world: World
     ec2: Boto3Ec2
     api: Ec2Api
-    engine: Engine
-    pool: PoolManager
+    """What the parts call EC2 through: `ec2`, or a test's wrapper around it."""
+    parts: Parts
     clock: FakeClock
     path: Path
     strategy: UnitStrategy
+    config: Config
+    facts: NodeFacts
     calls: CallLog = field(default_factory=CallLog)
     peak_enis: int = 0
+
+    @property
+    def engine(self) -> Engine:
+        return self.parts.engine
+
+    @property
+    def pool(self) -> PoolManager:
+        return self.parts.pool
+
+    @property
+    def drift(self) -> Ec2Drift:
+        """The EC2 drift reconcile, wired as the daemon wires it."""
+        return self.parts.drift
+
+    async def reopen(
+        self, api: Ec2Api | None = None, open_engine: EngineOpener = Engine.open
+    ) -> None:
+        """The node's parts afresh on its state file, as after a restart (close the engine first):
+        on `api` (default: the node's), the engine opened by `open_engine`."""
+        self.parts = await _open_parts(
+            self.config, self.facts, api or self.api, self.clock, open_engine
+        )
 
     def ec2_units(self) -> dict[str, set[str]]:
         """EC2's view, read from moto's backend directly: units per attached ENI of the instance."""
@@ -74,18 +112,6 @@ class CloudNode:
                 return rounds
         raise AssertionError(f"the pool did not settle in {max_rounds} rounds: {self.pool.plan()}")
 
-    def drift(self, grace_s: float = 60.0) -> Ec2Drift:
-        """The EC2 drift reconcile wired as the daemon wires it."""
-        return Ec2Drift(
-            self.engine,
-            self.api,
-            self.world.instance_id,
-            (self.strategy.kind,),
-            grace_s,
-            self.clock,
-            lambda: self.pool.releases_in_flight,
-        )
-
     def check(self) -> None:
         check_invariants(self.engine, self.path, self.clock.now())
         assert self.ec2_units() == self.ipamd_units(), "what EC2 reports equals what ipamd believes"
@@ -106,30 +132,26 @@ async def open_cloud_node(
     ec2 = Boto3Ec2(world.client(client_config()), recorder=calls, limits=FAST, rng=random.Random(1))
     api: Ec2Api = api_wrapper(ec2) if api_wrapper else ec2
     clock = FakeClock()
-    strategy = PREFIXES if prefix_mode else SECONDARY_IPS
-    limits_raw = await ec2.instance_limits(instance_type)
-    limits = NodeLimits(max_enis=limits_raw.max_enis, units_per_eni=limits_raw.units_per_eni)
-    targets = targets or PoolTargets()
-    path = tmp_path / "state" / "ipamd.db"
-    engine = await Engine.open(
-        path,
-        clock,
-        EngineSettings(max_pods=compute_pod_limit(targets, limits, strategy)),
+    config = node_config(tmp_path / "state", targets, prefix_mode=prefix_mode, fallback=fallback)
+    facts = await describe_node(ec2, world.instance_id)
+    parts = await _open_parts(config, facts, api, clock, Engine.open)
+    await parts.pool.adopt()
+    path = Path(config.state_dir) / STATE_FILE
+    return CloudNode(
+        world, ec2, api, parts, clock, path, unit_strategy(config), config, facts, calls
     )
-    instance: Instance = await ec2.describe_instance(world.instance_id)
-    pool = PoolManager(
-        engine,
-        api,
-        instance,
-        limits,
-        PoolSettings(
-            targets=targets,
-            strategy=strategy,
-            fallback_strategy=SECONDARY_IPS if fallback else None,
-            cluster_name="test-cluster",
-        ),
-        clock,
-        random.Random(3),
+
+
+async def _open_parts(
+    config: Config, facts: NodeFacts, api: Ec2Api, clock: FakeClock, open_engine: EngineOpener
+) -> Parts:
+    return await open_parts(
+        config,
+        facts,
+        ec2=api,
+        imds=NoImds(),
+        runtime=FakeRuntime(clock),
+        clock=clock,
+        open_engine=open_engine,
+        rng=random.Random(3),
     )
-    await pool.adopt()
-    return CloudNode(world, ec2, api, engine, pool, clock, path, strategy, calls)

@@ -1,0 +1,211 @@
+"""The daemon's parts, wired once, from the configuration, the instance EC2 describes and the adapters.
+
+`open_parts` computes the engine's settings from the configuration and the instance type's limits
+(the IP cooldown and delete-intent lifetime, max pods, the node's address capacity) before the state
+file is opened, so they are final the moment the engine exists: nothing patches them afterwards. On
+that one engine it builds the pool manager, the EC2 drift, the IMDS hint, the runtime leak GC and ENI
+GC; the ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
+and ENI GC leave alone.
+
+`ipamd.daemon.build_daemon` uses it, and so does every test, benchmark and simulation that runs a
+node's parts. A variant is asked for through the inputs — configuration values, the clock, the
+adapters, the engine opener (a store with faults, an engine on the loop's thread), `Tuning` — never
+by building a part by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from cloud.models import UnitKind
+from cloud.ports import Ec2Api, Ec2Catalog, Imds, Instance
+from ipamd.clock import Clock
+from ipamd.config import Config
+from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.engine import Engine
+from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.policy.model import NodeLimits, PoolTargets
+from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
+from ipamd.policy.plan import compute_address_capacity, compute_pod_limit
+from ipamd.reconcile.ec2_drift import Ec2Drift
+from ipamd.reconcile.eni_gc import EniGc
+from ipamd.reconcile.imds_hint import ImdsHint
+from ipamd.reconcile.leaks import LeakGc
+from ipamd.runtime.ports import RuntimeApi
+
+STATE_FILE = "ipamd.db"
+"""The state file's name in IPAMD_STATE_DIR."""
+
+
+class Ec2(Ec2Api, Ec2Catalog, Protocol):
+    """Both EC2 ports, as one adapter serves them."""
+
+
+EngineOpener = Callable[[Path, Clock, EngineSettings], Awaitable[Engine]]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What start-up reads of this instance before anything is built: EC2's description of it and
+    its instance type's limits."""
+
+    instance: Instance
+    limits: NodeLimits
+
+
+async def describe_node(ec2: Ec2Catalog, instance_id: str) -> NodeFacts:
+    """The instance and its type's limits, from EC2. Raises `CloudError`."""
+    instance = await ec2.describe_instance(instance_id)
+    raw = await ec2.instance_limits(instance.instance_type)
+    return NodeFacts(instance, NodeLimits(max_enis=raw.max_enis, units_per_eni=raw.units_per_eni))
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Timings no setting carries, for runs on a compressed clock (a crash scenario's child lives
+    well under a second); the daemon runs with none of them set."""
+
+    cooldown_s: float | None = None
+    """The IP cooldown, finer than IP_COOLDOWN_PERIOD's whole seconds; None = the setting's."""
+    pool_backoff_s: tuple[float, float] | None = None
+    """The pool manager's retry backoff (first wait, cap); None = its own default."""
+
+
+def strategy(config: Config) -> UnitStrategy:
+    """The unit the pool grows by: /28 prefixes or secondary IPs (ENABLE_PREFIX_DELEGATION)."""
+    return strategy_for(config.enable_prefix_delegation)
+
+
+def fallback_strategy(config: Config) -> UnitStrategy | None:
+    """Prefix mode with IPAMD_PREFIX_FALLBACK_TO_IPS: secondary IPs when no /28 is left."""
+    prefix_mode = strategy(config).kind == "prefix"
+    return SECONDARY_IPS if config.prefix_fallback_to_ips and prefix_mode else None
+
+
+def unit_kinds(config: Config) -> tuple[UnitKind, ...]:
+    """The kinds of unit the node may hold, the one it grows by first."""
+    fallback = fallback_strategy(config)
+    return (strategy(config).kind,) + ((fallback.kind,) if fallback else ())
+
+
+def engine_settings(
+    config: Config, limits: NodeLimits, tuning: Tuning = Tuning()
+) -> EngineSettings:
+    """The engine's settings, final: the configuration's, with the pod and address limits the
+    pool's targets leave on this instance type."""
+    targets, unit = PoolTargets.from_config(config), strategy(config)
+    cooldown_s = tuning.cooldown_s
+    return EngineSettings(
+        cooldown_s=float(config.ip_cooldown_period_s) if cooldown_s is None else cooldown_s,
+        intent_ttl_s=config.delete_intent_ttl_s,
+        max_pods=compute_pod_limit(targets, limits, unit),
+        max_addresses=compute_address_capacity(targets, limits, unit),
+    )
+
+
+def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
+    settings = PoolSettings(
+        targets=PoolTargets.from_config(config),
+        strategy=strategy(config),
+        fallback_strategy=fallback_strategy(config),
+        cluster_name=config.cluster_name,
+        extra_tags=config.additional_eni_tags,
+        subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
+        release_grace_s=config.reconcile_grace_s,
+    )
+    if tuning.pool_backoff_s is None:
+        return settings
+    base_s, cap_s = tuning.pool_backoff_s
+    return replace(settings, backoff_base_s=base_s, backoff_cap_s=cap_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """A node's parts, all on one engine. Nothing runs until a caller runs them."""
+
+    engine: Engine
+    pool: PoolManager
+    drift: Ec2Drift
+    hint: ImdsHint
+    leak_gc: LeakGc
+    eni_gc: EniGc
+    pending_enis: set[str]
+    """ENIs the pool manager created and has not brought into the inventory yet: the drift leaves
+    them to it, ENI GC never deletes them (the pool manager's own set)."""
+    node: NodeFacts
+    targets: PoolTargets
+    """The pool's targets (WARM_*_TARGET, MINIMUM_IP_TARGET, MAX_ENI, ...), as configured."""
+    kinds: tuple[UnitKind, ...]
+    drift_wanted: asyncio.Event
+    """Set by the IMDS hint when IMDS disagrees: an EC2 drift check is due now."""
+
+
+async def open_parts(
+    config: Config,
+    node: NodeFacts,
+    *,
+    ec2: Ec2Api,
+    imds: Imds,
+    runtime: RuntimeApi,
+    clock: Clock,
+    open_engine: EngineOpener = Engine.open,
+    rng: random.Random | None = None,
+    tuning: Tuning = Tuning(),
+) -> Parts:
+    """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it."""
+    path = Path(config.state_dir) / STATE_FILE
+    engine = await open_engine(path, clock, engine_settings(config, node.limits, tuning))
+    instance_id = node.instance.instance_id
+    kinds = unit_kinds(config)
+    pool = PoolManager(
+        engine, ec2, node.instance, node.limits, pool_settings(config, tuning), clock, rng
+    )
+    pending = pool.pending_enis
+    drift = Ec2Drift(
+        engine,
+        ec2,
+        instance_id,
+        kinds,
+        config.reconcile_grace_s,
+        clock,
+        lambda: pool.releases_in_flight | pending,
+    )
+    drift_wanted = asyncio.Event()
+    hint = ImdsHint(
+        lambda: engine.state, imds, kinds, config.reconcile_grace_s, clock, drift_wanted.set
+    )
+    eni_gc = EniGc(
+        ec2,
+        instance_id,
+        config.eni_gc_grace_s,
+        clock,
+        lambda: pending | set(engine.state.enis),
+        cluster_name=config.cluster_name,
+    )
+    return Parts(
+        engine=engine,
+        pool=pool,
+        drift=drift,
+        hint=hint,
+        leak_gc=LeakGc(engine, runtime, config.leak_grace_s, clock),
+        eni_gc=eni_gc,
+        pending_enis=pending,
+        node=node,
+        targets=PoolTargets.from_config(config),
+        kinds=kinds,
+        drift_wanted=drift_wanted,
+    )
+
+
+def rebuild_drift(
+    engine: Engine, ec2: Ec2Api, instance_id: str, kinds: tuple[UnitKind, ...], clock: Clock
+) -> Ec2Drift:
+    """The drift that fills a state file being rebuilt (`ipamd.reconcile.rebuild`): EC2's word on
+    every unit at once — no grace window, since nothing in the new file is a recent change of
+    ipamd's — and nothing in flight, since no pool manager runs meanwhile."""
+    return Ec2Drift(engine, ec2, instance_id, kinds, 0.0, clock)
