@@ -150,7 +150,7 @@ class PoolManager:
         for eni in enis:
             if eni.device_index is None:
                 continue
-            if eni.eni_id not in self._engine.state.enis:
+            if eni.eni_id not in self._engine.state.enis():
                 await self._engine.add_eni(eni_record(eni, eni.device_index, self._clock.now()))
             missing = self._adoptable(eni.units(kind))
             await self._engine.add_units(eni.eni_id, missing, kind)
@@ -164,9 +164,9 @@ class PoolManager:
         return [
             c
             for c in listed
-            if c not in state.units
+            if c not in state.units()
             and (
-                (released := state.released.get(c)) is None
+                (released := state.released_unit(c)) is None
                 or now - released.released_at >= self._settings.release_grace_s
             )
         ]
@@ -332,7 +332,7 @@ class PoolManager:
             self.pending_enis.discard(eni_id)
 
     def _free_device_index(self, also_used: set[int | None]) -> int:
-        used = {e.device_index for e in self._engine.state.enis.values()} | also_used
+        used = {e.device_index for e in self._engine.state.enis().values()} | also_used
         return next(i for i in range(1, len(used) + 2) if i not in used)
 
     async def _attached_here(self, eni_id: str) -> bool | None:

@@ -75,7 +75,7 @@ class Ec2Drift:
         self.runs += 1
         # A node ipamd holds nothing of yet (a new node, a fresh state file): EC2's inventory is
         # taken, not drifted from.
-        first_sight = not self._engine.state.enis
+        first_sight = not self._engine.state.enis()
         report = DriftReport()
         listed = {e.eni_id: e for e in enis if e.device_index is not None}
         for eni in listed.values():
@@ -111,7 +111,7 @@ class Ec2Drift:
 
     async def _reconcile_eni(self, eni: NetworkInterface, report: DriftReport) -> None:
         engine, state = self._engine, self._engine.state
-        known = state.enis.get(eni.eni_id)
+        known = state.eni(eni.eni_id)
         if known is None or (eni.mac and not known.mac):
             await engine.add_eni(eni_record(eni, eni.device_index or 0, self._clock.now()))
         if known is None:
@@ -120,9 +120,7 @@ class Ec2Drift:
         for kind in self._kinds:
             ec2_units = set(eni.units(kind))
             await self._add_missing(eni.eni_id, kind, ec2_units, report)
-            ours = [
-                c for c in state.units_by_eni.get(eni.eni_id, {}) if state.units[c].kind == kind
-            ]
+            ours = [c for c in state.units_on(eni.eni_id) if state.units()[c].kind == kind]
             await self._judge_ours(ours, ec2_units, in_flight, report)
 
     async def _add_missing(
@@ -131,8 +129,8 @@ class Ec2Drift:
         state = self._engine.state
         new: list[str] = []
         for cidr in sorted(ec2_units):
-            unit = state.units.get(cidr)
-            released = state.released.get(cidr)
+            unit = state.unit(cidr)
+            released = state.released_unit(cidr)
             if released is not None and self._recent(released.released_at):
                 continue  # ipamd just gave it back; EC2's listing may not show that yet
             if unit is None:
@@ -152,7 +150,7 @@ class Ec2Drift:
         settled_gone: list[str] = []
         settled_kept: list[str] = []
         for cidr in ours:
-            unit = state.units[cidr]
+            unit = state.units()[cidr]
             if unit.state == "lost" or cidr in in_flight or self._recent(unit.changed_at):
                 continue
             listed = cidr in ec2_units
@@ -167,7 +165,7 @@ class Ec2Drift:
             await self._engine.abort_release(settled_kept)
             report.settled_kept.extend(settled_kept)
         if gone:
-            owned = [c for c in gone if state.owned_in_unit.get(c, 0)]
+            owned = [c for c in gone if state.owned_in(c)]
             await self._engine.units_gone(gone)
             report.lost.extend(owned)
             report.dropped.extend(c for c in gone if c not in owned)
@@ -175,7 +173,7 @@ class Ec2Drift:
     async def _gone_enis(self, listed: dict[str, NetworkInterface], report: DriftReport) -> None:
         state = self._engine.state
         in_flight = set(self._in_flight())
-        for eni_id, eni in list(state.enis.items()):
+        for eni_id, eni in list(state.enis().items()):
             if eni_id in listed or eni_id in in_flight or self._recent(eni.added_at):
                 continue
             await self._engine.eni_gone(eni_id)

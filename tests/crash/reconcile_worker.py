@@ -249,8 +249,8 @@ class NodeChurn(Churn):
                 self.emit("unavailable", str(engine.unavailable).replace("\t", " "))
                 return
             engine.trace = self.trace
-            self.live = sorted(engine.state.by_container)
-            self.deleted = list(engine.state.intents)
+            self.live = sorted(engine.state.containers())
+            self.deleted = list(engine.state.intents())
             self.emit("open")
             client = ec2_client(args.region, args.endpoint_url, client_config())
             ec2 = Boto3Ec2(
