@@ -1,17 +1,98 @@
 """Decisions that change the inventory: ENIs and units arriving, leaving, and being returned to EC2.
 
 Every inventory change rests on evidence from EC2 (a Describe result or the answer to ipamd's own
-mutation); callers pass that evidence in. Pure functions returning the mutation to commit.
+mutation); callers pass that evidence in. Pure functions returning the mutation to commit, and
+`diff_inventory`, the one comparison of an ENI's units with EC2's listing of them that the drift
+reconcile and the pool manager's adoption both act on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 
 from datastore.records import EniRecord, Mutation, ReleasedUnitRecord, UnitKind, UnitRecord
 from ipamd.engine.state import NodeState
 from ipamd.errors import InventoryError
+
+
+def within_grace(at: float, now: float, grace_s: float) -> bool:
+    """Whether a change ipamd made at `at` is still inside the grace window: EC2's Describe is
+    eventually consistent, so its listing may not show the change yet and is not judged against it."""
+    return now - at < grace_s
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryDiff:
+    """How the inventory's units of one kind on one ENI differ from EC2's listing of that ENI,
+    leaving out what ipamd changed within the grace window."""
+
+    to_add: tuple[str, ...] = ()
+    """Listed units to enter the inventory as free: `new` and `found_again`, in listing order."""
+    new: tuple[str, ...] = ()
+    """Listed, absent from the inventory, and not returned to EC2 by ipamd within the window."""
+    found_again: tuple[str, ...] = ()
+    """Listed, and held as lost."""
+    gone: tuple[str, ...] = ()
+    """Held as active (free or owned) and no longer listed."""
+    settled_released: tuple[str, ...] = ()
+    """Left `releasing` by a release no longer in flight, and no longer listed: it happened."""
+    settled_kept: tuple[str, ...] = ()
+    """Left `releasing` by a release no longer in flight, and still listed: it never happened."""
+
+
+def diff_inventory(
+    state: NodeState,
+    eni_id: str,
+    kind: UnitKind,
+    listed: Iterable[str],
+    now: float,
+    grace_s: float,
+    in_flight: Collection[str] = (),
+) -> InventoryDiff:
+    """Compare the units of `kind` the inventory holds on `eni_id` with those EC2 `listed` there.
+
+    Compared by content, never by count. A unit is left alone while its own change (its return to
+    EC2, or its last change of state) is within `grace_s`, and while its release is `in_flight`
+    (that call decides it). A lost unit is never judged gone again."""
+    listing = tuple(dict.fromkeys(listed))
+    new: list[str] = []
+    found_again: list[str] = []
+    to_add: list[str] = []
+    for cidr in listing:
+        released = state.released_unit(cidr)
+        if released is not None and within_grace(released.released_at, now, grace_s):
+            continue  # ipamd just gave it back; EC2's listing may not show that yet
+        unit = state.unit(cidr)
+        if unit is None:
+            new.append(cidr)
+        elif unit.state == "lost":
+            found_again.append(cidr)
+        else:
+            continue
+        to_add.append(cidr)
+    on_ec2 = frozenset(listing)
+    gone: list[str] = []
+    settled_released: list[str] = []
+    settled_kept: list[str] = []
+    for cidr in state.units_on(eni_id):
+        unit = state.units()[cidr]
+        if unit.kind != kind or unit.state == "lost" or cidr in in_flight:
+            continue
+        if within_grace(unit.changed_at, now, grace_s):
+            continue
+        if unit.state == "releasing":
+            (settled_kept if cidr in on_ec2 else settled_released).append(cidr)
+        elif cidr not in on_ec2:
+            gone.append(cidr)
+    return InventoryDiff(
+        tuple(to_add),
+        tuple(new),
+        tuple(found_again),
+        tuple(gone),
+        tuple(settled_released),
+        tuple(settled_kept),
+    )
 
 
 def plan_add_eni(state: NodeState, eni: EniRecord) -> Mutation:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from cloud.models import UnitKind
 from cloud.ports import Imds, ImdsInterface
 from ipamd.clock import Clock
+from ipamd.engine.inventory import within_grace
 from ipamd.engine.state import NodeState
 
 logger = logging.getLogger(__name__)
@@ -38,14 +39,14 @@ def diff_imds(
         unit = state.unit(cidr)
         released = state.released_unit(cidr)
         changed = unit.changed_at if unit else (released.released_at if released else None)
-        return changed is None or now - changed >= grace_s
+        return changed is None or not within_grace(changed, now, grace_s)
 
     by_eni = {i.eni_id: i for i in interfaces}
     disagreements: list[str] = []
     for eni_id, eni in state.enis().items():
         interface = by_eni.get(eni_id)
         if interface is None:
-            if now - eni.added_at >= grace_s:
+            if not within_grace(eni.added_at, now, grace_s):
                 disagreements.append(f"{eni_id}: not in IMDS")
             continue
         ours = {
