@@ -2,14 +2,16 @@
 
 It changes only through `apply(mutation)`, called with a mutation that has already committed, so memory
 never runs ahead of disk. Reads are plain method calls on the event loop thread: with no `await` inside
-`apply`, every read sees either all of a change or none of it.
+`apply`, every read sees either all of a change or none of it. The indexes are private; the query
+methods hand out live read-only views (`Mapping`, `KeysView`) or single answers, at the cost of the
+dictionary access they wrap.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections import OrderedDict, deque
-from collections.abc import Iterator, KeysView, Mapping
+from collections.abc import KeysView, Mapping
 from types import MappingProxyType
 
 from datastore.records import (
@@ -165,8 +167,7 @@ class NodeState:
             self._owned_in_unit[cidr] = self._owned_in_unit.get(cidr, 1) - 1
 
     # -- reading ---------------------------------------------------------------------------------
-
-    # The only way in for code outside `ipamd.engine`: views and answers, never the maps themselves.
+    # The way in for code outside `ipamd.engine`: read-only views and answers, never the maps.
 
     def enis(self) -> Mapping[str, EniRecord]:
         """ENI ID → record, a live read-only view."""
@@ -214,10 +215,6 @@ class NodeState:
         keys = sorted(self._by_container.get(container_id, ()), key=lambda k: (k.network, k.ifname))
         return tuple(self._allocations[k] for k in keys)
 
-    def containers(self) -> KeysView[str]:
-        """The container IDs that hold at least one allocation, a live view."""
-        return self._by_container.keys()
-
     def owner_of(self, address: str) -> AllocationKey | None:
         return self._owner.get(address)
 
@@ -229,17 +226,9 @@ class NodeState:
         """Container ID → time of its first DEL, a live read-only view."""
         return self._intents_view
 
-    def intent(self, container_id: str) -> float | None:
-        """When the container ID's delete intent began, or None if it has none."""
-        return self._intents.get(container_id)
-
     def cooldowns(self) -> Mapping[str, float]:
         """Address → when it was released, a live read-only view, oldest first."""
         return self._cooldowns_view
-
-    def cooldown(self, address: str) -> float | None:
-        """When the address was released, if its cooldown row is still held."""
-        return self._cooldowns.get(address)
 
     def quarantine(self) -> Mapping[AllocationKey, QuarantineRecord]:
         """Claims set aside for `ipamctl repair`, a live read-only view."""
@@ -263,15 +252,6 @@ class NodeState:
         if self.is_cooling(address, now, cooldown_s):
             return AddressState.COOLING
         return AddressState.FREE
-
-    def iter_address_states(
-        self, now: float, cooldown_s: float
-    ) -> Iterator[tuple[UnitRecord, str, AddressState]]:
-        for cidr, unit in self._units.items():
-            for address in self._addresses_of[cidr]:
-                state = self.address_state(address, unit, now, cooldown_s)
-                if state is not None:
-                    yield unit, address, state
 
     def to_image(self) -> StateImage:
         """The records memory holds, in the datastore's own shape, for comparing the two."""

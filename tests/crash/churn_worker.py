@@ -85,7 +85,7 @@ class Churn:
             if engine.unavailable is not None:
                 self.emit("unavailable", str(engine.unavailable).replace("\t", " "))
                 return
-            self.live = sorted(engine.state.containers())
+            self.live = sorted({k.container_id for k in engine.state.allocations()})
             self.deleted = list(engine.state.intents())
             self.emit("open")
             await self.seed(engine)

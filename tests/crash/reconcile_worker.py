@@ -249,7 +249,7 @@ class NodeChurn(Churn):
                 self.emit("unavailable", str(engine.unavailable).replace("\t", " "))
                 return
             engine.trace = self.trace
-            self.live = sorted(engine.state.containers())
+            self.live = sorted({k.container_id for k in engine.state.allocations()})
             self.deleted = list(engine.state.intents())
             self.emit("open")
             client = ec2_client(args.region, args.endpoint_url, client_config())

@@ -483,7 +483,9 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.gc_round()
         self.clock.advance(LEAK_GRACE_S)
         self.gc_round()
-        assert not self.zombies & set(self.eng.state.containers()), "leaked pods still held"
+        assert not self.zombies & {k.container_id for k in self.eng.state.allocations()}, (
+            "leaked pods still held"
+        )
         self.zombies.clear()
 
     # -- after every step ------------------------------------------------------------------------

@@ -46,7 +46,7 @@ async def test_s11_restart_with_dead_sandboxes_releases_them_after_grace(
     assert await gc.run_once() == (), "two misses, but younger than the grace period"
     node.clock.advance(GRACE_S)
     assert set(await gc.run_once()) == {"dead-1", "dead-2"}
-    assert set(engine.state.containers()) == {"alive"}
+    assert {k.container_id for k in engine.state.allocations()} == {"alive"}
     with pytest.raises(DeleteIntentActive):
         await engine.assign(key("dead-1"))  # released with a delete intent, like a DEL
     node.check()
@@ -63,7 +63,7 @@ async def test_s11_live_sandbox_kept_even_before_the_pod_is_published(
     for _ in range(3):
         node.clock.advance(GRACE_S)
         assert await gc.run_once() == ()
-    assert "s1" in engine.state.containers()
+    assert engine.state.allocations_of("s1")
     node.check()
 
 
@@ -80,7 +80,7 @@ async def test_s13_allocation_newer_than_the_snapshot_is_kept(
     assert await listing == ()
     cri.delay_s = 0.0
     assert await gc.run_once() == (), "one miss is not enough"
-    assert "late" in engine.state.containers()
+    assert engine.state.allocations_of("late")
     node.check()
 
 
@@ -96,7 +96,7 @@ async def test_s14_sandbox_not_yet_listed_survives_one_miss(
     assert await gc.run_once() == ()
     assert await gc.run_once() == ()
     assert await gc.run_once() == ()
-    assert "new" in engine.state.containers()
+    assert engine.state.allocations_of("new")
     node.check()
 
 
@@ -111,7 +111,7 @@ async def test_s14_unreachable_runtime_releases_nothing(
     for _ in range(4):
         with pytest.raises(RuntimeUnavailable):  # a failed round, counted as one by the schedule
             await gc.run_once()
-    assert gc.unreachable == 4 and "pod" in engine.state.containers()
+    assert gc.unreachable == 4 and engine.state.allocations_of("pod")
     node.check()
 
 
@@ -200,4 +200,4 @@ async def test_s14_an_unreachable_runtime_is_a_failed_gc_round_not_an_ok_one(
     cri.unavailable = False
     assert await jobs.run_now(Job("leak_gc", gc.run_once, 60.0)) is True
     assert jobs.outcomes[("leak_gc", "ok")] == 1
-    assert "pod" in engine.state.containers()
+    assert engine.state.allocations_of("pod")

@@ -58,7 +58,12 @@ def check_state(state: NodeState, now: float, cooldown_s: float, intent_ttl_s: f
         a: state.owner_of(a) for a in state.owned_addresses()
     }
     # 2: one state per inventory address; assigned and lost addresses are exactly the owned ones.
-    states = {address: s for _, address, s in state.iter_address_states(now, cooldown_s)}
+    states = {
+        address: s
+        for cidr, unit in state.units().items()
+        for address in state.addresses_of(cidr)
+        if (s := state.address_state(address, unit, now, cooldown_s)) is not None
+    }
     owned_states = {
         a: s for a, s in states.items() if s in (AddressState.ASSIGNED, AddressState.LOST)
     }
@@ -71,8 +76,8 @@ def check_state(state: NodeState, now: float, cooldown_s: float, intent_ttl_s: f
                 f"{address} not in its unit {cidr}"
             )
     # 3: no allocation for a container with an unexpired delete intent.
-    for cid in state.containers():
-        first_del = state.intent(cid)
+    for cid in {k.container_id for k in state.allocations()}:
+        first_del = state.intents().get(cid)
         assert first_del is None or now >= first_del + intent_ttl_s, f"{cid} has an active intent"
     # 5: a releasing unit holds no assigned or cooling address.
     for cidr, unit in state.units().items():
