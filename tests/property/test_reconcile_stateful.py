@@ -613,9 +613,9 @@ def test_found_bug_2_eni_release_timeout_not_settled_by_a_lagging_describe(
 def test_found_bug_3_adopt_after_restart_honours_the_release_grace() -> None:
     """The pool returns one of two free addresses; ipamd restarts at once and adopts EC2's listing,
     which still shows the returned address. The bug: `adopt` added every listed unit it lacked,
-    without the persisted `released` grace that `Ec2Drift._add_missing` honours, and the second ADD
-    was handed the returned address. Now adopt (and `_resync_eni`) skip units released within the
-    grace window, as the drift does."""
+    without the persisted `released` grace that the drift reconcile honours, and the second ADD
+    was handed the returned address. Now adopt (and `_resync_eni`) take `diff_inventory`'s `new`
+    units, the drift's own judgement, which skips units released within the grace window."""
     machine = replay_machine()
     try:
         machine.pool_tick(1)
