@@ -81,7 +81,7 @@ async def run(workdir: Path) -> dict[str, float]:
 
 
 def _check_outstanding(engine: Engine, now: float, expected: int) -> None:
-    intents = engine.state.intents
+    intents = engine.state.intents()
     ttl = engine.settings.intent_ttl_s
     outstanding = sum(1 for first_del in intents.values() if now < first_del + ttl)
     if outstanding != expected:

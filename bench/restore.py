@@ -42,7 +42,7 @@ async def _build(path: Path, clock: FakeClock, settings: EngineSettings) -> None
 async def _timed_open(path: Path, clock: FakeClock, settings: EngineSettings) -> float:
     elapsed, engine = await timed_ms(Engine.open(path, clock, settings))
     try:
-        loaded = (len(engine.state.allocations), len(engine.state.intents))
+        loaded = (len(engine.state.allocations()), len(engine.state.intents()))
         if engine.unavailable is not None or loaded != (PODS, INTENTS):
             raise RuntimeError(f"restore loaded {loaded}, unavailable={engine.unavailable}")
     finally:

@@ -130,7 +130,7 @@ class Daemon:
 
     async def _start_once(self) -> None:
         if await self.engine.claim_instance(self.instance_id):
-            logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine))
+            logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine()))
         await self.drift.run_once()
         try:
             await self.leak_gc.run_once()  # the first listing: a leak needs two misses

@@ -132,7 +132,7 @@ def live_sandboxes(engine: Engine) -> list[LiveSandbox]:
     """One sandbox per container ID that holds an allocation (a pod with two interfaces is one
     sandbox), created when its first allocation was."""
     found: dict[str, LiveSandbox] = {}
-    for alloc in engine.state.allocations.values():
+    for alloc in engine.state.allocations().values():
         cid = alloc.key.container_id
         had = found.get(cid)
         found[cid] = LiveSandbox(

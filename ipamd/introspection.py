@@ -95,11 +95,11 @@ class View:
         # One synchronous step: nothing can change the engine between these reads.
         state = engine.state
         self.snapshot: PoolSnapshot = engine.snapshot()
-        self.allocations: tuple[AllocationRecord, ...] = tuple(state.allocations.values())
+        self.allocations: tuple[AllocationRecord, ...] = tuple(state.allocations().values())
         self.owners: dict[str, AllocationRecord] = {
             address: record for record in self.allocations for address in record.addresses
         }
-        self.released_at: dict[str, float] = dict(state.cooldowns)
+        self.released_at: dict[str, float] = dict(state.cooldowns())
 
 
 def _cidr_info(view: View, unit: UnitView) -> dict[str, object]:

@@ -133,10 +133,10 @@ class Recorders:
         lost = [u for u in mutation.put_units if u.state == "lost"]
         if not lost:
             return
-        self.force_removed_ips += sum(state.owned_in_unit.get(u.cidr, 0) for u in lost)
+        self.force_removed_ips += sum(state.owned_in(u.cidr) for u in lost)
         for eni_id in dict.fromkeys(u.eni_id for u in lost):
-            units = state.units_by_eni.get(eni_id, {})
-            if all(state.units[c].state == "lost" for c in units if c in state.units):
+            units = state.units_on(eni_id)
+            if all(state.units()[c].state == "lost" for c in units if c in state.units()):
                 self.force_removed_enis += 1
 
 

@@ -184,7 +184,7 @@ async def open_parts(
         instance_id,
         config.eni_gc_grace_s,
         clock,
-        lambda: pending | set(engine.state.enis),
+        lambda: pending | set(engine.state.enis()),
         cluster_name=config.cluster_name,
     )
     return Parts(

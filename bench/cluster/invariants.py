@@ -38,7 +38,7 @@ def check_cluster(nodes: Iterable[SimNode], instances: Mapping[str, Any], now: f
         except AssertionError as err:
             problems.append(f"{node.name}: node invariant: {err}")
         problems += _owned_on_ec2(node, instances[node.instance_id])
-        for address in node.engine.state.owner:
+        for address in node.engine.state.owned_addresses():
             if address in owners:
                 problems.append(f"{address} owned on {owners[address]} and {node.name}")
             owners[address] = node.name
@@ -58,9 +58,9 @@ def _owned_on_ec2(node: SimNode, instance: Any) -> list[str]:
     state = node.engine.state
     on_ec2 = _ec2_units(instance)
     problems: list[str] = []
-    for alloc in state.allocations.values():
+    for alloc in state.allocations().values():
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            unit = state.units.get(cidr)
+            unit = state.unit(cidr)
             if unit is None or unit.state == "lost":
                 problems.append(f"{node.name}: {address} is owned but its unit {cidr} is lost")
             elif (unit.eni_id, cidr) not in on_ec2:
@@ -100,6 +100,6 @@ def _eni_findings(nodes: Iterable[SimNode], backend: Any) -> list[tuple[str, str
             findings.append((eni.id, why))
             continue
         owner = by_instance.get(eni.instance.id)
-        if owner is not None and eni.device_index != 0 and eni.id not in owner.engine.state.enis:
+        if owner is not None and eni.device_index != 0 and eni.id not in owner.engine.state.enis():
             findings.append((eni.id, f"attached to {owner.name} but not in its inventory"))
     return findings

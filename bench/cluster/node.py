@@ -106,7 +106,7 @@ class SimNode:
     def pool_addresses(self) -> int:
         """Addresses in the node's inventory, whatever their state."""
         state = self.engine.state
-        return sum(len(state.addresses_of.get(cidr, ())) for cidr in state.units)
+        return sum(len(state.addresses_of(cidr)) for cidr in state.units())
 
     async def stop(self) -> None:
         self.gone = True

@@ -241,7 +241,7 @@ class Cluster:
             self.result.problems.append(f"a job crashed: {self.jobs.fatal!r}")
 
     def sample(self, t_s: float) -> None:
-        pods = sum(len(n.engine.state.allocations) for n in self.nodes)
+        pods = sum(len(n.engine.state.allocations()) for n in self.nodes)
         addresses = sum(n.pool_addresses() for n in self.nodes)
         self.result.series.append((round(t_s, 1), pods, addresses))
 

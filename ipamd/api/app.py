@@ -199,7 +199,7 @@ async def add(request: web.Request) -> web.Response:
 
 async def get_allocation(request: web.Request) -> web.Response:
     key = _key(request)
-    record = request.app[ENGINE].state.allocations.get(key)
+    record = request.app[ENGINE].state.allocation(key)
     if record is None:
         raise AllocationNotFound(
             f"no allocation for container {key.container_id} ifname {key.ifname} "

@@ -125,20 +125,20 @@ def allocations(state: NodeState, now: float, gateway: str = POD_GATEWAY) -> dic
     """`GET /v1/allocations`: every allocation, oldest first, and the quarantined claims; each with
     the gateway ADD answered with."""
     records = sorted(
-        state.allocations.values(),
+        state.allocations().values(),
         key=lambda r: (r.created_at, r.key.network, r.key.container_id, r.key.ifname),
     )
     return {
         "taken_at": now,
         "allocations": [allocation(r, gateway).to_json() for r in records],
-        "quarantined": [_quarantined(q) for q in state.quarantine.values()],
+        "quarantined": [_quarantined(q) for q in state.quarantine().values()],
     }
 
 
 def intents(state: NodeState, now: float, ttl_s: float, limit: int) -> dict[str, object]:
     """`GET /v1/intents`: the delete intents still refusing ADDs, oldest first, at most `limit`.
     Expired intents awaiting their lazy pruning are not listed: they no longer refuse anything."""
-    active = [(cid, first) for cid, first in state.intents.items() if now < first + ttl_s]
+    active = [(cid, first) for cid, first in state.intents().items() if now < first + ttl_s]
     active.sort(key=lambda item: item[1])
     return {
         "taken_at": now,

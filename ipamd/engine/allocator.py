@@ -1,7 +1,8 @@
 """Decisions for ADD and DEL: which addresses a new allocation takes, what a DEL releases.
 
 Pure functions of (node state, now, settings) returning the `Mutation` to commit and the answer to give
-once it has committed. They never change the state themselves.
+once it has committed. They never change the state themselves. ADD is the hot path: these read
+`NodeState`'s indexes directly (they are the engine's own), not through its query methods.
 """
 
 from __future__ import annotations
@@ -47,19 +48,19 @@ def plan_assign(
     settings: EngineSettings,
     blocked_enis: Collection[str] = (),
 ) -> tuple[Mutation, AllocationRecord]:
-    first_del = state.intents.get(key.container_id)
+    first_del = state._intents.get(key.container_id)
     if first_del is not None and now < first_del + settings.intent_ttl_s:
         raise DeleteIntentActive(key.container_id, first_del, first_del + settings.intent_ttl_s)
-    existing = state.allocations.get(key)
+    existing = state._allocations.get(key)
     if existing is not None:
         return Mutation(), existing
-    if settings.max_pods is not None and len(state.allocations) >= settings.max_pods:
+    if settings.max_pods is not None and len(state._allocations) >= settings.max_pods:
         raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
     picked = pick_addresses(state, count, now, settings.cooldown_s, blocked_enis)
-    full = settings.max_addresses is not None and len(state.owner) + count > settings.max_addresses
+    full = settings.max_addresses is not None and len(state._owner) + count > settings.max_addresses
     if picked is None and full:
         raise NodeFull(
-            f"pods own {len(state.owner)} of the {settings.max_addresses} addresses this "
+            f"pods own {len(state._owner)} of the {settings.max_addresses} addresses this "
             "node's ENIs can hold: none will come until a pod is deleted"
         )
     if picked is None:
@@ -79,7 +80,7 @@ def plan_assign(
         pod_uid=pod.uid,
     )
     # Taking an address ends whatever (expired) cooldown row it still had.
-    stale = tuple(a for a, _ in pairs if a in state.cooldowns)
+    stale = tuple(a for a, _ in pairs if a in state._cooldowns)
     return Mutation(put_allocations=(record,), delete_cooldowns=stale), record
 
 
@@ -97,7 +98,7 @@ def pick_addresses(
     """
     horizon = now - cooldown_s  # an address released after this instant is still cooling
     best: tuple[int, str, list[tuple[int, str]]] | None = None
-    for eni_id, cidrs in state.units_by_eni.items():
+    for eni_id, cidrs in state._units_by_eni.items():
         if eni_id in blocked_enis:
             continue  # its link is not set up on the host: an address there could not carry traffic
         occupied, available, candidates = _scan_eni(state, cidrs, horizon)
@@ -110,14 +111,14 @@ def pick_addresses(
     chosen = [min(candidates)] if count == 1 else sorted(candidates)
     pairs: list[tuple[str, str]] = []
     for _, cidr in chosen:
-        pairs.extend((a, cidr) for a in state.addresses_of[cidr] if _is_free(state, a, horizon))
+        pairs.extend((a, cidr) for a in state._addresses_of[cidr] if _is_free(state, a, horizon))
         if len(pairs) >= count:
             break
     return eni_id, pairs[:count]
 
 
 def _is_free(state: NodeState, address: str, horizon: float) -> bool:
-    return address not in state.owner and state.cooldowns.get(address, horizon) <= horizon
+    return address not in state._owner and state._cooldowns.get(address, horizon) <= horizon
 
 
 def _scan_eni(
@@ -127,8 +128,8 @@ def _scan_eni(
 
     The hot loop of ADD: locals and an inlined test for single-address units keep it to a few
     dictionary lookups per unit."""
-    owner, cooldowns, units = state.owner, state.cooldowns, state.units
-    addresses_of, owned_in_unit = state.addresses_of, state.owned_in_unit
+    owner, cooldowns, units = state._owner, state._cooldowns, state._units
+    addresses_of, owned_in_unit = state._addresses_of, state._owned_in_unit
     occupied = available = 0
     candidates: list[tuple[int, str]] = []
     for cidr in cidrs:
@@ -156,7 +157,7 @@ def _scan_eni(
 
 def plan_retract(state: NodeState, record: AllocationRecord) -> tuple[Mutation, bool]:
     """Remove `record` if it is still the allocation of its key: no intent, no cooldown."""
-    if state.allocations.get(record.key) != record:
+    if state._allocations.get(record.key) != record:
         return Mutation(), False
     return Mutation(delete_allocations=(record.key,)), True
 
@@ -166,13 +167,13 @@ def plan_release(
 ) -> tuple[Mutation, tuple[AllocationRecord, ...]]:
     """DEL: release every allocation of the container ID (any network, any ifname) and record the
     delete intent. The intent keeps the time of the first DEL; only an expired one is replaced."""
-    keys = sorted(state.by_container.get(container_id, ()), key=lambda k: (k.network, k.ifname))
-    released = tuple(state.allocations[k] for k in keys)
-    first_del = state.intents.get(container_id)
+    released = state.allocations_of(container_id)
+    keys = tuple(alloc.key for alloc in released)
+    first_del = state._intents.get(container_id)
     intent_active = first_del is not None and now < first_del + settings.intent_ttl_s
     # A quarantined claim of the container goes with its DEL: the runtime says it is gone, so there
     # is nothing left for repair to decide.
-    quarantined = tuple(k for k in state.quarantine if k.container_id == container_id)
+    quarantined = tuple(k for k in state._quarantine if k.container_id == container_id)
     if not released and not quarantined and intent_active:
         return Mutation(), ()
     cooling: list[CooldownRecord] = []
@@ -185,13 +186,13 @@ def plan_release(
     gone = tuple(
         cidr
         for cidr, n in released_from.items()
-        if (unit := state.units.get(cidr)) is not None
+        if (unit := state._units.get(cidr)) is not None
         and unit.state == "lost"
-        and state.owned_in_unit.get(cidr, 0) == n
+        and state._owned_in_unit.get(cidr, 0) == n
     )
     return (
         Mutation(
-            delete_allocations=tuple(keys),
+            delete_allocations=keys,
             delete_intents=(container_id,) if first_del is not None and not intent_active else (),
             put_intents=() if intent_active else (IntentRecord(container_id, now),),
             put_cooldowns=tuple(cooling),
@@ -210,13 +211,13 @@ def plan_pruning(state: NodeState, m: Mutation, now: float, settings: EngineSett
     intents: list[str] = []
     horizon = now - settings.intent_ttl_s
     # Entries replaced since they were queued are skipped; at most one batch of them is looked at.
-    for cid, first_del in islice(state.intent_order, 2 * settings.prune_batch):
+    for cid, first_del in islice(state._intent_order, 2 * settings.prune_batch):
         if len(intents) >= settings.prune_batch or first_del > horizon:
             break
-        if state.intents.get(cid) == first_del:
+        if state._intents.get(cid) == first_del:
             intents.append(cid)
     cooldowns: list[str] = []
-    for address, released_at in state.cooldowns.items():
+    for address, released_at in state._cooldowns.items():
         if len(cooldowns) >= settings.prune_batch or released_at + settings.cooldown_s > now:
             break
         cooldowns.append(address)

@@ -153,9 +153,9 @@ class Engine:
         logger.info(
             "restore.done path=%s allocations=%d intents=%d units=%d quarantined=%d",
             store.path,
-            len(state.allocations),
-            len(state.intents),
-            len(state.units),
+            len(state.allocations()),
+            len(state.intents()),
+            len(state.units()),
             len(mutation.put_quarantine),
         )
         return state, NodeState.from_image(trusted)
@@ -366,7 +366,7 @@ class Engine:
         removed = tuple(
             alloc
             for k in mutation.delete_allocations
-            if (alloc := self.state.allocations.get(k)) is not None
+            if (alloc := self.state.allocation(k)) is not None
         )
         self.state.apply(mutation)
         for listener in self.listeners:

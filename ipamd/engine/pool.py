@@ -24,7 +24,7 @@ from cloud.errors import (
     NotFound,
     SubnetExhausted,
 )
-from cloud.models import NetworkInterface
+from cloud.models import NetworkInterface, UnitKind
 from cloud.ports import (
     MANAGED_BY,
     TAG_CLUSTER_NAME,
@@ -37,6 +37,7 @@ from cloud.ports import (
 from datastore.records import EniRecord
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
+from ipamd.engine.inventory import diff_inventory
 from ipamd.engine.pool_release import Releaser, attached_here, timed
 from ipamd.engine.stats import node_stats
 from ipamd.errors import StoreWriteFailed
@@ -150,26 +151,18 @@ class PoolManager:
         for eni in enis:
             if eni.device_index is None:
                 continue
-            if eni.eni_id not in self._engine.state.enis:
+            if eni.eni_id not in self._engine.state.enis():
                 await self._engine.add_eni(eni_record(eni, eni.device_index, self._clock.now()))
-            missing = self._adoptable(eni.units(kind))
+            missing = self._adoptable(eni.eni_id, kind, eni.units(kind))
             await self._engine.add_units(eni.eni_id, missing, kind)
             added += len(missing)
         return added
 
-    def _adoptable(self, listed: tuple[str, ...]) -> list[str]:
+    def _adoptable(self, eni_id: str, kind: UnitKind, listed: tuple[str, ...]) -> tuple[str, ...]:
         """Units EC2 lists and the inventory lacks, except those ipamd returned within the grace
-        window: EC2's listing may not show the return yet (as in the drift reconcile)."""
+        window: EC2's listing may not show the return yet (the drift reconcile's own rule)."""
         state, now = self._engine.state, self._clock.now()
-        return [
-            c
-            for c in listed
-            if c not in state.units
-            and (
-                (released := state.released.get(c)) is None
-                or now - released.released_at >= self._settings.release_grace_s
-            )
-        ]
+        return diff_inventory(state, eni_id, kind, listed, now, self._settings.release_grace_s).new
 
     async def run_once(self) -> PoolPlan:
         """One tick: plan and apply, unless backing off. Returns the plan applied (empty if none)."""
@@ -332,7 +325,7 @@ class PoolManager:
             self.pending_enis.discard(eni_id)
 
     def _free_device_index(self, also_used: set[int | None]) -> int:
-        used = {e.device_index for e in self._engine.state.enis.values()} | also_used
+        used = {e.device_index for e in self._engine.state.enis().values()} | also_used
         return next(i for i in range(1, len(used) + 2) if i not in used)
 
     async def _attached_here(self, eni_id: str) -> bool | None:
@@ -345,7 +338,8 @@ class PoolManager:
         for eni in enis:
             if eni.eni_id == eni_id:
                 kind = self.strategy.kind
-                await self._engine.add_units(eni_id, self._adoptable(eni.units(kind)), kind)
+                adoptable = self._adoptable(eni_id, kind, eni.units(kind))
+                await self._engine.add_units(eni_id, adoptable, kind)
 
     # -- shrinking -----------------------------------------------------------------------------
 

@@ -70,7 +70,7 @@ class Releaser:
             await self._engine.abort_release(keep)
         by_eni: dict[str, list[str]] = {}
         for cidr in (c for c in marked if c not in keep):
-            by_eni.setdefault(self._engine.state.units[cidr].eni_id, []).append(cidr)
+            by_eni.setdefault(self._engine.state.units()[cidr].eni_id, []).append(cidr)
         first_error: CloudError | None = None
         for eni_id, eni_cidrs in by_eni.items():
             try:
@@ -82,7 +82,7 @@ class Releaser:
 
     async def release_eni(self, eni_id: str) -> None:
         state = self._engine.state
-        cidrs = tuple(state.units_by_eni.get(eni_id, {}))
+        cidrs = tuple(state.units_on(eni_id))
         marked = await self._engine.begin_release(cidrs)
         if len(marked) != len(cidrs):
             await self._engine.abort_release(marked)  # something on it is in use now: keep it
@@ -99,7 +99,7 @@ class Releaser:
         return await timed(operation, awaitable, self._timeout_s)
 
     async def _unassign(self, eni_id: str, cidrs: list[str]) -> None:
-        kind = self._engine.state.units[cidrs[0]].kind
+        kind = self._engine.state.units()[cidrs[0]].kind
         self.in_flight.update(cidrs)
         try:
             await self._call("unassign", self._ec2.unassign_units(eni_id, kind, cidrs))

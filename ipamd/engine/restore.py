@@ -57,18 +57,18 @@ def plan_claim_instance(state: NodeState, instance_id: str, now: float) -> Mutat
     trusted or silently deleted."""
     if state.instance_id == instance_id:
         return Mutation()
-    if state.instance_id is None and not state.allocations:
+    if state.instance_id is None and not state.allocations():
         return Mutation(instance_id=instance_id)
     reason = f"state file belongs to instance {state.instance_id}, not {instance_id}"
     return Mutation(
         instance_id=instance_id,
-        delete_enis=tuple(state.enis),
-        delete_units=tuple(state.units),
-        delete_released=tuple(state.released),
-        delete_cooldowns=tuple(state.cooldowns),
-        delete_allocations=tuple(state.allocations),
+        delete_enis=tuple(state.enis()),
+        delete_units=tuple(state.units()),
+        delete_released=tuple(state.released()),
+        delete_cooldowns=tuple(state.cooldowns()),
+        delete_allocations=tuple(state.allocations()),
         put_quarantine=tuple(
-            QuarantineRecord(a.key, a.addresses, reason, now) for a in state.allocations.values()
+            QuarantineRecord(a.key, a.addresses, reason, now) for a in state.allocations().values()
         ),
     )
 

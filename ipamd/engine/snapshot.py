@@ -16,14 +16,14 @@ def take_snapshot(
     blocked = blocked_enis or {}
     enis: list[EniView] = []
     total: Counter[AddressState] = Counter()
-    for eni in sorted(state.enis.values(), key=lambda e: (e.device_index, e.eni_id)):
+    for eni in sorted(state.enis().values(), key=lambda e: (e.device_index, e.eni_id)):
         units: list[UnitView] = []
         counts: Counter[AddressState] = Counter()
-        for cidr in state.units_by_eni.get(eni.eni_id, {}):
-            unit = state.units[cidr]
+        for cidr in state.units_on(eni.eni_id):
+            unit = state.units()[cidr]
             addresses = tuple(
                 (address, s)
-                for address in state.addresses_of[cidr]
+                for address in state.addresses_of(cidr)
                 if (s := state.address_state(address, unit, now, cooldown_s)) is not None
             )
             counts.update(s for _, s in addresses)
@@ -46,7 +46,7 @@ def take_snapshot(
         taken_at=now,
         enis=tuple(enis),
         counts={s: total.get(s, 0) for s in AddressState},
-        allocations=len(state.allocations),
-        intents=len(state.intents),
-        quarantined=len(state.quarantine),
+        allocations=len(state.allocations()),
+        intents=len(state.intents()),
+        quarantined=len(state.quarantine()),
     )

@@ -2,14 +2,17 @@
 
 It changes only through `apply(mutation)`, called with a mutation that has already committed, so memory
 never runs ahead of disk. Reads are plain method calls on the event loop thread: with no `await` inside
-`apply`, every read sees either all of a change or none of it.
+`apply`, every read sees either all of a change or none of it. The indexes are private; the query
+methods hand out live read-only views (`Mapping`, `KeysView`) or single answers, at the cost of the
+dictionary access they wrap.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import KeysView, Mapping
+from types import MappingProxyType
 
 from datastore.records import (
     AllocationKey,
@@ -24,6 +27,8 @@ from datastore.records import (
 )
 from ipamd.model import AddressState
 
+_NO_UNITS: dict[str, None] = {}
+
 
 def unit_addresses(cidr: str) -> tuple[str, ...]:
     """Every address of a unit: one for a /32, sixteen for a /28 (EC2 lets pods use all of a prefix)."""
@@ -34,23 +39,31 @@ def unit_addresses(cidr: str) -> tuple[str, ...]:
 class NodeState:
     def __init__(self) -> None:
         self.instance_id: str | None = None
-        self.enis: dict[str, EniRecord] = {}
-        self.units: dict[str, UnitRecord] = {}
-        self.addresses_of: dict[str, tuple[str, ...]] = {}
-        self.units_by_eni: dict[str, dict[str, None]] = {}
-        self.released: dict[str, ReleasedUnitRecord] = {}
-        self.allocations: dict[AllocationKey, AllocationRecord] = {}
-        self.by_container: dict[str, set[AllocationKey]] = {}
-        self.owner: dict[str, AllocationKey] = {}
-        self.owned_in_unit: dict[str, int] = {}
+        self._enis: dict[str, EniRecord] = {}
+        self._units: dict[str, UnitRecord] = {}
+        self._addresses_of: dict[str, tuple[str, ...]] = {}
+        self._units_by_eni: dict[str, dict[str, None]] = {}
+        self._released: dict[str, ReleasedUnitRecord] = {}
+        self._allocations: dict[AllocationKey, AllocationRecord] = {}
+        self._by_container: dict[str, set[AllocationKey]] = {}
+        self._owner: dict[str, AllocationKey] = {}
+        self._owned_in_unit: dict[str, int] = {}
         # Pruning looks at the oldest entries only, so its cost is O(batch) however many there are:
         # intents keep their first-DEL order in a deque beside the map (entries whose intent was
         # since replaced are skipped and dropped as they reach the front); cooldowns are an
         # insertion-ordered map in which a re-put moves to the back.
-        self.intents: dict[str, float] = {}
-        self.intent_order: deque[tuple[str, float]] = deque()
-        self.cooldowns: OrderedDict[str, float] = OrderedDict()
-        self.quarantine: dict[AllocationKey, QuarantineRecord] = {}
+        self._intents: dict[str, float] = {}
+        self._intent_order: deque[tuple[str, float]] = deque()
+        self._cooldowns: OrderedDict[str, float] = OrderedDict()
+        self._quarantine: dict[AllocationKey, QuarantineRecord] = {}
+        # Read-only views of the maps above, made once: a read costs what the dict access did.
+        self._enis_view = MappingProxyType(self._enis)
+        self._units_view = MappingProxyType(self._units)
+        self._released_view = MappingProxyType(self._released)
+        self._allocations_view = MappingProxyType(self._allocations)
+        self._intents_view = MappingProxyType(self._intents)
+        self._cooldowns_view = MappingProxyType(self._cooldowns)
+        self._quarantine_view = MappingProxyType(self._quarantine)
 
     @classmethod
     def from_image(cls, image: StateImage) -> NodeState:
@@ -66,8 +79,8 @@ class NodeState:
                 put_quarantine=image.quarantine,
             )
         )
-        state.intents = dict(image.intents)
-        state.intent_order = deque(image.intents.items())
+        state._intents.update(image.intents)
+        state._intent_order.extend(image.intents.items())
         return state
 
     # -- applying committed changes ------------------------------------------------------------
@@ -75,95 +88,161 @@ class NodeState:
     def apply(self, m: Mutation) -> None:
         """Mirror of the datastore's write: deletions first, then insertions, same semantics."""
         for eni_id in m.delete_enis:
-            self.enis.pop(eni_id, None)
-            self.units_by_eni.pop(eni_id, None)
+            self._enis.pop(eni_id, None)
+            self._units_by_eni.pop(eni_id, None)
         for cidr in m.delete_units:
             self._drop_unit(cidr)
         for cidr in m.delete_released:
-            self.released.pop(cidr, None)
+            self._released.pop(cidr, None)
         for key in m.delete_allocations:
             self._drop_allocation(key)
         for cid in m.delete_intents:
-            self.intents.pop(cid, None)
-        order = self.intent_order
-        while order and self.intents.get(order[0][0]) != order[0][1]:
+            self._intents.pop(cid, None)
+        order = self._intent_order
+        while order and self._intents.get(order[0][0]) != order[0][1]:
             order.popleft()
         for address in m.delete_cooldowns:
-            self.cooldowns.pop(address, None)
+            self._cooldowns.pop(address, None)
         for key in m.delete_quarantine:
-            self.quarantine.pop(key, None)
+            self._quarantine.pop(key, None)
         self._put(m)
 
     def _put(self, m: Mutation) -> None:
         if m.instance_id is not None:
             self.instance_id = m.instance_id
         for eni in m.put_enis:
-            self.enis[eni.eni_id] = eni
-            self.units_by_eni.setdefault(eni.eni_id, {})
+            self._enis[eni.eni_id] = eni
+            self._units_by_eni.setdefault(eni.eni_id, {})
         for unit in m.put_units:
             self._put_unit(unit)
         for rel in m.put_released:
-            self.released[rel.cidr] = rel
+            self._released[rel.cidr] = rel
         for alloc in m.put_allocations:
             self._put_allocation(alloc)
         for intent in m.put_intents:
-            if intent.container_id not in self.intents:
-                self.intents[intent.container_id] = intent.first_del_at
-                self.intent_order.append((intent.container_id, intent.first_del_at))
+            if intent.container_id not in self._intents:
+                self._intents[intent.container_id] = intent.first_del_at
+                self._intent_order.append((intent.container_id, intent.first_del_at))
         for cool in m.put_cooldowns:
-            self.cooldowns[cool.address] = cool.released_at
-            self.cooldowns.move_to_end(cool.address)
+            self._cooldowns[cool.address] = cool.released_at
+            self._cooldowns.move_to_end(cool.address)
         for q in m.put_quarantine:
-            self.quarantine[q.key] = q
+            self._quarantine[q.key] = q
 
     def _put_unit(self, unit: UnitRecord) -> None:
-        previous = self.units.get(unit.cidr)
+        previous = self._units.get(unit.cidr)
         if previous is not None and previous.eni_id != unit.eni_id:
-            self.units_by_eni.get(previous.eni_id, {}).pop(unit.cidr, None)
-        self.units[unit.cidr] = unit
-        if unit.cidr not in self.addresses_of:
-            self.addresses_of[unit.cidr] = unit_addresses(unit.cidr)
-        self.units_by_eni.setdefault(unit.eni_id, {})[unit.cidr] = None
-        self.owned_in_unit.setdefault(unit.cidr, 0)
+            self._units_by_eni.get(previous.eni_id, {}).pop(unit.cidr, None)
+        self._units[unit.cidr] = unit
+        if unit.cidr not in self._addresses_of:
+            self._addresses_of[unit.cidr] = unit_addresses(unit.cidr)
+        self._units_by_eni.setdefault(unit.eni_id, {})[unit.cidr] = None
+        self._owned_in_unit.setdefault(unit.cidr, 0)
 
     def _drop_unit(self, cidr: str) -> None:
-        unit = self.units.pop(cidr, None)
+        unit = self._units.pop(cidr, None)
         if unit is not None:
-            self.units_by_eni.get(unit.eni_id, {}).pop(cidr, None)
-            self.addresses_of.pop(cidr, None)
+            self._units_by_eni.get(unit.eni_id, {}).pop(cidr, None)
+            self._addresses_of.pop(cidr, None)
 
     def _put_allocation(self, alloc: AllocationRecord) -> None:
-        self.allocations[alloc.key] = alloc
-        self.by_container.setdefault(alloc.key.container_id, set()).add(alloc.key)
+        self._allocations[alloc.key] = alloc
+        self._by_container.setdefault(alloc.key.container_id, set()).add(alloc.key)
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            self.owner[address] = alloc.key
-            self.owned_in_unit[cidr] = self.owned_in_unit.get(cidr, 0) + 1
+            self._owner[address] = alloc.key
+            self._owned_in_unit[cidr] = self._owned_in_unit.get(cidr, 0) + 1
 
     def _drop_allocation(self, key: AllocationKey) -> None:
-        alloc = self.allocations.pop(key, None)
+        alloc = self._allocations.pop(key, None)
         if alloc is None:
             return
-        keys = self.by_container.get(key.container_id)
+        keys = self._by_container.get(key.container_id)
         if keys is not None:
             keys.discard(key)
             if not keys:
-                del self.by_container[key.container_id]
+                del self._by_container[key.container_id]
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            if self.owner.get(address) == key:
-                del self.owner[address]
-            self.owned_in_unit[cidr] = self.owned_in_unit.get(cidr, 1) - 1
+            if self._owner.get(address) == key:
+                del self._owner[address]
+            self._owned_in_unit[cidr] = self._owned_in_unit.get(cidr, 1) - 1
 
     # -- reading ---------------------------------------------------------------------------------
+    # The way in for code outside `ipamd.engine`: read-only views and answers, never the maps.
+
+    def enis(self) -> Mapping[str, EniRecord]:
+        """ENI ID → record, a live read-only view."""
+        return self._enis_view
+
+    def eni(self, eni_id: str) -> EniRecord | None:
+        return self._enis.get(eni_id)
+
+    def units(self) -> Mapping[str, UnitRecord]:
+        """CIDR → unit record, a live read-only view, in the order units entered the inventory."""
+        return self._units_view
+
+    def unit(self, cidr: str) -> UnitRecord | None:
+        return self._units.get(cidr)
+
+    def units_on(self, eni_id: str) -> KeysView[str]:
+        """The CIDRs of the units on `eni_id` (none for an unknown ENI), in the order they entered."""
+        return self._units_by_eni.get(eni_id, _NO_UNITS).keys()
+
+    def addresses_of(self, cidr: str) -> tuple[str, ...]:
+        """Every address of a unit of the inventory (KeyError for a unit it does not hold)."""
+        return self._addresses_of[cidr]
+
+    def owned_in(self, cidr: str) -> int:
+        """How many addresses of the unit are owned by an allocation."""
+        return self._owned_in_unit.get(cidr, 0)
+
+    def released(self) -> Mapping[str, ReleasedUnitRecord]:
+        """CIDR → units recently returned to EC2 (remembered for the grace window), a live view."""
+        return self._released_view
+
+    def released_unit(self, cidr: str) -> ReleasedUnitRecord | None:
+        return self._released.get(cidr)
+
+    def allocations(self) -> Mapping[AllocationKey, AllocationRecord]:
+        """Key → allocation, a live read-only view."""
+        return self._allocations_view
+
+    def allocation(self, key: AllocationKey) -> AllocationRecord | None:
+        return self._allocations.get(key)
+
+    def allocations_of(self, container_id: str) -> tuple[AllocationRecord, ...]:
+        """Every allocation of the container ID, whatever its network and interface, in (network,
+        ifname) order."""
+        keys = sorted(self._by_container.get(container_id, ()), key=lambda k: (k.network, k.ifname))
+        return tuple(self._allocations[k] for k in keys)
+
+    def owner_of(self, address: str) -> AllocationKey | None:
+        return self._owner.get(address)
+
+    def owned_addresses(self) -> KeysView[str]:
+        """The addresses owned by an allocation, a live view."""
+        return self._owner.keys()
+
+    def intents(self) -> Mapping[str, float]:
+        """Container ID → time of its first DEL, a live read-only view."""
+        return self._intents_view
+
+    def cooldowns(self) -> Mapping[str, float]:
+        """Address → when it was released, a live read-only view, oldest first."""
+        return self._cooldowns_view
+
+    def quarantine(self) -> Mapping[AllocationKey, QuarantineRecord]:
+        """Claims set aside for `ipamctl repair`, a live read-only view."""
+        return self._quarantine_view
 
     def is_cooling(self, address: str, now: float, cooldown_s: float) -> bool:
-        released_at = self.cooldowns.get(address)
+        released_at = self._cooldowns.get(address)
         return released_at is not None and now < released_at + cooldown_s
 
     def address_state(
         self, address: str, unit: UnitRecord, now: float, cooldown_s: float
     ) -> AddressState | None:
         """The state of one address of `unit`, or None if it is no longer part of the inventory."""
-        owned = address in self.owner
+        owned = address in self._owner
         if unit.state == "lost":
             return AddressState.LOST if owned else None
         if owned:
@@ -174,24 +253,15 @@ class NodeState:
             return AddressState.COOLING
         return AddressState.FREE
 
-    def iter_address_states(
-        self, now: float, cooldown_s: float
-    ) -> Iterator[tuple[UnitRecord, str, AddressState]]:
-        for cidr, unit in self.units.items():
-            for address in self.addresses_of[cidr]:
-                state = self.address_state(address, unit, now, cooldown_s)
-                if state is not None:
-                    yield unit, address, state
-
     def to_image(self) -> StateImage:
         """The records memory holds, in the datastore's own shape, for comparing the two."""
         return StateImage(
             instance_id=self.instance_id,
-            enis=tuple(self.enis.values()),
-            units=tuple(self.units.values()),
-            released=tuple(self.released.values()),
-            allocations=tuple(self.allocations.values()),
-            intents=dict(self.intents),
-            cooldowns=tuple(CooldownRecord(a, t) for a, t in self.cooldowns.items()),
-            quarantine=tuple(self.quarantine.values()),
+            enis=tuple(self._enis.values()),
+            units=tuple(self._units.values()),
+            released=tuple(self._released.values()),
+            allocations=tuple(self._allocations.values()),
+            intents=dict(self._intents),
+            cooldowns=tuple(CooldownRecord(a, t) for a, t in self._cooldowns.items()),
+            quarantine=tuple(self._quarantine.values()),
         )

@@ -118,7 +118,7 @@ class Datapath:
         self._subnets: dict[str, str] = {}
         self._wanted = asyncio.Event()
         self.health = DatapathHealth()
-        for eni in engine.state.enis.values():
+        for eni in engine.state.enis().values():
             self._block(eni)
         engine.listeners.append(self._on_commit)
 
@@ -160,9 +160,9 @@ class Datapath:
 
     async def _install(self, record: AllocationRecord) -> None:
         async with self._lock:
-            if self._engine.state.allocations.get(record.key) != record:
+            if self._engine.state.allocation(record.key) != record:
                 return  # released meanwhile: its removal owns the address now
-            eni = self._engine.state.enis.get(record.eni_id)
+            eni = self._engine.state.eni(record.eni_id)
             rules = [r for a in record.addresses for r in pod_rules(a, eni)]
             await self._host.add_rules(rules)
 
@@ -201,8 +201,8 @@ class Datapath:
             stale = [
                 rule
                 for address, record in dirty.items()
-                if address not in state.owner
-                for rule in pod_rules(address, state.enis.get(record.eni_id))
+                if state.owner_of(address) is None
+                for rule in pod_rules(address, state.eni(record.eni_id))
             ]
             try:
                 if stale:
@@ -218,7 +218,7 @@ class Datapath:
         """Set up every blocked ENI whose retry is due (every secondary ENI with `force`)."""
         now = self._clock.now()
         state = self._engine.state
-        for eni in sorted(state.enis.values(), key=lambda e: e.device_index):
+        for eni in sorted(state.enis().values(), key=lambda e: e.device_index):
             if eni.is_primary:
                 continue
             pending = self._pending.get(eni.eni_id)
@@ -242,7 +242,7 @@ class Datapath:
                 self.settings.mtu,
             )
             async with self._lock:
-                if eni.eni_id not in self._engine.state.enis:
+                if eni.eni_id not in self._engine.state.enis():
                     return  # detached meanwhile
                 ifname = await self._host.prepare_link(link)
                 await self._host.add_routes(eni_routes(eni, ifname, subnet))
@@ -325,9 +325,9 @@ class Datapath:
         rules = await self._host.list_rules()
         routes = await self._host.list_routes()
         plan = plan_kernel(
-            state.allocations.values(),
-            state.enis,
-            (r for r in self._ready.values() if r.record.eni_id in state.enis),
+            state.allocations().values(),
+            state.enis(),
+            (r for r in self._ready.values() if r.record.eni_id in state.enis()),
             snat=not self.settings.external_snat,
         )
         diff = diff_kernel(plan, rules, routes)
@@ -367,7 +367,7 @@ class Datapath:
 
     async def snat_plan(self) -> SnatPlan | None:
         """The SNAT table for the links set up now; None until the primary link is found."""
-        mac = next((e.mac for e in self._engine.state.enis.values() if e.is_primary), "")
+        mac = next((e.mac for e in self._engine.state.enis().values() if e.is_primary), "")
         primary = (await self._host.link_names()).get(mac) if mac else None
         if primary is None:
             logger.warning("hostnet.snat_waiting reason=no link with the primary ENI's MAC %r", mac)

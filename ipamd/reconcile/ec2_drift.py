@@ -28,6 +28,7 @@ from cloud.models import NetworkInterface, UnitKind
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
+from ipamd.engine.inventory import InventoryDiff, diff_inventory, within_grace
 from ipamd.engine.pool import eni_record
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Ec2Drift:
         self.runs += 1
         # A node ipamd holds nothing of yet (a new node, a fresh state file): EC2's inventory is
         # taken, not drifted from.
-        first_sight = not self._engine.state.enis
+        first_sight = not self._engine.state.enis()
         report = DriftReport()
         listed = {e.eni_id: e for e in enis if e.device_index is not None}
         for eni in listed.values():
@@ -109,75 +110,49 @@ class Ec2Drift:
         report.enis_bound_to_instance.append(eni.eni_id)
 
     def _recent(self, at: float) -> bool:
-        return self._clock.now() - at < self._grace_s
+        return within_grace(at, self._clock.now(), self._grace_s)
+
+    def _diff(
+        self, eni_id: str, kind: UnitKind, listed: list[str], in_flight: set[str]
+    ) -> InventoryDiff:
+        state, now = self._engine.state, self._clock.now()
+        return diff_inventory(state, eni_id, kind, listed, now, self._grace_s, in_flight)
 
     async def _reconcile_eni(self, eni: NetworkInterface, report: DriftReport) -> None:
         engine, state = self._engine, self._engine.state
-        known = state.enis.get(eni.eni_id)
+        known = state.eni(eni.eni_id)
         if known is None or (eni.mac and not known.mac):
             await engine.add_eni(eni_record(eni, eni.device_index or 0, self._clock.now()))
         if known is None:
             report.enis_added.append(eni.eni_id)
         in_flight = set(self._in_flight())
         for kind in self._kinds:
-            ec2_units = set(eni.units(kind))
-            await self._add_missing(eni.eni_id, kind, ec2_units, report)
-            ours = [
-                c for c in state.units_by_eni.get(eni.eni_id, {}) if state.units[c].kind == kind
-            ]
-            await self._judge_ours(ours, ec2_units, in_flight, report)
+            listed = sorted(set(eni.units(kind)))
+            diff = self._diff(eni.eni_id, kind, listed, in_flight)
+            if diff.to_add:
+                report.found_again.extend(diff.found_again)
+                await engine.add_units(eni.eni_id, diff.to_add, kind)
+                report.added.extend(diff.new)
+                # Judged on the inventory as the additions (and whatever ran meanwhile) left it.
+                diff = self._diff(eni.eni_id, kind, listed, in_flight)
+            await self._judge(diff, report)
 
-    async def _add_missing(
-        self, eni_id: str, kind: UnitKind, ec2_units: set[str], report: DriftReport
-    ) -> None:
-        state = self._engine.state
-        new: list[str] = []
-        for cidr in sorted(ec2_units):
-            unit = state.units.get(cidr)
-            released = state.released.get(cidr)
-            if released is not None and self._recent(released.released_at):
-                continue  # ipamd just gave it back; EC2's listing may not show that yet
-            if unit is None:
-                new.append(cidr)
-            elif unit.state == "lost":
-                new.append(cidr)
-                report.found_again.append(cidr)
-        if new:
-            await self._engine.add_units(eni_id, new, kind)
-            report.added.extend(c for c in new if c not in report.found_again)
-
-    async def _judge_ours(
-        self, ours: list[str], ec2_units: set[str], in_flight: set[str], report: DriftReport
-    ) -> None:
-        state = self._engine.state
-        gone: list[str] = []
-        settled_gone: list[str] = []
-        settled_kept: list[str] = []
-        for cidr in ours:
-            unit = state.units[cidr]
-            if unit.state == "lost" or cidr in in_flight or self._recent(unit.changed_at):
-                continue
-            listed = cidr in ec2_units
-            if unit.state == "releasing":
-                (settled_kept if listed else settled_gone).append(cidr)
-            elif not listed:
-                gone.append(cidr)
-        if settled_gone:
-            await self._engine.finish_release(settled_gone)
-            report.settled_released.extend(settled_gone)
-        if settled_kept:
-            await self._engine.abort_release(settled_kept)
-            report.settled_kept.extend(settled_kept)
-        if gone:
-            owned = [c for c in gone if state.owned_in_unit.get(c, 0)]
-            await self._engine.units_gone(gone)
+    async def _judge(self, diff: InventoryDiff, report: DriftReport) -> None:
+        if diff.settled_released:
+            await self._engine.finish_release(diff.settled_released)
+            report.settled_released.extend(diff.settled_released)
+        if diff.settled_kept:
+            await self._engine.abort_release(diff.settled_kept)
+            report.settled_kept.extend(diff.settled_kept)
+        if diff.gone:
+            owned = [c for c in diff.gone if self._engine.state.owned_in(c)]
+            await self._engine.units_gone(diff.gone)
             report.lost.extend(owned)
-            report.dropped.extend(c for c in gone if c not in owned)
+            report.dropped.extend(c for c in diff.gone if c not in owned)
 
     async def _gone_enis(self, listed: dict[str, NetworkInterface], report: DriftReport) -> None:
-        state = self._engine.state
         in_flight = set(self._in_flight())
-        for eni_id, eni in list(state.enis.items()):
+        for eni_id, eni in list(self._engine.state.enis().items()):
             if eni_id in listed or eni_id in in_flight or self._recent(eni.added_at):
                 continue
             await self._engine.eni_gone(eni_id)

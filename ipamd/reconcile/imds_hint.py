@@ -16,6 +16,7 @@ from collections.abc import Callable
 from cloud.models import UnitKind
 from cloud.ports import Imds, ImdsInterface
 from ipamd.clock import Clock
+from ipamd.engine.inventory import within_grace
 from ipamd.engine.state import NodeState
 
 logger = logging.getLogger(__name__)
@@ -37,30 +38,28 @@ def diff_imds(
     """What IMDS and ipamd disagree on outside the grace window (empty when they agree)."""
 
     def settled(cidr: str) -> bool:
-        unit = state.units.get(cidr)
-        released = state.released.get(cidr)
+        unit = state.unit(cidr)
+        released = state.released_unit(cidr)
         changed = unit.changed_at if unit else (released.released_at if released else None)
-        return changed is None or now - changed >= grace_s
+        return changed is None or not within_grace(changed, now, grace_s)
 
     by_eni = {i.eni_id: i for i in interfaces}
     disagreements: list[str] = []
-    for eni_id, eni in state.enis.items():
+    for eni_id, eni in state.enis().items():
         interface = by_eni.get(eni_id)
         if interface is None:
-            if now - eni.added_at >= grace_s:
+            if not within_grace(eni.added_at, now, grace_s):
                 disagreements.append(f"{eni_id}: not in IMDS")
             continue
         ours = {
-            c
-            for c in state.units_by_eni.get(eni_id, {})
-            if state.units[c].state in ("active", "releasing")
+            c for c in state.units_on(eni_id) if state.units()[c].state in ("active", "releasing")
         }
         for kind in kinds:
             theirs = imds_units(interface, kind)
-            mine = {c for c in ours if state.units[c].kind == kind}
+            mine = {c for c in ours if state.units()[c].kind == kind}
             disagreements += [f"{eni_id}: IMDS lists {c}" for c in theirs - mine if settled(c)]
             disagreements += [f"{eni_id}: IMDS lacks {c}" for c in mine - theirs if settled(c)]
-    disagreements += [f"{eni_id}: only in IMDS" for eni_id in by_eni if eni_id not in state.enis]
+    disagreements += [f"{eni_id}: only in IMDS" for eni_id in by_eni if eni_id not in state.enis()]
     return disagreements
 
 

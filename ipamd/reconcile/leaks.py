@@ -73,16 +73,16 @@ class LeakGc:
         return leaked
 
     async def _release(self, container_id: str) -> list[tuple[str, ...]]:
-        keys = self._engine.state.by_container.get(container_id, set())
-        if not keys:
+        held = self._engine.state.allocations_of(container_id)
+        if not held:
             return []  # released meanwhile by the runtime's own DEL
-        released = await self._engine.release(next(iter(keys)))
+        released = await self._engine.release(held[0].key)
         return [r.addresses for r in released]
 
 
 def _oldest_allocation_by_container(engine: Engine) -> dict[str, float]:
     oldest: dict[str, float] = {}
-    for alloc in engine.state.allocations.values():
+    for alloc in engine.state.allocations().values():
         cid = alloc.key.container_id
         oldest[cid] = min(alloc.created_at, oldest.get(cid, alloc.created_at))
     return oldest
@@ -105,13 +105,13 @@ async def release_invalid_attachments(
     now = clock.now()
     doomed = [
         key
-        for key, alloc in list(engine.state.allocations.items())
+        for key, alloc in list(engine.state.allocations().items())
         if key.network == network
         and (key.container_id, key.ifname) not in keep
         and now - alloc.created_at >= grace_s
     ]
     released: list[AllocationKey] = []
     for key in doomed:
-        if key in engine.state.allocations:
+        if key in engine.state.allocations():
             released.extend(r.key for r in await engine.release(key))
     return tuple(released)

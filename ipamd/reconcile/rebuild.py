@@ -60,7 +60,7 @@ def plan_allocations(
 ) -> tuple[tuple[AllocationRecord, ...], list[str]]:
     """Allocations for the claimed addresses that are free units of the fresh inventory."""
     by_address = {
-        a: c for c, u in state.units.items() if u.state == "active" for a in state.addresses_of[c]
+        a: c for c, u in state.units().items() if u.state == "active" for a in state.addresses_of(c)
     }
     records: list[AllocationRecord] = []
     unfixable: list[str] = []
@@ -77,7 +77,7 @@ def plan_allocations(
                     AllocationKey(REBUILT_NETWORK, sandbox_id, f"eth{index}"),
                     (address,),
                     (cidr,),
-                    state.units[cidr].eni_id,
+                    state.units()[cidr].eni_id,
                     now,
                 )
             )

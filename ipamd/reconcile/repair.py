@@ -48,12 +48,12 @@ class RepairPlan:
 def plan_repair(state: NodeState, live_sandboxes: frozenset[str], now: float) -> RepairPlan:
     release: list[AllocationKey] = []
     unfixable: list[str] = []
-    for key, alloc in state.allocations.items():
+    for key, alloc in state.allocations().items():
         if key.container_id not in live_sandboxes:
             release.append(key)
             continue
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            unit = state.units.get(cidr)
+            unit = state.unit(cidr)
             if unit is not None and unit.state == "lost":
                 unfixable.append(
                     f"{address} of running {key.container_id} ({alloc.pod_namespace}/"
@@ -61,7 +61,7 @@ def plan_repair(state: NodeState, live_sandboxes: frozenset[str], now: float) ->
                 )
     drop: list[AllocationKey] = []
     restore: list[AllocationRecord] = []
-    for key, q in state.quarantine.items():
+    for key, q in state.quarantine().items():
         if key.container_id not in live_sandboxes:
             drop.append(key)
         elif (record := _restorable(state, q, now)) is not None:
@@ -75,29 +75,29 @@ def plan_repair(state: NodeState, live_sandboxes: frozenset[str], now: float) ->
 
 
 def _restorable(state: NodeState, q: QuarantineRecord, now: float) -> AllocationRecord | None:
-    if q.key.container_id in state.intents:
+    if q.key.container_id in state.intents():
         return None  # a DEL came for it: it must not own anything again
     cidrs: list[str] = []
     for address in q.addresses:
         cidr = next(
             (
                 c
-                for c, u in state.units.items()
-                if u.state == "active" and address in state.addresses_of[c]
+                for c, u in state.units().items()
+                if u.state == "active" and address in state.addresses_of(c)
             ),
             None,
         )
-        if cidr is None or address in state.owner or q.key in state.allocations:
+        if cidr is None or state.owner_of(address) is not None or q.key in state.allocations():
             return None
         cidrs.append(cidr)
-    if len({state.units[c].eni_id for c in cidrs}) != 1:
+    if len({state.units()[c].eni_id for c in cidrs}) != 1:
         return None
-    return AllocationRecord(q.key, q.addresses, tuple(cidrs), state.units[cidrs[0]].eni_id, now)
+    return AllocationRecord(q.key, q.addresses, tuple(cidrs), state.units()[cidrs[0]].eni_id, now)
 
 
 async def apply_repair(engine: Engine, plan: RepairPlan) -> None:
     for key in plan.release:
-        if key in engine.state.allocations:
+        if key in engine.state.allocations():
             await engine.release(key)
     if plan.drop_quarantine or plan.restore_quarantine:
         await engine.commit_repair(

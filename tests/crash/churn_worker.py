@@ -88,8 +88,8 @@ class Churn:
             if engine.unavailable is not None:
                 self.emit("unavailable", str(engine.unavailable).replace("\t", " "))
                 return
-            self.live = sorted(engine.state.by_container)
-            self.deleted = list(engine.state.intents)
+            self.live = sorted({k.container_id for k in engine.state.allocations()})
+            self.deleted = list(engine.state.intents())
             self.emit("open")
             await self.seed(engine)
             while True:

@@ -264,8 +264,8 @@ class NodeChurn(Churn):
                 self.emit("unavailable", str(engine.unavailable).replace("\t", " "))
                 return
             engine.trace = self.trace
-            self.live = sorted(engine.state.by_container)
-            self.deleted = list(engine.state.intents)
+            self.live = sorted({k.container_id for k in engine.state.allocations()})
+            self.deleted = list(engine.state.intents())
             self.emit("open")
             pool, drift = parts.pool, parts.drift
             await self.start(engine, pool, drift)

@@ -382,7 +382,7 @@ async def check_round(path: Path, model: Model, transcript: Transcript, where: s
             check_invariants(engine, path, SystemClock().now())
         except AssertionError as err:
             raise AssertionError(f"{where}: invariants after reopening: {err}") from err
-        in_memory = {k.container_id: a.addresses for k, a in engine.state.allocations.items()}
+        in_memory = {k.container_id: a.addresses for k, a in engine.state.allocations().items()}
         assert in_memory == model.alive, f"{where}: the reopened engine disagrees with disk"
     finally:
         await engine.close()

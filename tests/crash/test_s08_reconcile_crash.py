@@ -361,7 +361,7 @@ async def read_ec2(ec2: Boto3Ec2, instance_id: str, where: str) -> EC2View:
 def check_owned_on_ec2(engine: Engine, model: Model, ec2: EC2View, where: str) -> None:
     """Every acknowledged ADD is owned with its addresses, each on the allocation's ENI per EC2."""
     state = engine.state
-    in_memory = {k.container_id: a for k, a in state.allocations.items()}
+    in_memory = {k.container_id: a for k, a in state.allocations().items()}
     assert {c: a.addresses for c, a in in_memory.items()} == model.alive, (
         f"{where}: the engine's allocations differ from the acknowledged ADDs"
     )
@@ -369,7 +369,7 @@ def check_owned_on_ec2(engine: Engine, model: Model, ec2: EC2View, where: str) -
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
             assert cidr in ec2.get(alloc.eni_id, set()), (
                 f"{where}: {address} of acknowledged ADD {cid} is not on {alloc.eni_id} per EC2 "
-                f"(EC2: {sorted(ec2.get(alloc.eni_id, set()))}; unit {state.units.get(cidr)})"
+                f"(EC2: {sorted(ec2.get(alloc.eni_id, set()))}; unit {state.unit(cidr)})"
             )
 
 
@@ -385,14 +385,14 @@ def check_s12(
     assert set(report.settled_released) == released, f"{where}: EC2 dropped {released}: {report}"
     state = engine.state
     for cidr in kept:
-        assert state.units[cidr].state == "active", f"{where}: {cidr} not free again"
+        assert state.units()[cidr].state == "active", f"{where}: {cidr} not free again"
     for cidr in released | with_eni:
-        assert cidr not in state.units, f"{where}: {cidr} still in the inventory"
+        assert cidr not in state.units(), f"{where}: {cidr} still in the inventory"
 
 
 def ipamd_view(engine: Engine) -> EC2View:
     state = engine.state
-    return {eni: set(state.units_by_eni.get(eni, {})) for eni in state.enis}
+    return {eni: set(state.units_on(eni)) for eni in state.enis()}
 
 
 class Parent:
@@ -456,7 +456,7 @@ class Parent:
     async def settle(self, parts: Parts, ec2: EC2View, where: str) -> EC2View:
         """Drift, then the pool until its plan is empty; returns EC2's view once settled."""
         engine, pool, drift = parts.engine, parts.pool, parts.drift
-        releasing = {c: u.eni_id for c, u in engine.state.units.items() if u.state == "releasing"}
+        releasing = {c: u.eni_id for c, u in engine.state.units().items() if u.state == "releasing"}
         self.counts["restarts with units releasing"] += bool(releasing)
         report = await drift.run_once()
         self.tally_report("restart drift", report)
@@ -475,7 +475,7 @@ class Parent:
         where = f"{where}: after settling"
         self.invariants(engine, where)
         ec2 = await read_ec2(self.ec2, self.instance.instance_id, where)
-        stuck = {c: u.state for c, u in engine.state.units.items() if u.state != "active"}
+        stuck = {c: u.state for c, u in engine.state.units().items() if u.state != "active"}
         assert not stuck, f"{where}: units not active: {stuck}"
         assert ipamd_view(engine) == ec2, (
             f"{where}: EC2 lists {ec2}, ipamd holds {ipamd_view(engine)}"

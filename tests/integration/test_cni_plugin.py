@@ -148,7 +148,7 @@ async def test_add_check_del_in_the_configs_version(daemon: Daemon, version: str
     if version == "0.4.0":
         assert ip["version"] == "4"
     assert result["routes"] == [{"dst": "0.0.0.0/0", "gw": "169.254.1.1"}]
-    record = daemon.engine.state.allocations[next(iter(daemon.engine.state.allocations))]
+    record = daemon.engine.state.allocations()[next(iter(daemon.engine.state.allocations()))]
     assert (record.key.network, record.key.container_id, record.key.ifname) == (
         NETWORK,
         "c1",
@@ -168,7 +168,7 @@ async def test_add_check_del_in_the_configs_version(daemon: Daemon, version: str
 
     deleted = await daemon.cni("DEL", {**conf, "prevResult": result})
     assert (deleted.code, deleted.out) == (0, None), deleted
-    assert daemon.engine.state.allocations == {}
+    assert daemon.engine.state.allocations() == {}
     repeated = await daemon.cni("DEL", conf)
     assert (repeated.code, repeated.out) == (0, None)
 
@@ -191,8 +191,8 @@ async def test_gc_releases_what_the_runtime_does_not_list(daemon: Daemon) -> Non
     unset = {"CNI_CONTAINERID": "<unset>", "CNI_IFNAME": "<unset>", "CNI_NETNS": "<unset>"}
     run = await daemon.cni("GC", daemon.conf(**{"cni.dev/valid-attachments": valid}), env=unset)
     assert (run.code, run.out) == (0, None), run
-    assert [k.container_id for k in daemon.engine.state.allocations] == ["live"]
-    assert "dead" in daemon.engine.state.intents
+    assert [k.container_id for k in daemon.engine.state.allocations()] == ["live"]
+    assert "dead" in daemon.engine.state.intents()
     daemon.node.check()
 
 
@@ -201,7 +201,7 @@ async def test_gc_accepts_the_spec_drafts_key_spelling(daemon: Daemon) -> None:
     daemon.node.clock.advance(GRACE_S)
     run = await daemon.cni("GC", daemon.conf(**{"cni.dev/attachments": []}))
     assert (run.code, run.out) == (0, None), run
-    assert daemon.engine.state.allocations == {}
+    assert daemon.engine.state.allocations() == {}
 
 
 async def test_concurrent_adds_get_distinct_addresses_until_the_pool_is_empty(
@@ -218,7 +218,7 @@ async def test_gc_without_the_valid_attachments_key_releases_nothing(daemon: Dae
     assert (await daemon.cni("ADD")).code == 0
     daemon.node.clock.advance(GRACE_S)
     assert_cni_error(await daemon.cni("GC", daemon.conf()), 7)
-    assert len(daemon.engine.state.allocations) == 1
+    assert len(daemon.engine.state.allocations()) == 1
 
 
 async def test_status_follows_readiness(daemon: Daemon) -> None:
@@ -328,7 +328,7 @@ async def test_bad_configs(daemon: Daemon, change: object, code: int) -> None:
         conf = {k: v for k, v in {**daemon.conf(), **change}.items() if v is not None}
     run = await daemon.cni("ADD", conf)
     assert run.code != 0 and run.out["code"] == code, run.out
-    assert daemon.engine.state.allocations == {}
+    assert daemon.engine.state.allocations() == {}
 
 
 BAD_ENVIRONMENTS: dict[str, dict[str, str]] = {
@@ -352,7 +352,7 @@ async def test_bad_environments_are_code_4(daemon: Daemon, env: dict[str, str]) 
     command = env.pop("CNI_COMMAND", "ADD")
     run = await daemon.cni(command, env=env)
     assert_cni_error(run, 4)
-    assert daemon.engine.state.allocations == {}
+    assert daemon.engine.state.allocations() == {}
 
 
 async def test_unknown_cni_args_are_ignored_with_ignore_unknown(daemon: Daemon) -> None:

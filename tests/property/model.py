@@ -15,7 +15,7 @@ any choice the contract leaves open (which free address an ADD takes).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal, Protocol
@@ -125,23 +125,23 @@ class Model:
 
     def check(self, engine: Engine, now: float) -> None:
         state: NodeState = engine.state
-        assert {k: a.addresses for k, a in state.allocations.items()} == self.allocs
-        assert _active(state.intents, now, self.intent_ttl_s) == _active(
+        assert {k: a.addresses for k, a in state.allocations().items()} == self.allocs
+        assert _active(state.intents(), now, self.intent_ttl_s) == _active(
             self.intents, now, self.intent_ttl_s
         ), "delete intents (first DEL times) differ"
-        assert _active(state.cooldowns, now, self.cooldown_s) == _active(
+        assert _active(state.cooldowns(), now, self.cooldown_s) == _active(
             self.released_at, now, self.cooldown_s
         ), "cooling addresses differ"
-        assert {c: ModelUnit(u.eni_id, u.kind, u.state) for c, u in state.units.items()} == (
+        assert {c: ModelUnit(u.eni_id, u.kind, u.state) for c, u in state.units().items()} == (
             self.units
         )
-        assert set(state.released) == self.released_units
-        assert set(state.enis) == self.enis
-        assert state.quarantine == {}
+        assert set(state.released()) == self.released_units
+        assert set(state.enis()) == self.enis
+        assert state.quarantine() == {}
         assert engine.snapshot().counts == self.address_counts(now)
 
 
-def _active(times: dict[str, float], now: float, window_s: float) -> dict[str, float]:
+def _active(times: Mapping[str, float], now: float, window_s: float) -> dict[str, float]:
     return {k: t for k, t in times.items() if now < t + window_s}
 
 

@@ -309,7 +309,7 @@ class EngineMachine(RuleBasedStateMachine):
             blocker.settle(self.model, now, blocker_outcome)
         if not add_task.cancelled():
             raise AssertionError(f"cancelled ADD ({when}) completed: {outcome_of(add_task)!r}")
-        record = self.engine.state.allocations.get(step.key)
+        record = self.engine.state.allocation(step.key)
         if when == "commit_in_flight":
             assert record is not None, "an ADD whose write was in flight left no allocation"
             step.settle(self.model, now, record)

@@ -445,10 +445,8 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.drift_round()
         state = self.eng.state
         ours = {
-            eni_id: {
-                c for c in state.units_by_eni.get(eni_id, {}) if state.units[c].state != "lost"
-            }
-            for eni_id in state.enis
+            eni_id: {c for c in state.units_on(eni_id) if state.units()[c].state != "lost"}
+            for eni_id in state.enis()
         }
         assert ours == self.ec2.truth(), "after the grace window, ipamd's inventory is EC2's"
         if not self.imds.stale() and self.imds.available:
@@ -462,7 +460,9 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.gc_round()
         self.clock.advance(LEAK_GRACE_S)
         self.gc_round()
-        assert not self.zombies & set(self.eng.state.by_container), "leaked pods still held"
+        assert not self.zombies & {k.container_id for k in self.eng.state.allocations()}, (
+            "leaked pods still held"
+        )
         self.zombies.clear()
 
     # -- after every step ------------------------------------------------------------------------
@@ -475,15 +475,15 @@ class ReconcileMachine(RuleBasedStateMachine):
         check_invariants(self.engine, self.path, self.clock.now())
         live_units = {c: cid for cid, a in self.live.items() for c in a.unit_cidrs}
         for cid, alloc in self.live.items():
-            assert state.allocations.get(alloc.key) == alloc, f"live pod {cid} lost its allocation"
+            assert state.allocation(alloc.key) == alloc, f"live pod {cid} lost its allocation"
             for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-                assert state.owner.get(address) == alloc.key, f"{address} of {cid} changed owner"
+                assert state.owner_of(address) == alloc.key, f"{address} of {cid} changed owner"
                 on = ec2.attached_eni_of(cidr)
                 assert on == alloc.eni_id, f"in-use {address} of {cid} left EC2 (on {on})"
         for _, eni_id, cidr in ec2.unassigned[self.unassigned_seen :]:
             assert cidr not in live_units, f"{cidr} of live {live_units[cidr]} left {eni_id}"
         self.unassigned_seen = len(ec2.unassigned)
-        for cidr, unit in state.units.items():
+        for cidr, unit in state.units().items():
             on = ec2.attached_eni_of(cidr)
             if unit.state == "active":
                 assert on == unit.eni_id, f"{cidr} may be handed out, but EC2 has it on {on}"
@@ -590,9 +590,9 @@ def test_found_bug_2_eni_release_timeout_not_settled_by_a_lagging_describe(
 def test_found_bug_3_adopt_after_restart_honours_the_release_grace() -> None:
     """The pool returns one of two free addresses; ipamd restarts at once and adopts EC2's listing,
     which still shows the returned address. The bug: `adopt` added every listed unit it lacked,
-    without the persisted `released` grace that `Ec2Drift._add_missing` honours, and the second ADD
-    was handed the returned address. Now adopt (and `_resync_eni`) skip units released within the
-    grace window, as the drift does."""
+    without the persisted `released` grace that the drift reconcile honours, and the second ADD
+    was handed the returned address. Now adopt (and `_resync_eni`) take `diff_inventory`'s `new`
+    units, the drift's own judgement, which skips units released within the grace window."""
     machine = replay_machine()
     try:
         machine.pool_tick(1)

@@ -47,14 +47,14 @@ async def test_s01_del_overlapping_a_slow_add_leaves_one_truth(node: NodeFixture
     released = await delete
     assert released == (allocation,)
     address = allocation.addresses[0]
-    assert address not in engine.state.owner
+    assert engine.state.owner_of(address) is None
     assert all(address not in a.addresses for a in read_disk(node.path).allocations)
     with pytest.raises(DeleteIntentActive):
         await engine.assign(key("X"))
     node.check()
     await node.restart()
     assert engine is not node.engine and node.engine is not None
-    assert node.engine.state.allocations == {}
+    assert node.engine.state.allocations() == {}
     node.check()
 
 
@@ -88,7 +88,7 @@ async def test_s04_add_cancelled_before_its_commit_assigns_nothing(node: NodeFix
     await blocker
     with pytest.raises(asyncio.CancelledError):
         await doomed
-    assert key("B") not in engine.state.allocations
+    assert key("B") not in engine.state.allocations()
     assert all(a.key != key("B") for a in read_disk(node.path).allocations)
     node.check()
 
@@ -110,7 +110,7 @@ async def test_s04_add_cancelled_during_its_commit_is_whole_in_memory_and_on_dis
         await add
     node.check()
     retried = await engine.assign(key("A"))
-    assert engine.state.allocations == {key("A"): retried}
+    assert engine.state.allocations() == {key("A"): retried}
     node.check()
 
 
@@ -121,7 +121,7 @@ async def test_s18_duplicate_add_returns_the_same_address(node: NodeFixture) -> 
     again = await engine.assign(key("X"))
     concurrent = await asyncio.gather(*(engine.assign(key("X")) for _ in range(5)))
     assert again == first and all(c == first for c in concurrent)
-    assert len(engine.state.allocations) == 1
+    assert len(engine.state.allocations()) == 1
     assert len(read_disk(node.path).allocations) == 1
     node.check()
 
@@ -135,9 +135,9 @@ async def test_s16_stale_del_for_a_reused_address_leaves_the_new_owner(node: Nod
     p2 = await engine.assign(key("P2"))
     assert p2.addresses == p1.addresses, "the only address is reused once its cooldown ended"
     assert await engine.release(key("P1")) == ()
-    assert engine.state.owner[p2.addresses[0]] == key("P2")
+    assert engine.state.owner_of(p2.addresses[0]) == key("P2")
     node.check()
     await node.restart()
     assert node.engine is not None
-    assert node.engine.state.owner[p2.addresses[0]] == key("P2")
+    assert node.engine.state.owner_of(p2.addresses[0]) == key("P2")
     node.check()

@@ -47,8 +47,8 @@ async def test_s05_failed_commit_of_a_del_keeps_the_allocation_and_reports(
     node.store.fail_next("read_only")
     with pytest.raises(StoreWriteFailed):
         await engine.release(key("X"))
-    assert engine.state.allocations[key("X")] == alloc
-    assert "X" not in engine.state.intents
+    assert engine.state.allocations()[key("X")] == alloc
+    assert "X" not in engine.state.intents()
     node.check()
     assert await engine.release(key("X")) == (alloc,), "the retried DEL succeeds"
     node.check()
@@ -68,12 +68,12 @@ async def test_s06_failed_write_does_not_leak_into_the_next_one(node: NodeFixtur
     await engine.assign(key("L"))  # then the write of L succeeds
     on_disk = {a.key: a for a in read_disk(node.path).allocations}
     assert on_disk[key("K")] == k_before, "K on disk in its old form"
-    assert key("K2") not in on_disk and key("K2") not in engine.state.allocations
-    assert "K" not in engine.state.intents and "K" not in (read_disk(node.path).intents)
+    assert key("K2") not in on_disk and key("K2") not in engine.state.allocations()
+    assert "K" not in engine.state.intents() and "K" not in (read_disk(node.path).intents)
     node.check()
     await node.restart()
     assert node.engine is not None
-    assert node.engine.state.allocations[key("K")] == k_before
+    assert node.engine.state.allocations()[key("K")] == k_before
     node.check()
 
 
@@ -84,12 +84,12 @@ async def test_s07_two_address_allocation_failing_half_way_takes_neither(node: N
     node.store.fail_next("half_way")
     with pytest.raises(StoreWriteFailed):
         await engine.assign(key("two"), count=2)
-    assert engine.state.owner == {}
+    assert not engine.state.owned_addresses()
     assert read_disk(node.path).allocations == ()
     node.check()
     both = await engine.assign(key("two"), count=2)
     assert len(both.addresses) == 2 and len(set(both.addresses)) == 2
-    assert {engine.state.owner[a] for a in both.addresses} == {key("two")}
+    assert {engine.state.owner_of(a) for a in both.addresses} == {key("two")}
     node.check()
 
 
@@ -98,5 +98,5 @@ async def test_s07_two_addresses_come_from_one_eni_or_not_at_all(node: NodeFixtu
     await node.seed(enis=2, per_eni=1)  # two free addresses, but one per ENI
     with pytest.raises(NoAddressAvailable):
         await engine.assign(key("two"), count=2)
-    assert engine.state.owner == {}
+    assert not engine.state.owned_addresses()
     node.check()

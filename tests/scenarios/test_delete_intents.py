@@ -17,16 +17,16 @@ async def test_s02_del_before_add_refuses_the_late_add(node: NodeFixture) -> Non
     engine = await node.open()
     await node.seed(enis=1, per_eni=4)
     assert await engine.release(key("X")) == ()
-    first_del = engine.state.intents["X"]
+    first_del = engine.state.intents()["X"]
     ttl = engine.settings.intent_ttl_s
     with pytest.raises(DeleteIntentActive) as refused:
         await engine.assign(key("X"))
     assert refused.value.code == "delete_intent" and refused.value.status == 409
-    assert engine.state.allocations == {}
+    assert engine.state.allocations() == {}
     # Retried DELs do not extend the window...
     node.clock.advance(ttl / 2)
     await engine.release(key("X"))
-    assert engine.state.intents["X"] == first_del
+    assert engine.state.intents()["X"] == first_del
     assert read_disk(node.path).intents["X"] == first_del
     node.clock.advance(ttl / 2 - 1)
     with pytest.raises(DeleteIntentActive):
@@ -60,7 +60,7 @@ async def test_s17_unknown_and_repeated_dels_succeed_and_change_nothing_else(
     for _ in range(3):
         assert await engine.release(key("never-seen")) == ()
     assert node.store is not None and node.store.commits == commits, "repeated DEL writes nothing"
-    assert engine.state.allocations == {key("live"): live}
+    assert engine.state.allocations() == {key("live"): live}
     node.check()
 
 
@@ -72,7 +72,7 @@ async def test_s27_del_covers_every_allocation_of_the_container(node: NodeFixtur
     other = await engine.assign(key("Y", "eth0", "net-a"))
     released = await engine.release(key("X", "eth0", "net-a"))
     assert set(released) == {eth0, eth1}
-    assert engine.state.allocations == {key("Y", "eth0", "net-a"): other}
+    assert engine.state.allocations() == {key("Y", "eth0", "net-a"): other}
     for ifname, network in [("eth0", "net-a"), ("eth1", "net-b"), ("eth9", "net-c")]:
         with pytest.raises(DeleteIntentActive):
             await engine.assign(key("X", ifname, network))
@@ -87,7 +87,7 @@ async def test_s28_intents_are_pruned_and_del_work_stays_bounded(node: NodeFixtu
     # A burst of 30,000 intents at once (one transaction, as a mass teardown would leave them).
     burst = tuple(IntentRecord(f"burst-{i}", node.clock.now()) for i in range(30_000))
     await engine._commit(Mutation(put_intents=burst))
-    assert len(engine.state.intents) == 30_000
+    assert len(engine.state.intents()) == 30_000
     assert node.store is not None
     # Sustained DELs at one per second for longer than the TTL, past the burst's expiry.
     seconds = int(ttl) + 1_200
@@ -102,7 +102,7 @@ async def test_s28_intents_are_pruned_and_del_work_stays_bounded(node: NodeFixtu
     assert largest_prune <= settings.prune_batch
     # The burst is gone and only intents younger than the TTL remain.
     now = node.clock.now()
-    assert not any(cid.startswith("burst-") for cid in engine.state.intents)
-    assert all(now < t + ttl for t in engine.state.intents.values())
-    assert len(engine.state.intents) <= ttl + 1
+    assert not any(cid.startswith("burst-") for cid in engine.state.intents())
+    assert all(now < t + ttl for t in engine.state.intents().values())
+    assert len(engine.state.intents()) <= ttl + 1
     node.check()

@@ -61,7 +61,7 @@ def embedded() -> Iterator[EmbeddedEc2]:
 
 
 def _releasing(node: CloudNode) -> set[str]:
-    return {c for c, u in node.engine.state.units.items() if u.state == "releasing"}
+    return {c for c, u in node.engine.state.units().items() if u.state == "releasing"}
 
 
 def _addresses(cidrs: set[str]) -> set[str]:
@@ -124,7 +124,7 @@ async def test_s19_release_racing_allocate_never_hands_out_a_releasing_unit(
         gate.set()
         await shrink
         assert excess.isdisjoint(_all_ec2_units(node)), "gone from EC2"
-        assert excess.isdisjoint(node.engine.state.units), "and from ipamd"
+        assert excess.isdisjoint(node.engine.state.units()), "and from ipamd"
         assert _releasing(node) == set()
         node.check()
     finally:
@@ -145,11 +145,11 @@ async def test_s20_released_address_returned_by_ec2_is_allocatable_again(
     try:
         await _fill_then_empty(node, size, "old")  # two units, both free: one goes back
         await node.settle()
-        assert len(state.released) == 1
-        released = next(iter(state.released.values()))
+        assert len(state.released()) == 1
+        released = next(iter(state.released().values()))
         cidr, eni_id = released.cidr, released.eni_id
         assert cidr not in node.ec2_units()[eni_id]
-        assert cidr not in state.units
+        assert cidr not in state.units()
 
         # EC2 hands the same unit to the same ENI again (another assign, another tool).
         client = node.world.client()
@@ -163,8 +163,8 @@ async def test_s20_released_address_returned_by_ec2_is_allocatable_again(
         assert await node.pool.adopt() == 0, "within the grace window: maybe a lagging listing"
         node.clock.advance(61.0)  # past the default 60 s grace
         assert await node.pool.adopt() == 1, "learned from EC2's own listing"
-        assert state.units[cidr].state == "active"
-        assert cidr not in state.released
+        assert state.units()[cidr].state == "active"
+        assert cidr not in state.released()
         view = next(u for e in node.engine.snapshot().enis for u in e.units if u.cidr == cidr)
         assert {s for _, s in view.addresses} == {AddressState.FREE}
 
@@ -206,7 +206,7 @@ async def test_s21_release_aborted_when_excess_becomes_need(
     state = node.engine.state
     try:
         await _fill_then_empty(node, 1, "old")  # three free addresses, two wanted
-        free_before = {c for c, u in state.units.items() if u.state == "active"}
+        free_before = {c for c, u in state.units().items() if u.state == "active"}
         assert len(free_before) == 3
 
         # An ADD decides and holds the engine's lock while its commit waits at the gate: the pool
@@ -229,7 +229,7 @@ async def test_s21_release_aborted_when_excess_becomes_need(
 
         (unit,) = planned
         assert allocation.unit_cidrs != (unit,), "the ADD took another free address"
-        assert state.units[unit].state == "active", "release aborted: needed again"
+        assert state.units()[unit].state == "active", "release aborted: needed again"
         assert _releasing(node) == set(), "nothing stuck releasing"
         assert unit in _all_ec2_units(node)
         assert node.calls.count("UnassignPrivateIpAddresses") == 0
@@ -329,7 +329,7 @@ async def test_s24_eni_gc_spares_an_eni_being_attached(
     instance_id = node.world.instance_id
 
     def spared() -> set[str]:  # as the daemon wires it
-        return node.pool.pending_enis | set(node.engine.state.enis)
+        return node.pool.pending_enis | set(node.engine.state.enis())
 
     try:
         gate = gated.hold("attach_eni")
@@ -344,7 +344,7 @@ async def test_s24_eni_gc_spares_an_eni_being_attached(
         gate.set()
         await grow
         assert _eni_status(client)[fresh] == "in-use"
-        assert fresh in node.engine.state.enis and fresh in node.ec2_units()
+        assert fresh in node.engine.state.enis() and fresh in node.ec2_units()
         assert node.pool.pending_enis == set()
         node.check()
 
@@ -383,14 +383,14 @@ async def test_eni_gc_with_a_cluster_name_sweeps_what_terminated_nodes_left(
         dead_node = _leftover_eni(client, subnet, "i-0dead00000000000a", old, cluster="prod")
         fresh = _leftover_eni(client, subnet, "i-0dead00000000000b", _created_at(now), "prod")
         other_cluster = _leftover_eni(client, subnet, "i-0dead00000000000c", old, cluster="dev")
-        attached = set(node.engine.state.enis)
+        attached = set(node.engine.state.enis())
         ours = await node.api.find_enis({TAG_MANAGED_BY: MANAGED_BY})
         detached = await node.api.find_enis({TAG_MANAGED_BY: MANAGED_BY}, available_only=True)
         assert {e.status for e in ours} == {"in-use", "available"}, "the pool attached one"
         assert {e.status for e in detached} == {"available"}, "EC2 filters by status"
 
         def spared() -> set[str]:
-            return node.pool.pending_enis | set(node.engine.state.enis)
+            return node.pool.pending_enis | set(node.engine.state.enis())
 
         gc = EniGc(node.api, node.world.instance_id, 600.0, node.clock, spared, "prod")
         assert await gc.run_once() == (dead_node,)
@@ -493,7 +493,7 @@ async def test_s25_throttling_and_errors_during_churn(
 
 
 def _allocations(node: CloudNode) -> dict[Any, AllocationRecord]:
-    return dict(node.engine.state.allocations)
+    return dict(node.engine.state.allocations())
 
 
 def _on_ec2(node: CloudNode, allocations: dict[Any, AllocationRecord]) -> bool:
@@ -562,12 +562,12 @@ async def test_s31_subnet_exhausted_backs_off_and_falls_back_in_prefix_mode(
         assert health.subnet_exhausted_until == now + 120.0
         assert health.backoff_until > now
         assert any("pool.subnet_exhausted" in r.getMessage() for r in caplog.records)
-        assert state.units == {}
+        assert state.units() == {}
 
         node.clock.advance(health.backoff_until - now + 0.01)
         assert node.pool.strategy is SECONDARY_IPS, "falling back while the subnet is exhausted"
         await node.settle()
-        assert state.units and {u.kind for u in state.units.values()} == {"ip"}
+        assert state.units() and {u.kind for u in state.units().values()} == {"ip"}
         pods = [await node.engine.assign(key(f"pod-{i}")) for i in range(3)]
         assert all(a.unit_cidrs[0].endswith("/32") for a in pods)
         before = _allocations(node)
@@ -741,7 +741,7 @@ async def test_s21_unassign_failing_on_one_eni_leaves_nothing_releasing_on_the_o
     try:
         await _fill_then_empty(node, 5, "old")
         plan = node.pool.plan()
-        owners = {node.engine.state.units[c].eni_id for c in plan.release_units}
+        owners = {node.engine.state.units()[c].eni_id for c in plan.release_units}
         assert len(owners) == 2 and not plan.release_enis
         faults.server_error("UnassignPrivateIpAddresses", times=1)
         await node.pool.run_once()
@@ -750,9 +750,9 @@ async def test_s21_unassign_failing_on_one_eni_leaves_nothing_releasing_on_the_o
         # (never handed out); the other ENI's release went through.
         failed = _releasing(node)
         assert failed and failed < set(plan.release_units)
-        assert len({node.engine.state.units[c].eni_id for c in failed}) == 1, "one ENI's units"
+        assert len({node.engine.state.units()[c].eni_id for c in failed}) == 1, "one ENI's units"
         assert failed <= _all_ec2_units(node)
-        assert set(plan.release_units) - failed == set(node.engine.state.released)
+        assert set(plan.release_units) - failed == set(node.engine.state.released())
         # Not stuck: past the grace window the drift settles it from EC2's listing.
         node.clock.advance(61.0)
         report = await node.drift.run_once()
@@ -830,7 +830,7 @@ async def test_s25_throttled_attach_reuses_the_created_eni_instead_of_creating_a
         (kept,) = node.pool.pending_enis
         faults.clear()
         await _rounds(node)
-        assert kept in node.engine.state.enis, "the kept ENI is the one attached"
+        assert kept in node.engine.state.enis(), "the kept ENI is the one attached"
         assert node.calls.count("CreateNetworkInterface") == 1
         assert node.engine.snapshot().counts[AddressState.FREE] >= 5
         assert not node.pool.pending_enis

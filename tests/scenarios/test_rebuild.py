@@ -67,12 +67,14 @@ async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
     await node.reopen()
     try:
         assert node.engine.unavailable is None
-        rebuilt = {k.container_id: a.addresses for k, a in node.engine.state.allocations.items()}
+        rebuilt = {k.container_id: a.addresses for k, a in node.engine.state.allocations().items()}
         assert rebuilt == {sid: pods[sid] for sid in ("sandbox-0", "sandbox-1", "sandbox-2")}
-        assert {k.network for k in node.engine.state.allocations} == {REBUILT_NETWORK}
+        assert {k.network for k in node.engine.state.allocations()} == {REBUILT_NETWORK}
         # The runtime's DEL names the container ID and its own network: it finds the allocation.
         assert await node.engine.release(key("sandbox-0"))
-        assert pods["sandbox-3"][0] not in node.engine.state.owner, "the gone sandbox's is free"
+        assert node.engine.state.owner_of(pods["sandbox-3"][0]) is None, (
+            "the gone sandbox's is free"
+        )
         check_invariants(node.engine, node.path, node.clock.now())
         assert node.ec2_units() == node.ipamd_units()
     finally:

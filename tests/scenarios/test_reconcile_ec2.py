@@ -62,7 +62,7 @@ async def test_owned_address_ec2_drops_becomes_lost_and_comes_back_assigned(
         _assign_on_ec2(node, eni_id, cidr)
         report = await drift.run_once()
         assert report.found_again == [cidr]
-        assert node.engine.state.owner[alloc.addresses[0]] == key("pod")
+        assert node.engine.state.owner_of(alloc.addresses[0]) == key("pod")
         node.check()
     finally:
         await node.engine.close()
@@ -75,7 +75,7 @@ async def test_units_ec2_lists_and_ipamd_lacks_are_added_free_outside_grace(
     node = await open_cloud_node(embedded, tmp_path, targets=targets)
     try:
         await node.settle()
-        eni_id = next(iter(node.engine.state.enis))
+        eni_id = next(iter(node.engine.state.enis()))
         answer = node.world.client().assign_private_ip_addresses(
             NetworkInterfaceId=eni_id, SecondaryPrivateIpAddressCount=1
         )
@@ -94,10 +94,10 @@ async def test_s12_restart_during_scale_down_waits_for_ec2_to_settle(
     node = await open_cloud_node(embedded, tmp_path, targets=targets)
     try:
         await node.settle()
-        free = [c for c, u in node.engine.state.units.items() if u.state == "active"]
+        free = [c for c, u in node.engine.state.units().items() if u.state == "active"]
         # ipamd marked two units for release, unassigned only the first, and died.
         marked = await node.engine.begin_release(free[:2])
-        _unassign_on_ec2(node, node.engine.state.units[marked[0]].eni_id, marked[0])
+        _unassign_on_ec2(node, node.engine.state.units()[marked[0]].eni_id, marked[0])
         await node.engine.close()
         await node.reopen()
         assert node.engine.snapshot().counts[AddressState.RELEASING] == 2
@@ -109,7 +109,7 @@ async def test_s12_restart_during_scale_down_waits_for_ec2_to_settle(
         report = await drift.run_once()
         assert report.settled_released == [marked[0]], "EC2 no longer lists it: released"
         assert report.settled_kept == [marked[1]], "EC2 still lists it: free again"
-        assert node.engine.state.units[marked[1]].state == "active"
+        assert node.engine.state.units()[marked[1]].state == "active"
         node.check()
     finally:
         await node.engine.close()
@@ -128,9 +128,11 @@ async def test_s26_state_from_another_instance_is_set_aside_and_reread(
         assert await node.engine.claim_instance(node.world.instance_id)
         state = node.engine.state
         assert state.instance_id == node.world.instance_id
-        assert state.enis == {} and state.allocations == {}
-        assert [q.key for q in state.quarantine.values()] == [key("old-pod")]
-        assert "belongs to instance i-0000000000000dead" in state.quarantine[key("old-pod")].reason
+        assert state.enis() == {} and state.allocations() == {}
+        assert [q.key for q in state.quarantine().values()] == [key("old-pod")]
+        assert (
+            "belongs to instance i-0000000000000dead" in state.quarantine()[key("old-pod")].reason
+        )
         report = await node.drift.run_once()
         assert report.enis_added, "the inventory is read afresh from EC2"
         node.check()

@@ -20,8 +20,8 @@ async def test_s10_repair_clears_the_quarantined_duplicate(node: NodeFixture) ->
     before = engine.state.to_image()
     assert engine.state.to_image() == before, "planning is a dry run"
     await apply_repair(engine, plan)
-    assert engine.state.quarantine == {}
-    assert engine.state.owner[address] == key("Y")
+    assert engine.state.quarantine() == {}
+    assert engine.state.owner_of(address) == key("Y")
     assert plan_repair(engine.state, frozenset({"Y", "Z"}), node.clock.now()).is_empty()
     node.check()
 
@@ -42,12 +42,12 @@ async def test_repair_releases_stale_owners_and_restores_a_live_quarantined_clai
             " = (SELECT id FROM allocations WHERE container_id = 'runs-on')"
         )
     engine = await node.open()
-    assert set(engine.state.quarantine) == {key("runs-on")}
+    assert set(engine.state.quarantine()) == {key("runs-on")}
     plan = plan_repair(engine.state, frozenset({"live", "runs-on"}), node.clock.now())
     assert plan.release == (key("gone"),)
     assert [r.key for r in plan.restore_quarantine] == [key("runs-on")]
     await apply_repair(engine, plan)
-    assert set(engine.state.allocations) == {key("live"), key("runs-on")}
-    assert gone.addresses[0] not in engine.state.owner
-    assert "gone" in engine.state.intents, "released as its missed DEL would have"
+    assert set(engine.state.allocations()) == {key("live"), key("runs-on")}
+    assert engine.state.owner_of(gone.addresses[0]) is None
+    assert "gone" in engine.state.intents(), "released as its missed DEL would have"
     node.check()

@@ -48,7 +48,7 @@ async def test_s11_restart_with_dead_sandboxes_releases_them_after_grace(
     assert await gc.run_once() == (), "two misses, but younger than the grace period"
     node.clock.advance(GRACE_S)
     assert set(await gc.run_once()) == {"dead-1", "dead-2"}
-    assert set(engine.state.by_container) == {"alive"}
+    assert {k.container_id for k in engine.state.allocations()} == {"alive"}
     with pytest.raises(DeleteIntentActive):
         await engine.assign(key("dead-1"))  # released with a delete intent, like a DEL
     node.check()
@@ -65,7 +65,7 @@ async def test_s11_live_sandbox_kept_even_before_the_pod_is_published(
     for _ in range(3):
         node.clock.advance(GRACE_S)
         assert await gc.run_once() == ()
-    assert "s1" in engine.state.by_container
+    assert engine.state.allocations_of("s1")
     node.check()
 
 
@@ -82,7 +82,7 @@ async def test_s13_allocation_newer_than_the_snapshot_is_kept(
     assert await listing == ()
     cri.delay_s = 0.0
     assert await gc.run_once() == (), "one miss is not enough"
-    assert "late" in engine.state.by_container
+    assert engine.state.allocations_of("late")
     node.check()
 
 
@@ -98,7 +98,7 @@ async def test_s14_sandbox_not_yet_listed_survives_one_miss(
     assert await gc.run_once() == ()
     assert await gc.run_once() == ()
     assert await gc.run_once() == ()
-    assert "new" in engine.state.by_container
+    assert engine.state.allocations_of("new")
     node.check()
 
 
@@ -113,7 +113,7 @@ async def test_s14_unreachable_runtime_releases_nothing(
     for _ in range(4):
         with pytest.raises(RuntimeUnavailable):  # a failed round, counted as one by the schedule
             await gc.run_once()
-    assert gc.unreachable == 4 and "pod" in engine.state.by_container
+    assert gc.unreachable == 4 and engine.state.allocations_of("pod")
     node.check()
 
 
@@ -129,8 +129,8 @@ async def test_s15_same_pod_name_new_sandbox(
     gc = LeakGc(engine, runtime, 0.0, node.clock)
     await gc.run_once()
     assert await gc.run_once() == ("sandbox-old",)
-    assert engine.state.allocations == {key("sandbox-new"): new}
-    assert old.addresses[0] not in engine.state.owner
+    assert engine.state.allocations() == {key("sandbox-new"): new}
+    assert engine.state.owner_of(old.addresses[0]) is None
     node.check()
 
 
@@ -146,13 +146,13 @@ async def test_seed_003_full_node_of_long_gone_sandboxes_recovers_in_two_rounds(
         cri.add(cid)
     with pytest.raises(NoAddressAvailable):
         await engine.assign(key("new-pod"))  # the node can start no pods
-    live_addresses = {a for cid in live for a in engine.state.allocations[key(cid)].addresses}
+    live_addresses = {a for cid in live for a in engine.state.allocations()[key(cid)].addresses}
     node.clock.advance(GRACE_S)
     gc = LeakGc(engine, runtime, GRACE_S, node.clock)
     assert await gc.run_once() == ()
     released = await gc.run_once()
     assert len(released) == 51 and not set(released) & live
-    assert {a for cid in live for a in engine.state.allocations[key(cid)].addresses} == (
+    assert {a for cid in live for a in engine.state.allocations()[key(cid)].addresses} == (
         live_addresses
     ), "no live pod's address is touched"
     node.clock.advance(engine.settings.cooldown_s)
@@ -173,12 +173,12 @@ async def test_s29_cni_gc_releases_only_what_is_absent_and_past_grace(node: Node
         engine, "k8s-pod-network", valid, GRACE_S, node.clock
     )
     assert set(released) == {key("b"), key("c")}
-    assert set(engine.state.allocations) == {
+    assert set(engine.state.allocations()) == {
         key("a"),
         key("racing"),
         key("other-net", network="other"),
     }
-    assert engine.state.allocations[key("racing")] == racing
+    assert engine.state.allocations()[key("racing")] == racing
     # An empty list: everything of the network past grace goes; a partial one spares what it names.
     assert await release_invalid_attachments(
         engine, "k8s-pod-network", [], GRACE_S, node.clock
@@ -202,4 +202,4 @@ async def test_s14_an_unreachable_runtime_is_a_failed_gc_round_not_an_ok_one(
     cri.unavailable = False
     assert await jobs.run_now(Job("leak_gc", gc.run_once, 60.0)) is True
     assert jobs.outcomes[("leak_gc", "ok")] == 1
-    assert "pod" in engine.state.by_container
+    assert engine.state.allocations_of("pod")

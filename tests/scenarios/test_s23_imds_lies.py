@@ -92,7 +92,7 @@ class Views:
 
     def assert_safe(self) -> None:
         state = self.node.engine.state
-        assert state.owner.get(IN_USE) == key("pod-a"), "the in-use address stays with its pod"
+        assert state.owner_of(IN_USE) == key("pod-a"), "the in-use address stays with its pod"
         assert IN_USE in self.ec2_addresses(), "and is never returned to EC2"
         assert not self.ipamd_addresses() - self.ec2_addresses(), "nothing EC2 does not list"
         assert not set(RELEASED) & self.ipamd_addresses(), "IMDS's stale addresses never enter"

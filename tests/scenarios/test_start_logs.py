@@ -34,8 +34,8 @@ async def test_a_clean_start_is_adoption_logged_at_info_and_real_drift_warns(
             warned = [r for r in caplog.records if r.levelname == "WARNING"]
             assert warned == [], "its own growth is no drift either"
             caplog.clear()
-            held = next(iter(daemon.engine.state.units))
-            eni_id = daemon.engine.state.units[held].eni_id
+            held = next(iter(daemon.engine.state.units()))
+            eni_id = daemon.engine.state.units()[held].eni_id
             await ec2.unassign_units(eni_id, "ip", [held])  # behind ipamd's back
             clock.advance(config.reconcile_grace_s + 1)
             report = await daemon.drift.run_once()

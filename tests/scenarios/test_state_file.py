@@ -100,7 +100,9 @@ async def test_s09_bad_state_file_refuses_add_and_names_the_file_and_repair(
     assert refused.value.code == "state_unavailable"
     with pytest.raises(StateUnavailable):
         await engine.release(key("pod-1"))
-    assert engine.state.owner == {}, "nothing is served from a file that cannot be trusted"
+    assert not engine.state.owned_addresses(), (
+        "nothing is served from a file that cannot be trusted"
+    )
     check_state(engine.state, node.clock.now(), 30.0, 600.0)
     await node.close()
     found = node.path.read_bytes() if node.path.exists() else None
@@ -136,11 +138,11 @@ async def test_s10_duplicate_owner_without_runtime_evidence_keeps_the_newest(
     address, _ = await _file_with_duplicate_owner(node)
     engine = await node.open()
     assert engine.unavailable is None, "no crash loop: the node serves"
-    assert engine.state.owner[address] == key("Y")
-    assert [q.key for q in engine.state.quarantine.values()] == [key("X")]
-    assert "duplicate owner" in engine.state.quarantine[key("X")].reason
+    assert engine.state.owner_of(address) == key("Y")
+    assert [q.key for q in engine.state.quarantine().values()] == [key("X")]
+    assert "duplicate owner" in engine.state.quarantine()[key("X")].reason
     assert engine.snapshot().quarantined == 1
-    assert key("Z") in engine.state.allocations
+    assert key("Z") in engine.state.allocations()
     node.check()  # includes: the one-owner index is back on disk
     assert (await engine.assign(key("W"))).addresses[0] != address
 
@@ -148,12 +150,12 @@ async def test_s10_duplicate_owner_without_runtime_evidence_keeps_the_newest(
 async def test_s10_duplicate_owner_keeps_the_claim_of_the_live_sandbox(node: NodeFixture) -> None:
     address, _ = await _file_with_duplicate_owner(node)
     engine = await node.open(live_containers=frozenset({"X", "Z"}))
-    assert engine.state.owner[address] == key("X")
-    assert set(engine.state.quarantine) == {key("Y")}
+    assert engine.state.owner_of(address) == key("X")
+    assert set(engine.state.quarantine()) == {key("Y")}
     node.check()
     engine = await node.restart()
-    assert set(engine.state.quarantine) == {key("Y")}, "quarantine is durable"
-    assert engine.state.owner[address] == key("X")
+    assert set(engine.state.quarantine()) == {key("Y")}, "quarantine is durable"
+    assert engine.state.owner_of(address) == key("X")
     node.check()
 
 
@@ -168,9 +170,9 @@ async def test_s10_unexplained_owner_is_quarantined_not_served(node: NodeFixture
         )
     engine = await node.open()
     assert engine.unavailable is None
-    assert set(engine.state.quarantine) == {key("A")}
-    assert "unexplained owner" in engine.state.quarantine[key("A")].reason
-    assert engine.state.allocations == {}
+    assert set(engine.state.quarantine()) == {key("A")}
+    assert "unexplained owner" in engine.state.quarantine()[key("A")].reason
+    assert engine.state.allocations() == {}
     assert read_disk(node.path).allocations == ()
     node.check()
 
@@ -201,14 +203,14 @@ async def test_s09_a_damaged_file_is_named_in_a_message_short_enough_to_travel(
 async def test_s10_a_del_of_a_quarantined_container_ends_its_quarantine(node: NodeFixture) -> None:
     address, _ = await _file_with_duplicate_owner(node)
     engine = await node.open()
-    assert set(engine.state.quarantine) == {key("X")}
+    assert set(engine.state.quarantine()) == {key("X")}
     released = await engine.release(key("X"))
     assert released == (), "a quarantined claim owns nothing"
-    assert engine.state.quarantine == {}
+    assert engine.state.quarantine() == {}
     assert engine.snapshot().quarantined == 0
-    assert "X" in engine.state.intents, "the DEL's intent stands as for any DEL"
-    assert engine.state.owner[address] == key("Y"), "the served claim is untouched"
+    assert "X" in engine.state.intents(), "the DEL's intent stands as for any DEL"
+    assert engine.state.owner_of(address) == key("Y"), "the served claim is untouched"
     engine = await node.restart()
-    assert engine.state.quarantine == {}, "durable"
+    assert engine.state.quarantine() == {}, "durable"
     assert await engine.release(key("X")) == ()
     node.check()

@@ -101,8 +101,8 @@ class CloudNode:
     def ipamd_units(self) -> dict[str, set[str]]:
         state = self.engine.state
         return {
-            eni_id: {c for c in cidrs if state.units[c].state != "lost"}
-            for eni_id, cidrs in state.units_by_eni.items()
+            eni_id: {c for c in state.units_on(eni_id) if state.units()[c].state != "lost"}
+            for eni_id in state.enis()
         }
 
     async def settle(self, max_rounds: int = 20) -> int:

@@ -52,31 +52,42 @@ def check_invariants(engine: Engine, path: Path, now: float) -> None:
 
 def check_state(state: NodeState, now: float, cooldown_s: float, intent_ttl_s: float) -> None:
     # 1: no address has two owners in memory, and the owner index matches the records.
-    claims = Counter(a for alloc in state.allocations.values() for a in alloc.addresses)
+    claims = Counter(a for alloc in state.allocations().values() for a in alloc.addresses)
     assert [a for a, n in claims.items() if n > 1] == []
-    assert {a: k for k, alloc in state.allocations.items() for a in alloc.addresses} == state.owner
+    assert {a: k for k, alloc in state.allocations().items() for a in alloc.addresses} == {
+        a: state.owner_of(a) for a in state.owned_addresses()
+    }
     # 2: one state per inventory address; assigned and lost addresses are exactly the owned ones.
-    states = {address: s for _, address, s in state.iter_address_states(now, cooldown_s)}
+    states = {
+        address: s
+        for cidr, unit in state.units().items()
+        for address in state.addresses_of(cidr)
+        if (s := state.address_state(address, unit, now, cooldown_s)) is not None
+    }
     owned_states = {
         a: s for a, s in states.items() if s in (AddressState.ASSIGNED, AddressState.LOST)
     }
-    assert set(owned_states) == set(state.owner), "every owned address is assigned or lost"
-    for alloc in state.allocations.values():
+    assert set(owned_states) == set(state.owned_addresses()), (
+        "every owned address is assigned or lost"
+    )
+    for alloc in state.allocations().values():
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            assert address in state.addresses_of.get(cidr, ()), f"{address} not in its unit {cidr}"
+            assert cidr in state.units() and address in state.addresses_of(cidr), (
+                f"{address} not in its unit {cidr}"
+            )
     # 3: no allocation for a container with an unexpired delete intent.
-    for cid in state.by_container:
-        first_del = state.intents.get(cid)
+    for cid in {k.container_id for k in state.allocations()}:
+        first_del = state.intents().get(cid)
         assert first_del is None or now >= first_del + intent_ttl_s, f"{cid} has an active intent"
     # 5: a releasing unit holds no assigned or cooling address.
-    for cidr, unit in state.units.items():
+    for cidr, unit in state.units().items():
         if unit.state == "releasing":
-            assert state.owned_in_unit.get(cidr, 0) == 0
-            assert not any(state.is_cooling(a, now, cooldown_s) for a in state.addresses_of[cidr])
+            assert state.owned_in(cidr) == 0
+            assert not any(state.is_cooling(a, now, cooldown_s) for a in state.addresses_of(cidr))
     # Derived counters agree with the records.
-    owned_per_unit = Counter(c for alloc in state.allocations.values() for c in alloc.unit_cidrs)
-    for cidr in state.units:
-        assert state.owned_in_unit.get(cidr, 0) == owned_per_unit.get(cidr, 0)
+    owned_per_unit = Counter(c for alloc in state.allocations().values() for c in alloc.unit_cidrs)
+    for cidr in state.units():
+        assert state.owned_in(cidr) == owned_per_unit.get(cidr, 0)
 
 
 def has_unique_owner_index(path: Path) -> bool:

@@ -146,10 +146,10 @@ async def test_every_part_works_on_the_one_engine(node: Node, clock: FakeClock) 
     parts = node.parts
     engine = parts.engine
     report = await parts.drift.run_once()
-    assert list(engine.state.enis) == report.enis_added, "the drift fills the engine's inventory"
+    assert list(engine.state.enis()) == report.enis_added, "the drift fills the engine's inventory"
     assert await parts.pool.adopt() == 0, "the pool sees the same inventory: nothing to add"
     await parts.pool.run_once()
-    assert engine.state.units, "the pool grew the engine's inventory"
+    assert engine.state.units(), "the pool grew the engine's inventory"
     clock.advance(61)
     assert await parts.hint.run_once() == [], "IMDS agrees with the engine's inventory"
     assert not parts.drift_wanted.is_set()
@@ -158,7 +158,7 @@ async def test_every_part_works_on_the_one_engine(node: Node, clock: FakeClock) 
     clock.advance(121)
     assert await parts.leak_gc.run_once() == ()
     assert await parts.leak_gc.run_once() == ("gone",), "released from the same engine"
-    assert not engine.state.allocations
+    assert not engine.state.allocations()
 
 
 async def test_the_imds_hint_asks_for_a_drift_check(node: Node, clock: FakeClock) -> None:
@@ -166,7 +166,7 @@ async def test_the_imds_hint_asks_for_a_drift_check(node: Node, clock: FakeClock
     await parts.drift.run_once()
     await parts.pool.run_once()
     clock.advance(61)
-    node.imds.hidden.add(next(iter(parts.engine.state.units)))  # IMDS misses one of ipamd's
+    node.imds.hidden.add(next(iter(parts.engine.state.units())))  # IMDS misses one of ipamd's
     assert await parts.hint.run_once()
     assert parts.drift_wanted.is_set()
 

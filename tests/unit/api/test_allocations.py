@@ -26,7 +26,9 @@ async def test_add_answers_the_address_with_gateway_eni_and_routes(api: Api) -> 
     assert ip["gateway"] == "169.254.1.1"
     assert ip["eni_id"] == "eni-0000"
     assert body["routes"] == [{"dst": "0.0.0.0/0", "gw": "169.254.1.1"}]
-    record = api.engine.state.allocations[api.engine.state.owner[ip["address"][:-3]]]
+    owner = api.engine.state.owner_of(ip["address"][:-3])
+    assert owner is not None
+    record = api.engine.state.allocations()[owner]
     assert (record.pod_namespace, record.pod_name, record.pod_uid) == (
         "default",
         "web-0",
@@ -43,7 +45,7 @@ async def test_same_key_again_gets_the_same_address_and_another_ifname_another(a
     assert first.status == again.status == second_if.status == 200
     assert again.body["ips"] == first.body["ips"]
     assert second_if.body["ips"] != first.body["ips"]
-    assert len(api.engine.state.allocations) == 2
+    assert len(api.engine.state.allocations()) == 2
     api.node.check()
 
 
@@ -75,7 +77,7 @@ async def test_delete_is_idempotent_records_the_intent_and_refuses_a_late_add(ap
     assert late.status == 409
     assert late.body["code"] == "delete_intent" and late.body["retryable"] is False
     assert "c1" in str(late.body["message"])
-    assert api.engine.state.allocations == {}
+    assert api.engine.state.allocations() == {}
     api.node.check()
 
 
@@ -85,7 +87,7 @@ async def test_delete_of_an_unknown_container_succeeds_and_still_records_the_int
     await api.node.seed(enis=1, per_eni=4)
     answer = await api.delete("never-added")
     assert answer.status == 200 and answer.body == {"released": []}
-    assert "never-added" in api.engine.state.intents
+    assert "never-added" in api.engine.state.intents()
     assert (await api.add("never-added")).status == 409
 
 

@@ -32,7 +32,7 @@ async def test_gc_releases_unlisted_attachments_past_grace_only(api: Api) -> Non
     assert isinstance(released, list)
     assert sorted(r["container_id"] for r in released) == ["dead", "dead2"]
     assert all(r["network"] == NETWORK and r["ifname"] == "eth0" for r in released)
-    keys = {(k.network, k.container_id) for k in api.engine.state.allocations}
+    keys = {(k.network, k.container_id) for k in api.engine.state.allocations()}
     assert keys == {(NETWORK, "live"), (NETWORK, "young"), ("other", "elsewhere")}
     assert (await api.add("dead")).status == 409, "GC releases with a delete intent, as DEL does"
     api.node.check()
@@ -45,7 +45,7 @@ async def test_gc_with_an_empty_list_releases_the_whole_network_past_grace(api: 
     api.node.clock.advance(GC_GRACE_S)
     answer = await api.call("POST", "/v1/gc", json=_gc([]))
     assert answer.status == 200 and len(answer.body["released"]) == 2
-    assert api.engine.state.allocations == {}
+    assert api.engine.state.allocations() == {}
     again = await api.call("POST", "/v1/gc", json=_gc([]))
     assert again.status == 200 and again.body == {"released": []}
     api.node.check()

@@ -107,4 +107,4 @@ async def test_a_body_that_never_finishes_is_answered_408_and_closed(
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), head
     assert json.loads(body)["code"] == "request_timeout"
-    assert api.engine.state.allocations == {}
+    assert api.engine.state.allocations() == {}

@@ -82,7 +82,7 @@ async def test_bad_fields_are_bad_requests_naming_the_field(
     answer = await api.call("POST", "/v1/allocations", json=body)
     _assert_error(answer.status, answer.body, 400, "bad_request")
     assert named in str(answer.body["message"])
-    assert api.engine.state.allocations == {}
+    assert api.engine.state.allocations() == {}
 
 
 async def test_longest_valid_identifiers_are_accepted(api: Api) -> None:
@@ -148,7 +148,7 @@ async def test_bad_gc_bodies_release_nothing(api: Api, body: dict[str, object]) 
     api.node.clock.advance(3600)
     answer = await api.call("POST", "/v1/gc", json=body)
     _assert_error(answer.status, answer.body, 400, "bad_request")
-    assert len(api.engine.state.allocations) == 1
+    assert len(api.engine.state.allocations()) == 1
 
 
 @pytest.mark.parametrize(
@@ -197,7 +197,7 @@ async def test_bad_deletes_are_bad_requests_and_record_nothing(api: Api, path: s
     await api.add("c1")
     answer = await api.call("DELETE", path)
     _assert_error(answer.status, answer.body, 400, "bad_request")
-    assert api.engine.state.intents == {} and len(api.engine.state.allocations) == 1
+    assert api.engine.state.intents() == {} and len(api.engine.state.allocations()) == 1
 
 
 @pytest.mark.parametrize(

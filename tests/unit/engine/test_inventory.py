@@ -39,9 +39,9 @@ async def test_finished_release_leaves_and_a_returning_unit_is_free_again(
     [units] = await node.seed(enis=1, per_eni=2)
     marked = await engine.begin_release(units[:1])
     await engine.finish_release(marked)
-    assert units[0] not in engine.state.units and units[0] in engine.state.released
+    assert units[0] not in engine.state.units() and units[0] in engine.state.released()
     await engine.add_units("eni-0000", units[:1], "ip")  # S20: EC2 gives it back
-    assert units[0] not in engine.state.released
+    assert units[0] not in engine.state.released()
     assert engine.snapshot().counts[AddressState.FREE] == 2
     node.check()
 
@@ -61,7 +61,7 @@ async def test_owned_units_ec2_no_longer_lists_become_lost_never_free(node: Node
     assert engine.snapshot().counts[AddressState.ASSIGNED] == 1
     await engine.units_gone(a.unit_cidrs)
     await engine.release(key("a"))  # the owner's DEL clears a lost address
-    assert a.unit_cidrs[0] not in engine.state.units
+    assert a.unit_cidrs[0] not in engine.state.units()
     node.check()
 
 
@@ -79,15 +79,15 @@ async def test_units_on_unknown_or_other_enis_are_refused(node: NodeFixture) -> 
 async def test_an_eni_record_without_link_facts_gets_them_from_ec2_once(node: NodeFixture) -> None:
     engine = await node.open()
     await node.seed(enis=2, per_eni=1)  # records as a version-1 state file holds them: no MAC
-    known = engine.state.enis["eni-0001"]
+    known = engine.state.enis()["eni-0001"]
     assert (known.mac, known.primary_ip) == ("", "")
     described = replace(known, mac="02:00:00:00:00:01", primary_ip="10.0.1.5", added_at=99.0)
     await engine.add_eni(described)
-    filled = engine.state.enis["eni-0001"]
+    filled = engine.state.enis()["eni-0001"]
     assert (filled.mac, filled.primary_ip) == ("02:00:00:00:00:01", "10.0.1.5")
     assert filled.added_at == known.added_at, "the rest of the record is the inventory's own"
     await engine.add_eni(replace(described, mac="", primary_ip=""))
-    assert engine.state.enis["eni-0001"] == filled, "an answer without facts changes nothing"
+    assert engine.state.enis()["eni-0001"] == filled, "an answer without facts changes nothing"
     engine = await node.restart()
-    assert engine.state.enis["eni-0001"] == filled
+    assert engine.state.enis()["eni-0001"] == filled
     node.check()

@@ -165,9 +165,9 @@ async def test_an_add_whose_rules_fail_leaves_no_allocation_and_can_be_retried(
     with pytest.raises(DatapathUnavailable) as caught:
         await host.datapath.add(key("a"), None)
     assert caught.value.retryable and caught.value.code == "datapath_unavailable"
-    assert host.engine.state.allocations == {}
-    assert host.engine.state.intents == {}, "no delete intent: the same ADD may come again"
-    assert host.engine.state.cooldowns == {}, "no pod used the address: no cooldown"
+    assert host.engine.state.allocations() == {}
+    assert host.engine.state.intents() == {}, "no delete intent: the same ADD may come again"
+    assert host.engine.state.cooldowns() == {}, "no pod used the address: no cooldown"
 
     host.kernel.fail_writes = False
     again = await host.datapath.add(key("a"), None)
@@ -188,7 +188,7 @@ async def test_del_removes_the_pods_rules_before_answering(host: Host) -> None:
     address = await _on_secondary(host, "s")
     (container,) = [
         k.container_id
-        for k, a in host.engine.state.allocations.items()
+        for k, a in host.engine.state.allocations().items()
         if a.addresses == (address,)
     ]
     await host.datapath.release(key(container))
