@@ -75,7 +75,8 @@ def parse_instance(d: Mapping[str, Any]) -> Instance:
 
 
 def parse_limits(d: Mapping[str, Any]) -> InstanceLimits:
-    """Bare-metal types report no hypervisor; they run on the Nitro system (prefixes supported)."""
+    """Bare-metal types report no hypervisor; they run on the Nitro system (prefixes supported).
+    The vCPUs are the type's default count, which EKS's max-pods cap uses."""
     network: Mapping[str, Any] = d["NetworkInfo"]
     hypervisor = d.get("Hypervisor") or ("nitro" if d.get("BareMetal") else "")
     # ipamd attaches on the default network card only, so on multi-card types the instance-wide
@@ -90,7 +91,13 @@ def parse_limits(d: Mapping[str, Any]) -> InstanceLimits:
         max_enis=max_enis,
         ipv4_per_eni=int(network["Ipv4AddressesPerInterface"]),
         hypervisor=str(hypervisor),
+        vcpus=_default_vcpus(d),
     )
+
+
+def _default_vcpus(d: Mapping[str, Any]) -> int | None:
+    vcpus = (d.get("VCpuInfo") or {}).get("DefaultVCpus")
+    return None if vcpus is None else int(vcpus)
 
 
 def parse_subnet(d: Mapping[str, Any]) -> Subnet:

@@ -2,8 +2,8 @@
 only when EC2 cannot answer.
 
 EC2 is the source of truth: limits come from DescribeInstanceTypes (ENIs per instance, IPv4 addresses
-per ENI, hypervisor) once per type, then from the cache for the life of the process (they never change
-for a type). VPC CNI ships a generated table of ~1,400 types; we keep only a handful of common ones,
+per ENI, hypervisor, vCPUs) once per type, then from the cache for the life of the process (they never
+change for a type). VPC CNI ships a generated table of ~1,400 types; we keep only a handful of common ones,
 for a start-up during an EC2 brown-out or without `ec2:DescribeInstanceTypes` in the node's IAM policy.
 A fallback answer is not cached, so the next call asks EC2 again. Max pods is not computed here (the
 policy package owns it).
@@ -22,18 +22,20 @@ from cloud.models import InstanceLimits
 logger = logging.getLogger(__name__)
 
 
-def _table(*rows: tuple[str, int, int]) -> Mapping[str, InstanceLimits]:
-    return MappingProxyType({t: InstanceLimits(t, enis, ips, "nitro") for t, enis, ips in rows})
+def _table(*rows: tuple[str, int, int, int]) -> Mapping[str, InstanceLimits]:
+    return MappingProxyType(
+        {t: InstanceLimits(t, enis, ips, "nitro", vcpus) for t, enis, ips, vcpus in rows}
+    )
 
 
 FALLBACK_LIMITS: Mapping[str, InstanceLimits] = _table(
-    # (type, network interfaces, IPv4 addresses per interface including the primary), as
-    # DescribeInstanceTypes reports them; all of these run on the Nitro system.
-    ("t3.small", 3, 4),
-    ("t3.medium", 3, 6),
-    ("m5.large", 3, 10),
-    ("m5.xlarge", 4, 15),
-    ("c5.18xlarge", 15, 50),
+    # (type, network interfaces, IPv4 addresses per interface including the primary, default
+    # vCPUs), as DescribeInstanceTypes reports them; all of these run on the Nitro system.
+    ("t3.small", 3, 4, 2),
+    ("t3.medium", 3, 6, 2),
+    ("m5.large", 3, 10, 2),
+    ("m5.xlarge", 4, 15, 4),
+    ("c5.18xlarge", 15, 50, 72),
 )
 
 

@@ -50,6 +50,9 @@ class InstanceLimits:
     ipv4_per_eni: int
     """Private IPv4 addresses per ENI, the primary included."""
     hypervisor: str = "nitro"
+    """`nitro` or `xen` (bare metal: `nitro`); EC2 assigns /28 prefixes on Nitro only."""
+    vcpus: int | None = None
+    """Default vCPUs (`VCpuInfo.DefaultVCpus`), which set EKS's max-pods cap; None = not known."""
 
     @property
     def units_per_eni(self) -> int:

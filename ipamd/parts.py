@@ -62,7 +62,13 @@ async def describe_node(ec2: Ec2Catalog, instance_id: str) -> NodeFacts:
     """The instance and its type's limits, from EC2. Raises `CloudError`."""
     instance = await ec2.describe_instance(instance_id)
     raw = await ec2.instance_limits(instance.instance_type)
-    return NodeFacts(instance, NodeLimits(max_enis=raw.max_enis, units_per_eni=raw.units_per_eni))
+    limits = NodeLimits(
+        max_enis=raw.max_enis,
+        units_per_eni=raw.units_per_eni,
+        vcpus=raw.vcpus,
+        nitro=raw.hypervisor == "nitro",
+    )
+    return NodeFacts(instance, limits)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from datastore.records import AllocationKey
 from ipamd.clock import Clock
 from ipamd.errors import IpamdError, NoAddressAvailable
 from ipamd.model import PodRef
-from ipamd.policy.plan import HOST_NETWORK_PODS
+from ipamd.policy.max_pods import HOST_NETWORK_PODS
 
 NETWORK = "k8s-pod-network"
 

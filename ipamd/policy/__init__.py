@@ -6,12 +6,14 @@ pool manager in `ipamd.engine` applies the plan through the EC2 port. The mode (
 does I/O, or knows the engine, the datastore or the cloud adapters.
 """
 
+from ipamd.policy.max_pods import MaxPods, MaxPodsRule, compute_node_max_pods
 from ipamd.policy.model import EniStats, NodeLimits, NodeStats, PoolTargets, UnitStats
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import (
     PoolPlan,
     compute_max_pods,
     compute_pod_limit,
+    compute_pod_limit_rule,
     effective_max_enis,
     plan_pool,
 )
@@ -21,6 +23,8 @@ __all__ = [
     "PREFIXES",
     "SECONDARY_IPS",
     "EniStats",
+    "MaxPods",
+    "MaxPodsRule",
     "NodeLimits",
     "NodeStats",
     "PoolPlan",
@@ -29,7 +33,9 @@ __all__ = [
     "UnitStats",
     "UnitStrategy",
     "compute_max_pods",
+    "compute_node_max_pods",
     "compute_pod_limit",
+    "compute_pod_limit_rule",
     "compute_pool_status",
     "effective_max_enis",
     "plan_pool",

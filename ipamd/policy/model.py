@@ -96,3 +96,8 @@ class NodeLimits:
     units_per_eni: int
     """IPv4 addresses per ENI minus the primary one: the secondary IPs, or /28 prefixes, one ENI
     can hold (`cloud.models.InstanceLimits.units_per_eni`)."""
+    vcpus: int | None = None
+    """The instance type's default vCPUs, for the max-pods cap (`ipamd.policy.max_pods`); None =
+    unknown, no cap."""
+    nitro: bool = True
+    """On the Nitro system (bare metal included): EC2 assigns /28 prefixes only there."""

@@ -8,7 +8,8 @@ and planning again gives an empty plan.
 
 Rules every plan keeps:
 - no ENI gets more than `units_per_eni` units (releasing ones still take a slot), no more ENIs than
-  `effective_max_enis`, and growth stops at the node's max pods (the last prefix may pass it);
+  `effective_max_enis`, and growth stops at the node's max pods (`ipamd.policy.max_pods`; the last
+  prefix may pass it);
 - only wholly free units go back (no assigned, cooling or releasing address), and only ENIs that
   are not primary, hold no used or releasing unit, and are at least `min_eni_lifetime_s` old;
 - growth fills the fullest ENIs first, then new ENIs; shrinking empties the emptiest non-primary
@@ -25,13 +26,10 @@ from dataclasses import dataclass, field
 from itertools import chain, repeat
 
 from ipamd.policy.goals import Goal
+from ipamd.policy.max_pods import MaxPods, compute_node_max_pods
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.tally import EniTally, NodeTally, PoolTally, tally_node
-
-HOST_NETWORK_PODS = 2
-"""Pods on the host network that take no pool address (aws-node and kube-proxy): the `+ 2` of
-VPC CNI's and the EKS AMI's max-pods formulas, in both modes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +57,24 @@ def effective_max_enis(targets: PoolTargets, limits: NodeLimits) -> int:
 
 
 def compute_max_pods(limits: NodeLimits, strategy: UnitStrategy, enis: int | None = None) -> int:
-    """ENIs x (IPv4 per ENI - 1) + 2 for secondary IPs, ENIs x (IPv4 per ENI - 1) x 16 + 2 for
-    prefixes: VPC CNI's `eni-max-pods.txt` formula, and the EKS AMI max-pods calculator's with
-    prefix delegation. `enis` defaults to the instance type's limit. The EKS calculator's further
-    cap of 110 or 250 pods (by vCPU count) is a kubelet choice, left to the max-pods override."""
+    """Max pods as EKS computes it over `enis` ENIs (default: the instance type's limit), without
+    an override: the mode's formula, capped by vCPU count (`ipamd.policy.max_pods`)."""
     count = limits.max_enis if enis is None else enis
-    return count * strategy.addresses_per_eni(limits) + HOST_NETWORK_PODS
+    return compute_node_max_pods(limits, strategy, count).value
+
+
+def compute_pod_limit_rule(
+    targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+) -> MaxPods:
+    """The max pods growth respects and the rule that set it: the override, else EKS's rules over
+    the ENIs ipamd may use. ipamd has no custom networking: the primary ENI carries pods."""
+    enis = effective_max_enis(targets, limits)
+    return compute_node_max_pods(limits, strategy, enis, override=targets.max_pods)
 
 
 def compute_pod_limit(targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy) -> int:
-    """The max pods growth respects: the override, else the formula over the ENIs ipamd may use."""
-    if targets.max_pods is not None:
-        return targets.max_pods
-    return compute_max_pods(limits, strategy, effective_max_enis(targets, limits))
+    """The max pods growth respects (`compute_pod_limit_rule`'s number)."""
+    return compute_pod_limit_rule(targets, limits, strategy).value
 
 
 def compute_address_capacity(

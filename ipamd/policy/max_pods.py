@@ -1,0 +1,140 @@
+"""Max pods as EKS computes it: one pure function from the instance type's limits, the mode, custom
+networking and the override to a number and the rule that set it.
+
+The rules, as the EKS AMI's max-pods calculator applies them (its recommended value, the one EKS
+managed node groups give kubelet):
+
+1. ENIs for pods: the instance type's ENIs on its default network card, capped by MAX_ENI; one fewer
+   with custom networking, whose primary ENI carries no pods.
+2. The formula: ENIs x (IPv4 per ENI - 1) + 2 with secondary IPs, ENIs x (IPv4 per ENI - 1) x 16 + 2
+   with /28 prefixes. The + 2 are the host-network pods (aws-node, kube-proxy) that take no address.
+   Prefixes need the Nitro system: elsewhere the secondary-IP formula applies in prefix mode too.
+3. The cap by vCPU count: at most 110 pods with 30 vCPUs or fewer, at most 250 above 30.
+4. IPAMD_MAX_PODS, when set, replaces all of this.
+
+Decisions where the published sources differ or say nothing:
+- The vCPU cap applies in secondary-IP mode too, as the calculator and EKS managed node groups apply
+  it, although VPC CNI's `eni-max-pods.txt` lists the uncapped formula (737 for m5.16xlarge, where
+  the calculator says 250). Kubelet on an EKS-recommended node admits no more pods than the cap, and
+  addresses held past it would never be used; an operator whose kubelet allows more sets
+  IPAMD_MAX_PODS to match.
+- Bare-metal types count as Nitro (`cloud.ec2_answers.parse_limits`), as VPC CNI counts them for
+  prefix delegation; the calculator keys on the reported hypervisor only, which bare metal lacks,
+  and so uses the secondary-IP formula there. ipamd does assign prefixes on bare metal, so the prefix
+  formula is what its pool can hold. (Every bare-metal type has enough ENIs that both formulas meet
+  the vCPU cap unless MAX_ENI is small.)
+- An unknown vCPU count (None: a test double, never DescribeInstanceTypes) applies no cap.
+- The override is taken as given, above the cap or the formula: it is the operator's statement of
+  kubelet's max pods.
+
+Pure; no asyncio, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ipamd.policy.model import NodeLimits
+from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy
+
+HOST_NETWORK_PODS = 2
+"""Pods on the host network that take no pool address (aws-node and kube-proxy): the `+ 2` of
+VPC CNI's and the EKS AMI's max-pods formulas, in both modes."""
+
+LOW_CPU_CEILING = 110
+"""Max pods with at most `CPU_THRESHOLD` vCPUs: kubelet's default max pods."""
+HIGH_CPU_CEILING = 250
+"""Max pods with more than `CPU_THRESHOLD` vCPUs."""
+CPU_THRESHOLD = 30
+"""vCPUs up to which `LOW_CPU_CEILING` applies."""
+
+
+class MaxPodsRule(StrEnum):
+    """The rule that set the node's max pods, as `/v1/pool` and `ipamctl status` name it."""
+
+    OVERRIDE = "override"
+    SECONDARY_IP = "secondary-ip-formula"
+    PREFIX = "prefix-formula"
+    LOW_CPU_CAP = "cap-110-vcpus-30-or-fewer"
+    HIGH_CPU_CAP = "cap-250-vcpus-over-30"
+
+
+_FORMULA_RULES = {"ip": MaxPodsRule.SECONDARY_IP, "prefix": MaxPodsRule.PREFIX}
+_FORMULA_NAMES = {
+    MaxPodsRule.SECONDARY_IP: "secondary-IP formula",
+    MaxPodsRule.PREFIX: "prefix formula",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MaxPods:
+    """The node's max pods and how it was reached."""
+
+    value: int
+    rule: MaxPodsRule
+    """The rule that set `value`: the override, a formula, or the vCPU cap that lowered it."""
+    formula: MaxPodsRule
+    """The formula that applies to the node (`SECONDARY_IP` or `PREFIX`), override or not."""
+    formula_pods: int
+    """What the formula gives, before the cap and the override."""
+    enis_for_pods: int
+    """ENIs the formula counts: after MAX_ENI and custom networking."""
+    addresses_per_eni: int
+    """Pod addresses one ENI holds under the formula."""
+    vcpus: int | None
+    custom_networking: bool = False
+
+    @property
+    def reason(self) -> str:
+        """One line for operators: the rule and the numbers behind it."""
+        primary = ", the primary carrying no pods" if self.custom_networking else ""
+        sum_ = (
+            f"{self.enis_for_pods} ENIs{primary} x {self.addresses_per_eni} addresses"
+            f" + {HOST_NETWORK_PODS} = {self.formula_pods}"
+        )
+        formula = _FORMULA_NAMES[self.formula]
+        if self.rule is MaxPodsRule.OVERRIDE:
+            return f"IPAMD_MAX_PODS={self.value} (the {formula} gives {sum_})"
+        if self.rule is self.formula:
+            cap = "" if self.vcpus is None else f"; {self.vcpus} vCPUs allow {_ceiling(self.vcpus)}"
+            return f"{formula}: {sum_}{cap}"
+        return f"{self.vcpus} vCPUs cap it at {self.value}; the {formula} gives {sum_}"
+
+
+def compute_node_max_pods(
+    limits: NodeLimits,
+    strategy: UnitStrategy,
+    enis: int,
+    *,
+    custom_networking: bool = False,
+    override: int | None = None,
+) -> MaxPods:
+    """The node's max pods under the rules of this module's docstring. `enis` is the ENIs ipamd may
+    use (the instance type's limit capped by MAX_ENI, `plan.effective_max_enis`); custom networking
+    takes the primary away from it. `strategy` is the mode; without Nitro it counts as secondary IPs."""
+    addressed = strategy if limits.nitro else SECONDARY_IPS
+    formula = _FORMULA_RULES[addressed.kind]
+    for_pods = max(enis - 1, 0) if custom_networking else enis
+    per_eni = addressed.addresses_per_eni(limits)
+    formula_pods = for_pods * per_eni + HOST_NETWORK_PODS
+    value, rule = formula_pods, formula
+    if override is not None:
+        value, rule = override, MaxPodsRule.OVERRIDE
+    elif limits.vcpus is not None and _ceiling(limits.vcpus) < formula_pods:
+        value = _ceiling(limits.vcpus)
+        rule = MaxPodsRule.HIGH_CPU_CAP if limits.vcpus > CPU_THRESHOLD else MaxPodsRule.LOW_CPU_CAP
+    return MaxPods(
+        value=value,
+        rule=rule,
+        formula=formula,
+        formula_pods=formula_pods,
+        enis_for_pods=for_pods,
+        addresses_per_eni=per_eni,
+        vcpus=limits.vcpus,
+        custom_networking=custom_networking,
+    )
+
+
+def _ceiling(vcpus: int) -> int:
+    return HIGH_CPU_CEILING if vcpus > CPU_THRESHOLD else LOW_CPU_CEILING
