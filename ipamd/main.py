@@ -51,6 +51,7 @@ from ipamd.introspection import serve_introspection
 from ipamd.metrics import Recorders, Sources
 from ipamd.metrics_http import ListenFailed, latency_middleware, serve_metrics
 from ipamd.observability import configure_logging
+from ipamd.policy.plan import compute_pod_limit_rule
 from ipamd.runtime.cri import GrpcCriRuntime
 from ipamd.startup import (
     SettingUnusable,
@@ -226,8 +227,10 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
 
 
 def _pool_settings(daemon: Daemon) -> dict[str, object]:
-    """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`)."""
+    """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`), with the
+    rule that set max pods (the same pure rule the daemon's parts applied)."""
     targets, limits = daemon.parts.targets, daemon.parts.node.limits
+    max_pods = compute_pod_limit_rule(targets, limits, daemon.pool.strategy)
     return {
         "mode": daemon.pool.strategy.kind,
         "targets": {
@@ -240,6 +243,8 @@ def _pool_settings(daemon: Daemon) -> dict[str, object]:
             "max_enis": limits.max_enis,
             "units_per_eni": limits.units_per_eni,
             "max_pods": daemon.engine.settings.max_pods,
+            "max_pods_rule": str(max_pods.rule),
+            "max_pods_reason": max_pods.reason,
         },
     }
 

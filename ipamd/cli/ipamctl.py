@@ -65,8 +65,12 @@ def render_status(pool: dict[str, Any]) -> str:
         lines += [f"  {line}" for line in blocked]
     if "targets" in pool:
         knobs = "  ".join(f"{k}={v}" for k, v in pool["targets"].items())
-        limits = "  ".join(f"{k}={v}" for k, v in pool["limits"].items())
-        lines += [f"mode: {pool.get('mode', '')}  targets: {knobs}", f"limits: {limits}"]
+        limits = dict(pool["limits"])
+        reason = limits.pop("max_pods_reason", None)
+        shown = "  ".join(f"{k}={v}" for k, v in limits.items())
+        lines += [f"mode: {pool.get('mode', '')}  targets: {knobs}", f"limits: {shown}"]
+        if reason:
+            lines.append(f"max pods: {limits.get('max_pods')}, {reason}")
     return "\n".join(lines)
 
 
