@@ -88,18 +88,20 @@ class MaxPods:
     @property
     def reason(self) -> str:
         """One line for operators: the rule and the numbers behind it."""
-        primary = ", the primary carrying no pods" if self.custom_networking else ""
+        primary = ", the primary carrying no pods," if self.custom_networking else ""
         sum_ = (
-            f"{self.enis_for_pods} ENIs{primary} x {self.addresses_per_eni} addresses"
+            f"{_count(self.enis_for_pods, 'ENI')}{primary} x {self.addresses_per_eni} addresses"
             f" + {HOST_NETWORK_PODS} = {self.formula_pods}"
         )
         formula = _FORMULA_NAMES[self.formula]
         if self.rule is MaxPodsRule.OVERRIDE:
             return f"IPAMD_MAX_PODS={self.value} (the {formula} gives {sum_})"
+        if self.vcpus is None:
+            return f"{formula}: {sum_}"
+        cap = f"the {_ceiling(self.vcpus)} cap for {_count(self.vcpus, 'vCPU')}"
         if self.rule is self.formula:
-            cap = "" if self.vcpus is None else f"; {self.vcpus} vCPUs allow {_ceiling(self.vcpus)}"
-            return f"{formula}: {sum_}{cap}"
-        return f"{self.vcpus} vCPUs cap it at {self.value}; the {formula} gives {sum_}"
+            return f"{formula}: {sum_}, within {cap}"
+        return f"{cap}; the {formula} gives {sum_}"
 
 
 def compute_node_max_pods(
@@ -138,3 +140,7 @@ def compute_node_max_pods(
 
 def _ceiling(vcpus: int) -> int:
     return HIGH_CPU_CEILING if vcpus > CPU_THRESHOLD else LOW_CPU_CEILING
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
