@@ -190,3 +190,14 @@ def test_limits_count_the_default_network_card_only() -> None:
         },
     }
     assert parse_limits(answer).max_enis == 15
+
+
+def test_limits_carry_the_default_vcpus() -> None:
+    """EKS's max-pods cap counts `VCpuInfo.DefaultVCpus`; an answer without it says nothing."""
+    from cloud.ec2_answers import parse_limits
+
+    network = {"MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 10}
+    answer = {"InstanceType": "m5.large", "Hypervisor": "nitro", "NetworkInfo": network}
+    with_vcpus = {**answer, "VCpuInfo": {"DefaultVCpus": 2, "DefaultCores": 1}}
+    assert parse_limits(with_vcpus).vcpus == 2
+    assert parse_limits(answer).vcpus is None

@@ -165,6 +165,11 @@ async def test_instance_limits_from_describe_instance_types_cached(
     assert calls.count("DescribeInstanceTypes") == 2
 
 
+async def test_instance_limits_carry_the_vcpus_ec2_reports(ec2: Boto3Ec2) -> None:
+    assert (await ec2.instance_limits("m5.large")).vcpus == 2
+    assert (await ec2.instance_limits("c5.18xlarge")).vcpus == 72
+
+
 async def test_instance_limits_unknown_type(ec2: Boto3Ec2) -> None:
     with pytest.raises(Rejected) as caught:
         await ec2.instance_limits("zz9.plural")

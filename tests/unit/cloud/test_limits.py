@@ -80,3 +80,13 @@ def test_fallback_table(instance_type: str, enis: int, ipv4: int) -> None:
     limits = FALLBACK_LIMITS[instance_type]
     assert (limits.max_enis, limits.ipv4_per_eni, limits.hypervisor) == (enis, ipv4, "nitro")
     assert limits.units_per_eni == ipv4 - 1
+
+
+@pytest.mark.parametrize("instance_type", sorted(FALLBACK_LIMITS))
+def test_fallback_table_is_what_ec2_reports(instance_type: str) -> None:
+    """Each fallback entry, vCPUs included, is DescribeInstanceTypes' answer (moto's copy of it)."""
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    from cloud.ec2_answers import parse_limits
+
+    assert FALLBACK_LIMITS[instance_type] == parse_limits(INSTANCE_TYPES[instance_type])

@@ -1,0 +1,58 @@
+"""The daemon's max pods comes from the instance type's limits as EKS computes it (vCPU cap and
+Nitro included), and `GET /v1/pool` names the rule that set it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cloud.models import InstanceLimits
+from ipamd.clock import FakeClock
+from ipamd.config import Config
+from ipamd.main import _pool_settings
+from tests.support.fake_cloud import FakeEc2, fake_daemon
+
+
+class Ec2WithCpus(FakeEc2):
+    """The in-memory EC2, answering DescribeInstanceTypes with vCPUs and a hypervisor."""
+
+    def __init__(self, clock: FakeClock, vcpus: int, hypervisor: str) -> None:
+        super().__init__(clock, max_enis=3, ipv4_per_eni=10)
+        self.vcpus = vcpus
+        self.hypervisor = hypervisor
+
+    async def instance_limits(self, instance_type: str) -> InstanceLimits:
+        return InstanceLimits(instance_type, 3, 10, self.hypervisor, self.vcpus)
+
+
+@pytest.mark.parametrize(
+    ("env", "vcpus", "hypervisor", "max_pods", "rule"),
+    [
+        ({}, 2, "nitro", 29, "secondary-ip-formula"),
+        ({"ENABLE_PREFIX_DELEGATION": "true"}, 2, "nitro", 110, "cap-110-vcpus-30-or-fewer"),
+        ({"ENABLE_PREFIX_DELEGATION": "true"}, 32, "nitro", 250, "cap-250-vcpus-over-30"),
+        ({"ENABLE_PREFIX_DELEGATION": "true"}, 2, "xen", 29, "secondary-ip-formula"),
+        (
+            {"ENABLE_PREFIX_DELEGATION": "true", "IPAMD_MAX_PODS": "300"},
+            2,
+            "nitro",
+            300,
+            "override",
+        ),
+    ],
+)
+async def test_max_pods_and_its_rule(
+    tmp_path: Path, env: dict[str, str], vcpus: int, hypervisor: str, max_pods: int, rule: str
+) -> None:
+    clock = FakeClock()
+    config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path), **env})
+    daemon = await fake_daemon(config, Ec2WithCpus(clock, vcpus, hypervisor), clock)
+    try:
+        assert daemon.engine.settings.max_pods == max_pods
+        limits = _pool_settings(daemon)["limits"]
+        assert isinstance(limits, dict)
+        assert (limits["max_pods"], limits["max_pods_rule"]) == (max_pods, rule)
+        assert str(max_pods) in limits["max_pods_reason"]
+    finally:
+        await daemon.close()
