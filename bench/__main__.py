@@ -41,8 +41,10 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
 )
 
 
-async def run_all(base: Path | None) -> None:
+async def run_all(base: Path | None, only: frozenset[str] = frozenset()) -> None:
     for name, family in FAMILIES:
+        if only and name not in only:
+            continue
         started = time.perf_counter()
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix=f"ipamd-bench-{name}-", dir=base) as workdir:
@@ -58,8 +60,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--dir", type=Path, default=None, help="where to create the temporary state files"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=[name for name, _ in FAMILIES],
+        help="run only this family (repeatable); all of them by default",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(run_all(args.dir))
+    asyncio.run(run_all(args.dir, frozenset(args.only)))
 
 
 if __name__ == "__main__":
