@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check bench bench-cluster chaos report clean image
+.PHONY: run test check bench bench-cluster chaos report clean image test-image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ image:
 	  || { echo "image: $(PYTHON) failed: no pip settings passed to the build" >&2; flags=; }; \
 	set -x; $(ENGINE) build $$flags $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) \
 	  $(IMAGE_BUILD_FLAGS) -t $(or $(IMAGE),ipamd:$(VERSION)) .
+
+# The image built with Podman on a Debian base made here, then run as the DaemonSet runs it: as root
+# (tests/image/run.sh installs what it needs; without root it says so and skips).
+test-image: $(STAMP)
+	tests/image/run.sh
 
 clean:
 	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis
