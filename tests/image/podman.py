@@ -124,7 +124,7 @@ HOST_NETNS_VIEWS = (
 """How the machine's own network namespace is read (by this process, which runs in it)."""
 
 
-def _without_counters(text: str) -> str:
+def without_counters(text: str) -> str:
     # iptables-save prints packet counters and a timestamp line; neither is a change we made.
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     return "\n".join(line.split(" [", 1)[0] if line.startswith(":") else line for line in lines)
@@ -138,7 +138,7 @@ class HostState:
 
     @classmethod
     def read(cls, podman: Podman) -> HostState:
-        views = {" ".join(argv): _without_counters(_capture(argv)) for argv in HOST_NETNS_VIEWS}
+        views = {" ".join(argv): without_counters(_capture(argv)) for argv in HOST_NETNS_VIEWS}
         return cls(views, frozenset(podman.image_ids()), frozenset(podman.container_ids()))
 
     def differences(self, later: HostState) -> list[str]:
