@@ -148,3 +148,14 @@ def test_the_script_prints_flags_for_this_builder(tmp_path: Path) -> None:
     for flag in answer.stdout.split():
         assert flag.startswith("--secret=id=pip_"), flag
         assert Path(flag.split("src=", 1)[1]).is_file()
+
+
+def test_ci_runs_the_image_smoke_test_as_root_and_the_docs_give_its_figures() -> None:
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "make test-image" in ci and "id -u" in ci
+    assert re.search(
+        r"^test-image: .*\n\ttests/image/run.sh$", (REPO / "Makefile").read_text(), re.M
+    )
+    operations = (REPO / "docs" / "operations.md").read_text()
+    for figure in ("make test-image", "`image_size_mib`", "build from scratch", "from the cache"):
+        assert figure in operations, figure
