@@ -4,7 +4,9 @@
 #
 # Versions are pinned: the base image by tag (set PYTHON_IMAGE to `python:...@sha256:...` to pin it
 # by digest in your build), Python packages by deploy/image/constraints.txt, Debian packages by the
-# base image's Debian release.
+# base image's Debian release. Any Debian-based image with python3 and its venv module will do as
+# PYTHON_IMAGE (`make test-image` builds on Debian's own python3); the RUN steps call `python3`,
+# which every such image has.
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
 # --- build: the virtualenv, the plugin's runtime and the launcher ---------------------------------
@@ -13,17 +15,28 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# The dependencies first, from the pins alone: a change to ipamd's code reuses this layer. pip gets
+# the builder's index and certificate bundle as build secrets when `make image` finds them
+# (deploy/image/pip_build_secrets.py); they are mounted for this step only, never stored in a layer.
+COPY deploy/image/constraints.txt deploy/image/build-system.txt deploy/image/
+RUN --mount=type=secret,id=pip_conf --mount=type=secret,id=pip_cert \
+    python3 -m venv /opt/ipamd/venv \
+ && PIP_CONFIG_FILE=/run/secrets/pip_conf /opt/ipamd/venv/bin/pip install --no-cache-dir \
+      --disable-pip-version-check --requirement deploy/image/constraints.txt \
+      --requirement deploy/image/build-system.txt
+# Then ipamd itself, offline: no index, no dependency, the build backend installed above; `pip check`
+# fails the build if the pins no longer satisfy pyproject.toml's requirements.
 COPY pyproject.toml README.md ./
 COPY ipamd ./ipamd
 COPY cloud ./cloud
 COPY datastore ./datastore
+RUN /opt/ipamd/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
+      --no-deps --no-build-isolation . \
+ && /opt/ipamd/venv/bin/pip check
 COPY deploy/image ./deploy/image
-RUN python -m venv /opt/ipamd/venv \
- && /opt/ipamd/venv/bin/pip install --no-cache-dir --disable-pip-version-check \
-      --constraint deploy/image/constraints.txt .
 # ipamd-cni's private runtime: the interpreter, its libraries and the stdlib modules the plugin
 # imports, built from this image's Python (deploy/image/build_cni_bundle.py says why and how).
-RUN /opt/ipamd/venv/bin/python deploy/image/build_cni_bundle.py /opt/ipamd/cni/bundle
+RUN /opt/ipamd/venv/bin/python3 deploy/image/build_cni_bundle.py /opt/ipamd/cni/bundle
 # The file the node executes as `ipamd-cni`: static, so it needs nothing from the node.
 RUN gcc -static -Os -s -Wall -Wextra -Werror -o /opt/ipamd/cni/ipamd-cni deploy/image/cni-launcher.c
 

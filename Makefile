@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check bench bench-cluster chaos report clean image
+.PHONY: run test check bench bench-cluster chaos report clean image test-image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,10 +39,26 @@ chaos: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m bench.report
 
-# The container image (Dockerfile); needs a container engine, which `make test` does not. Name it
-# with IMAGE=registry/ipamd:tag; CONTAINER_ENGINE=podman to use Podman.
+# The container image (Dockerfile); needs a container engine, which `make test` does not.
+#   IMAGE=registry/ipamd:tag       its name (default ipamd:<version>)
+#   CONTAINER_ENGINE=podman        the engine (default docker; Docker needs BuildKit, its default)
+#   PYTHON_IMAGE=...               the base image (the Dockerfile's default: the official python)
+#   IMAGE_BUILD_FLAGS=...          more build flags, e.g. --network=host
+# The builder's pip index and certificate bundle reach the build's pip step as build secrets
+# (deploy/image/pip_build_secrets.py), so builds behind a mirror or a TLS-intercepting proxy work.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+ENGINE  := $(or $(CONTAINER_ENGINE),docker)
 image:
-	$(or $(CONTAINER_ENGINE),docker) build -t $(or $(IMAGE),ipamd:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)) .
+	@set -e; secrets=$$(mktemp -d); trap 'rm -rf "$$secrets"' EXIT; \
+	flags=$$($(PYTHON) deploy/image/pip_build_secrets.py "$$secrets") \
+	  || { echo "image: $(PYTHON) failed: no pip settings passed to the build" >&2; flags=; }; \
+	set -x; $(ENGINE) build $$flags $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) \
+	  $(IMAGE_BUILD_FLAGS) -t $(or $(IMAGE),ipamd:$(VERSION)) .
+
+# The image built with Podman on a Debian base made here, then run as the DaemonSet runs it: as root
+# (tests/image/run.sh installs what it needs; without root it says so and skips).
+test-image: $(STAMP)
+	tests/image/run.sh
 
 clean:
 	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -11,13 +11,19 @@ own, built here from the interpreter running this script (the image's):
       lib/ld.so                     the image's dynamic loader, under a name the launcher knows
       lib/*.so*                     every shared library the interpreter and its modules link
       lib/pythonX.Y/...             the stdlib modules the plugin can import (static closure)
-      lib/pythonX.Y/site-packages/ipamd/...   the plugin's own modules
+      lib/pythonX.Y/ipamd/...       the plugin's own modules, beside the stdlib
 
 The launcher (`cni-launcher.c`, the file installed as `ipamd-cni`) starts `bin/python3` through
 `lib/ld.so --library-path lib`, so no library of the node is loaded. Python finds its stdlib from
 `bin/python3`'s location (`lib/pythonX.Y/os.py` is its landmark), `-I` keeps the node's PYTHON*
 variables, user site and working directory out, and `-B` keeps it from writing bytecode next to the
 modules, which are compiled here.
+
+`ipamd` goes in the stdlib directory itself, not in a site directory: every CPython puts that
+directory on `sys.path`, whatever its `site` module does. Which site directories `site` adds depends
+on who built the interpreter: upstream's (the official python image) adds `lib/pythonX.Y/
+site-packages`, Debian's adds only `dist-packages` ones, so a runtime built from Debian's python3 with
+`ipamd` in `site-packages` could not import the plugin.
 
 The module set is `modulefinder`'s closure of the plugin: every `import` statement, in any branch or
 function, of every module reached. Only interactive and test tooling is cut (`EXCLUDED`); anything
@@ -54,6 +60,9 @@ ENTRY = "import sys\nfrom ipamd.cni.plugin import main\nsys.exit(main())\n"
 """What the launcher runs with `-c`: the console script `ipamd-cni`, without its wrapper."""
 ALLOWED_TOP_LEVEL = frozenset({"ipamd"})
 """Modules outside the stdlib that may be bundled: the plugin's own package."""
+SITE_DIRS = frozenset({"site-packages", "dist-packages"})
+"""Names of the directories where an interpreter's installed packages live (upstream's, Debian's):
+nothing under them is stdlib, even below the stdlib directory."""
 EXCLUDED = (
     "tkinter",
     "_tkinter",
@@ -188,14 +197,14 @@ def destination(name: str, source: Path, lib_dir: Path) -> Path:
     """Where module `name` (file `source`) goes in the runtime's `lib/pythonX.Y`."""
     for key in ("stdlib", "platstdlib"):
         root = Path(sysconfig.get_paths()[key])
-        if source.is_relative_to(root) and "site-packages" not in source.relative_to(root).parts:
+        if source.is_relative_to(root) and not SITE_DIRS & set(source.relative_to(root).parts):
             return lib_dir / source.relative_to(root)
     top = name.split(".", maxsplit=1)[0]
     if top not in ALLOWED_TOP_LEVEL:
         raise BundleError(f"the plugin reaches {name} ({source}): only the stdlib may be bundled")
     depth = name.count(".") + (1 if source.name == "__init__.py" else 0)
     package_root = source.parents[depth]
-    return lib_dir / "site-packages" / source.relative_to(package_root)
+    return lib_dir / source.relative_to(package_root)
 
 
 def copy_libraries(binaries: list[Path], lib: Path) -> Path:
