@@ -3,7 +3,7 @@
 
 The daemon is `ipamd run` as a child process, on an embedded EC2 and IMDS served from this process
 (so its resident memory is the daemon's alone, moto's is not in it). An m5.large in prefix mode (three
-ENIs of nine /28s: 432 addresses) is filled by `MINIMUM_IP_TARGET` before anything is timed, so no ADD
+ENIs of nine /28s: 432 addresses, with max pods raised past EKS's 110 to match) is filled by `MINIMUM_IP_TARGET` before anything is timed, so no ADD
 waits for EC2: what is measured is the API, the engine and the durable commit behind each answer.
 `IP_COOLDOWN_PERIOD=0` lets a released address be taken by the next pair; with VPC CNI's 30 s, a
 thousand pairs a second would cool 30,000 addresses. Every pair uses a fresh container ID (a DEL
@@ -46,6 +46,9 @@ SETTINGS = {
     # The whole node (3 ENIs x 9 /28s): the pool is full before anything is timed, and then has
     # nothing left to do, so no EC2 call competes with the requests being timed.
     "MINIMUM_IP_TARGET": "432",
+    # EKS would cap an m5.large (2 vCPUs) at 110 pods; 250 held pods plus 32 clients need more, so
+    # the node runs with kubelet's max pods raised, as an operator who raises it sets this too.
+    "IPAMD_MAX_PODS": "434",
     "IP_COOLDOWN_PERIOD": "0",
     "IPAMD_HOST_NETWORK": "off",
     "IPAMD_POOL_INTERVAL": "0.5",
