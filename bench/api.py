@@ -3,8 +3,9 @@
 
 The daemon is `ipamd run` as a child process, on an embedded EC2 and IMDS served from this process
 (so its resident memory is the daemon's alone, moto's is not in it). An m5.large in prefix mode (three
-ENIs of nine /28s: 432 addresses, with max pods raised past EKS's 110 to match) is filled by `MINIMUM_IP_TARGET` before anything is timed, so no ADD
-waits for EC2: what is measured is the API, the engine and the durable commit behind each answer.
+ENIs of nine /28s: 432 addresses, with max pods raised past EKS's 110 to match) is filled by
+`MINIMUM_IP_TARGET` before anything is timed, so no ADD waits for EC2: what is measured is the API,
+the engine and the durable commit behind each answer.
 `IP_COOLDOWN_PERIOD=0` lets a released address be taken by the next pair; with VPC CNI's 30 s, a
 thousand pairs a second would cool 30,000 addresses. Every pair uses a fresh container ID (a DEL
 leaves a delete intent for its ID), as the runtime does. Host networking is off: the socket, the
