@@ -42,7 +42,7 @@ from cloud.errors import CloudError
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
 from ipamd import conflist
 from ipamd.api.app import create_app
-from ipamd.api.server import SocketPathError, serve_unix
+from ipamd.api.server import App, Runner, SocketPathError, serve_unix
 from ipamd.api.views import POD_GATEWAY
 from ipamd.clock import SystemClock
 from ipamd.config import Config, ConfigError
@@ -62,8 +62,6 @@ from ipamd.startup import (
 )
 
 if TYPE_CHECKING:
-    from aiohttp import web
-
     from ipamd.embedded_node import EmbeddedNode
 
 logger = logging.getLogger("ipamd")
@@ -129,7 +127,7 @@ async def _hostnet(
     return HostNetAdapters(host=host, snat=NftSnatTable(), vpc_cidrs=imds.vpc_cidrs)
 
 
-async def _serve_api(app: web.Application, path: str) -> web.AppRunner:
+async def _serve_api(app: App, path: str) -> Runner:
     try:
         return await serve_unix(app, path)
     except SocketPathError as err:

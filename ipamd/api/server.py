@@ -31,6 +31,12 @@ starting a few hundred pods at once runs as many plugins at once; the default of
 MAX_SOCKET_PATH = 107
 """`sun_path` is 108 bytes on Linux, with the terminating NUL."""
 
+App = web.Application
+"""What `serve_unix` serves (`ipamd.api.create_app` builds the API's), named here so that the
+composition root need not import aiohttp."""
+Runner = web.AppRunner
+"""A served app: `await runner.cleanup()` stops serving it."""
+
 
 class SocketPathError(Exception):
     """The socket path cannot be served: another process answers on it, it is not a socket, or it is
@@ -78,7 +84,7 @@ def bind_unix(path: Path) -> socket.socket:
     return sock
 
 
-async def serve_unix(app: web.Application, path: str | os.PathLike[str]) -> web.AppRunner:
+async def serve_unix(app: App, path: str | os.PathLike[str]) -> Runner:
     """Serve `app` on the unix socket `path` (parent directories created). Stop with
     `await runner.cleanup()`. Raises `SocketPathError`."""
     path = Path(path)
