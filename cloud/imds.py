@@ -28,10 +28,11 @@ from typing import Any, Final, Self, TypeVar
 
 import aiohttp
 
+from cloud.backoff import Backoff
 from cloud.calls import OK, CallLog, CallRecorder
 from cloud.errors import CallTimeout, CloudError, NotFound, Rejected, ServiceUnavailable, Throttled
 from cloud.ports import ImdsIdentity, ImdsInterface
-from cloud.ratelimit import Backoff, MonotonicClock, RetryPolicy, Sleep
+from cloud.ratelimit import MonotonicClock, RetryPolicy, Sleep
 
 logger = logging.getLogger(__name__)
 

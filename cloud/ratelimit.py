@@ -14,8 +14,9 @@ rate instead of in a burst that would be throttled too. The rates are constructo
 composition root may lower them for large clusters.
 
 Retries. Only errors marked `retryable` (`Throttled`, `ServiceUnavailable`, `CallTimeout`) are retried,
-with full-jitter exponential backoff (sleep uniform(0, min(cap, base x 2^(n-1))) after attempt n, so a
-fleet failing together does not retry together), up to `RetryPolicy.max_attempts` attempts in all.
+with full-jitter exponential backoff (`cloud.backoff`: sleep uniform(0, min(cap, base x 2^(n-1)))
+after attempt n, so a fleet failing together does not retry together), up to
+`RetryPolicy.max_attempts` attempts in all.
 Whether a retryable error may be retried depends on the call:
 
 - *Repeatable* calls are safe to send twice: every Describe*; CreateNetworkInterface (sent with a
@@ -50,6 +51,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from cloud.backoff import Backoff
 from cloud.calls import OK, CallRecorder
 from cloud.errors import CloudError, Throttled
 
@@ -151,24 +153,6 @@ class TokenBucket:
         now = self._clock()
         self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
         self._stamp = now
-
-
-class Backoff:
-    """Full-jitter exponential backoff."""
-
-    def __init__(self, base_s: float, cap_s: float, rng: random.Random | None = None) -> None:
-        if base_s < 0 or cap_s < 0:
-            raise ValueError(f"backoff needs base_s >= 0 and cap_s >= 0: {base_s}, {cap_s}")
-        self._base_s = base_s
-        self._cap_s = cap_s
-        self._rng = rng or random.Random()
-
-    def ceiling_s(self, attempt: int) -> float:
-        """The largest sleep after failed attempt `attempt` (counting from 1)."""
-        return min(self._cap_s, self._base_s * 2.0 ** min(max(attempt - 1, 0), 62))
-
-    def delay_s(self, attempt: int) -> float:
-        return self._rng.uniform(0.0, self.ceiling_s(attempt))
 
 
 class AttemptFailed(Exception):

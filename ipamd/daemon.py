@@ -12,12 +12,14 @@ its own loop, and the reconcilers run on the schedule of `ipamd.reconcile.jobs`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cloud.backoff import Backoff
 from cloud.errors import CloudError
 from cloud.models import UnitKind
 from cloud.ports import Imds, Instance
@@ -116,17 +118,16 @@ class Daemon:
         if self.engine.unavailable is not None:
             logger.error("daemon.not_ready reason=%s", self.engine.unavailable)
             return
-        delay = 1.0
-        while True:
+        # Full jitter: a fleet restarted together does not retry together.
+        backoff = Backoff(1.0, self.start_retry_cap_s, self.rng)
+        for attempt in itertools.count(1):
             try:
                 await self._start_once()
                 return
             except (CloudError, StoreWriteFailed, HostNetError) as err:
-                # Full jitter: a fleet restarted together does not retry together.
-                wait = self.rng.uniform(0, delay)
+                wait = backoff.delay_s(attempt)
                 logger.warning("daemon.start_failed error=%s retry_in_s=%.1f", err, wait)
                 await self.sleep(wait)
-                delay = min(delay * 2, self.start_retry_cap_s)
 
     async def _start_once(self) -> None:
         if await self.engine.claim_instance(self.instance_id):

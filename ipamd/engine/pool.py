@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from cloud.backoff import backoff_delay_s
 from cloud.errors import (
     AddressLimitExceeded,
     CloudError,
@@ -205,11 +206,11 @@ class PoolManager:
                 self._settings.subnet_exhausted_cooldown_s,
             )
         # Full jitter: a fleet of nodes failing together does not retry together.
-        ceiling = min(
-            self._settings.backoff_cap_s,
-            self._settings.backoff_base_s * 2 ** (h.consecutive_failures - 1),
+        s = self._settings
+        delay = backoff_delay_s(
+            h.consecutive_failures, s.backoff_base_s, s.backoff_cap_s, self._rng
         )
-        h.backoff_until = now + self._rng.uniform(0, ceiling)
+        h.backoff_until = now + delay
         logger.warning(
             "pool.failed error=%s retryable=%s backoff_s=%.2f",
             err,

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cloud.backoff import backoff_delay_s
 from cloud.errors import CloudError
 from datastore.records import AllocationKey, AllocationRecord, EniRecord, Mutation
 from ipamd.clock import Clock
@@ -266,10 +267,10 @@ class Datapath:
     def _retry_later(self, eni: EniRecord, err: Exception) -> None:
         pending = self._pending.setdefault(eni.eni_id, _Pending())
         pending.attempts += 1
-        ceiling = min(
-            self.settings.retry_cap_s, self.settings.retry_base_s * 2 ** (pending.attempts - 1)
+        s = self.settings
+        delay = backoff_delay_s(
+            pending.attempts, s.retry_base_s, s.retry_cap_s, self._rng, floor=0.5
         )
-        delay = self._rng.uniform(ceiling / 2, ceiling)
         pending.next_try = self._clock.now() + delay
         if eni.eni_id in self._ready:
             return  # set up before; a failed refresh does not take its addresses away

@@ -1,4 +1,4 @@
-"""Token buckets, full-jitter backoff and the retry rules, on a fake clock: exact and sleep-free."""
+"""Token buckets and the retry rules, on a fake clock: exact and sleep-free."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from cloud.errors import (
 )
 from cloud.ratelimit import (
     AttemptFailed,
-    Backoff,
     RateLimits,
     Retrier,
     RetryPolicy,
@@ -109,25 +108,6 @@ def test_default_limits_are_a_fifth_of_ec2s_account_buckets() -> None:
     limits = RateLimits()
     assert (limits.read_burst, limits.read_rate_per_s) == (100 / 5, 20 / 5)
     assert (limits.mutate_burst, limits.mutate_rate_per_s) == (50 / 5, 5 / 5)
-
-
-# -- backoff ------------------------------------------------------------------------------------
-
-
-def test_backoff_ceiling_doubles_up_to_the_cap() -> None:
-    backoff = Backoff(0.25, 3.0)
-    assert [backoff.ceiling_s(n) for n in range(1, 7)] == [0.25, 0.5, 1.0, 2.0, 3.0, 3.0]
-    assert backoff.ceiling_s(10_000) == 3.0
-
-
-def test_backoff_full_jitter_is_within_bounds_and_seeded() -> None:
-    first = Backoff(0.25, 10.0, random.Random(42))
-    again = Backoff(0.25, 10.0, random.Random(42))
-    delays = [first.delay_s(n) for n in range(1, 9) for _ in range(50)]
-    assert delays == [again.delay_s(n) for n in range(1, 9) for _ in range(50)]
-    for i, delay in enumerate(delays):
-        assert 0.0 <= delay <= first.ceiling_s(i // 50 + 1)
-    assert min(delays[:50]) < 0.05 and max(delays[-50:]) > 5.0, "spread over the whole range"
 
 
 # -- what may be retried ------------------------------------------------------------------------
