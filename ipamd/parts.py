@@ -123,6 +123,7 @@ def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
         extra_tags=config.additional_eni_tags,
         subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
         release_grace_s=config.reconcile_grace_s,
+        shrink_interval_s=config.shrink_interval_s,
     )
     if tuning.pool_backoff_s is None:
         return settings

@@ -4,7 +4,7 @@ Grow: fill existing ENIs, then create, tag and attach new ones; every unit enter
 EC2's own answer. Shrink (`pool_release`): units are marked `releasing` (a committed change) before
 EC2 is called, so no ADD can take them; if they became needed meanwhile the release is aborted.
 The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
-pauses growth for a cooldown.
+pauses growth for a cooldown; two shrinks are at least `shrink_interval_s` apart.
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ class PoolSettings:
     release_grace_s: float = 60.0
     """How long EC2's listing may still show a unit ipamd returned (IPAMD_RECONCILE_GRACE): adopting
     within it would bring the unit back."""
+    shrink_interval_s: float = 0.0
+    """Least time between two shrinks (IPAMD_SHRINK_INTERVAL, VPC CNI's decreaseIPPoolInterval):
+    a burst of DELs before ADDs does not send addresses back only to ask for them again."""
 
 
 @dataclass(slots=True)
@@ -78,6 +81,7 @@ class PoolHealth:
     consecutive_failures: int = 0
     subnet_exhausted_until: float = 0.0
     backoff_until: float = 0.0
+    last_shrink_at: float = float("-inf")
     last_error: str = ""
     errors_by_code: dict[str, int] = field(default_factory=dict)
 
@@ -173,6 +177,11 @@ class PoolManager:
         plan = self.plan()
         if self._growth_paused(now) and (plan.assign or plan.new_enis):
             plan = replace(plan, assign=(), new_enis=())
+        shrinking = bool(plan.release_units or plan.release_enis)
+        if shrinking and now - self.health.last_shrink_at < self._settings.shrink_interval_s:
+            plan = replace(plan, release_units=(), release_enis=())
+        elif shrinking:
+            self.health.last_shrink_at = now
         if not plan.new_enis:
             await self._drop_unattached()
         if plan.is_empty():
