@@ -33,6 +33,7 @@ from bench.timing import p50, p99
 from chaos.daemon import BIN, Endpoints, daemon_environment
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2
+from ipamd.wire import PATH_ALLOCATIONS, PATH_POOL, PATH_READYZ
 
 HELD = 250
 PAIRS_ONE_CLIENT = 1000
@@ -90,7 +91,7 @@ async def _pair(socket_path: Path, container_id: str) -> float:
     started = time.perf_counter()
     await _add(socket_path, container_id)
     status, _ = await _request(
-        socket_path, "DELETE", f"/v1/allocations/{container_id}/eth0?network={NETWORK}"
+        socket_path, "DELETE", f"{PATH_ALLOCATIONS}/{container_id}/eth0?network={NETWORK}"
     )
     if status != 200:
         raise RuntimeError(f"DEL of {container_id}: {status}")
@@ -99,7 +100,7 @@ async def _pair(socket_path: Path, container_id: str) -> float:
 
 async def _add(socket_path: Path, container_id: str) -> None:
     body = {"container_id": container_id, "ifname": "eth0", "network": NETWORK}
-    status, answer = await _request(socket_path, "POST", "/v1/allocations", body)
+    status, answer = await _request(socket_path, "POST", PATH_ALLOCATIONS, body)
     if status != 200:
         raise RuntimeError(f"ADD of {container_id}: {status} {answer}")
 
@@ -132,7 +133,7 @@ async def _warm(socket_path: Path, addresses: int, deadline_s: float = 120.0) ->
     assert addresses > HELD + CLIENTS
     end = time.monotonic() + deadline_s
     while True:
-        status, pool = await _request(socket_path, "GET", "/v1/pool")
+        status, pool = await _request(socket_path, "GET", PATH_POOL)
         if status == 200 and pool["counts"]["free"] >= addresses:
             return
         if time.monotonic() > end:
@@ -202,7 +203,7 @@ async def _ready(socket_path: Path, process: asyncio.subprocess.Process, workdir
             log = (workdir / "ipamd.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"ipamd exited {process.returncode}:\n{log}")
         with contextlib.suppress(OSError):
-            if (await _request(socket_path, "GET", "/readyz"))[0] == 200:
+            if (await _request(socket_path, "GET", PATH_READYZ))[0] == 200:
                 return
         await asyncio.sleep(0.1)
     raise RuntimeError("ipamd did not become ready within 60 s")

@@ -23,6 +23,7 @@ import aiohttp
 
 from chaos.node import ChaosNode
 from chaos.pods import IFNAME, Ledger
+from ipamd.wire import PATH_ALLOCATIONS
 from tests.support.invariants import has_unique_owner_index, read_disk
 
 Owners = dict[str, list[str]]
@@ -59,7 +60,7 @@ async def check_node(node: ChaosNode, ledger: Ledger) -> Verdict:
 
 async def _api_owners(node: ChaosNode, verdict: Verdict) -> Owners | None:
     try:
-        status, body = await node.daemon.api("GET", "/v1/allocations")
+        status, body = await node.daemon.api("GET", PATH_ALLOCATIONS)
     except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as err:
         verdict.problems.append(f"GET /v1/allocations failed: {err!r}")
         return None
@@ -128,7 +129,7 @@ def _check_owners(source: str, owners: Owners, ledger: Ledger, verdict: Verdict)
 async def deferred_outstanding(node: ChaosNode, ledger: Ledger) -> list[str] | None:
     """Pods whose DEL was deferred (ipamd unreachable) and still own an address; None if unknown."""
     try:
-        status, body = await node.daemon.api("GET", "/v1/allocations")
+        status, body = await node.daemon.api("GET", PATH_ALLOCATIONS)
     except (OSError, aiohttp.ClientError, TimeoutError, ValueError):
         return None
     if status != 200:

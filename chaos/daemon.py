@@ -24,6 +24,8 @@ from typing import IO, Any, Final
 
 import aiohttp
 
+from ipamd.wire import PATH_READYZ
+
 BIN: Final = Path(sys.executable).parent
 """The console scripts (`ipamd`, `ipamd-cni`) next to this interpreter."""
 
@@ -176,7 +178,7 @@ class DaemonProcess:
 
     async def ready(self) -> bool:
         try:
-            status, _ = await self.api("GET", "/readyz")
+            status, _ = await self.api("GET", PATH_READYZ)
         except (OSError, aiohttp.ClientError, TimeoutError, ValueError):
             return False
         return status == 200

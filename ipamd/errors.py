@@ -1,26 +1,39 @@
-"""Domain errors of ipamd. Each carries a stable `code` and the HTTP status the API maps it to; callers
-match on the type, never on the message."""
+"""Domain errors of ipamd. Each carries a stable `code` (one of `ipamd.wire`'s) and the HTTP status the
+API maps it to; callers match on the type, never on the message."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from ipamd.wire import (
+    CODE_BAD_REQUEST,
+    CODE_DATAPATH_UNAVAILABLE,
+    CODE_DELETE_INTENT,
+    CODE_INTERNAL,
+    CODE_INVENTORY_CONFLICT,
+    CODE_MAX_PODS,
+    CODE_NO_ADDRESS,
+    CODE_NODE_FULL,
+    CODE_STATE_UNAVAILABLE,
+    CODE_STORE_WRITE_FAILED,
+)
+
 
 class IpamdError(Exception):
-    code: ClassVar[str] = "internal"
+    code: ClassVar[str] = CODE_INTERNAL
     status: ClassVar[int] = 500
     retryable: ClassVar[bool] = False
 
 
 class BadRequest(IpamdError):
-    code = "bad_request"
+    code = CODE_BAD_REQUEST
     status = 400
 
 
 class DeleteIntentActive(IpamdError):
     """ADD for a container ID whose DEL already arrived: the runtime has given up on that sandbox."""
 
-    code = "delete_intent"
+    code = CODE_DELETE_INTENT
     status = 409
 
     def __init__(self, container_id: str, first_del_at: float, expires_at: float) -> None:
@@ -36,7 +49,7 @@ class DeleteIntentActive(IpamdError):
 class NoAddressAvailable(IpamdError):
     """The warm pool has no free address right now; the pool grows and the runtime retries."""
 
-    code = "no_address"
+    code = CODE_NO_ADDRESS
     status = 503
     retryable = True
 
@@ -44,14 +57,14 @@ class NoAddressAvailable(IpamdError):
 class MaxPodsReached(IpamdError):
     """The node holds as many pod addresses as its max pods allows; more will not come."""
 
-    code = "max_pods"
+    code = CODE_MAX_PODS
     status = 503
 
 
 class DatapathUnavailable(IpamdError):
     """The pod's routing could not be set up on the host; the ADD was undone and can be retried."""
 
-    code = "datapath_unavailable"
+    code = CODE_DATAPATH_UNAVAILABLE
     status = 503
     retryable = True
 
@@ -60,21 +73,21 @@ class NodeFull(IpamdError):
     """Every address the node can ever hold (all its ENIs attached and full) is owned by a pod: no
     amount of waiting brings another, only a pod's DEL does. Not retryable, like `MaxPodsReached`."""
 
-    code = "node_full"
+    code = CODE_NODE_FULL
     status = 503
 
 
 class StateUnavailable(IpamdError):
     """The state file is unusable; ipamd fails closed instead of starting empty."""
 
-    code = "state_unavailable"
+    code = CODE_STATE_UNAVAILABLE
     status = 503
 
 
 class StoreWriteFailed(IpamdError):
     """The change could not be made durable, so it was not made at all."""
 
-    code = "store_write_failed"
+    code = CODE_STORE_WRITE_FAILED
     status = 503
     retryable = True
 
@@ -82,5 +95,5 @@ class StoreWriteFailed(IpamdError):
 class InventoryError(IpamdError):
     """An inventory change that contradicts the current view (unknown ENI, unit already present)."""
 
-    code = "inventory_conflict"
+    code = CODE_INVENTORY_CONFLICT
     status = 409

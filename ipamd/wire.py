@@ -1,4 +1,5 @@
-"""What crosses the local socket between the daemon's API and `ipamd-cni`: paths, bodies, limits.
+"""What crosses the local socket between the daemon's API and its clients (`ipamd-cni`, `ipamctl`):
+paths, error codes, bodies, limits.
 
 Requests are parsed strictly: the exact JSON types, bounded sizes and lengths, no unknown fields, no
 duplicate keys. A violation raises `WireError`, which the API answers with 400 `bad_request`.
@@ -34,10 +35,6 @@ from ipamd.wire_codec import dumps as dumps
 from ipamd.wire_codec import parse_answer as parse_answer
 from ipamd.wire_codec import parse_object as parse_object
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    pass
-
 CNI_VERSION = "1.1.0"
 SUPPORTED_CNI_VERSIONS = ("0.4.0", "1.0.0", "1.1.0")
 
@@ -48,8 +45,29 @@ PATH_GC = "/v1/gc"
 PATH_POOL = "/v1/pool"
 PATH_INTENTS = "/v1/intents"
 PATH_ENIS = "/v1/enis"
+PATH_REPAIR = "/v1/repair"
 PATH_HEALTHZ = "/healthz"
 PATH_READYZ = "/readyz"
+
+# The `code` of an `ErrorBody`: what clients match on (`ipamd.api.app` says when each is answered).
+CODE_BAD_REQUEST = "bad_request"
+CODE_NOT_FOUND = "not_found"
+CODE_ALLOCATION_NOT_FOUND = "allocation_not_found"
+CODE_METHOD_NOT_ALLOWED = "method_not_allowed"
+CODE_DELETE_INTENT = "delete_intent"
+CODE_INVENTORY_CONFLICT = "inventory_conflict"
+CODE_REQUEST_TIMEOUT = "request_timeout"
+CODE_PAYLOAD_TOO_LARGE = "payload_too_large"
+CODE_UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+CODE_NO_ADDRESS = "no_address"
+CODE_MAX_PODS = "max_pods"
+CODE_NODE_FULL = "node_full"
+CODE_DATAPATH_UNAVAILABLE = "datapath_unavailable"
+CODE_RUNTIME_UNAVAILABLE = "runtime_unavailable"
+CODE_STORE_WRITE_FAILED = "store_write_failed"
+CODE_STATE_UNAVAILABLE = "state_unavailable"
+CODE_NOT_READY = "not_ready"
+CODE_INTERNAL = "internal"
 
 MAX_BODY_BYTES = 16 * 1024
 """Largest request body the API reads, except GC's."""

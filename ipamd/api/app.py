@@ -20,7 +20,8 @@ An allocation: `{"network","container_id","ifname","ips":[{"address":"10.0.1.23/
 "169.254.1.1","eni_id"}],"routes":[{"dst":"0.0.0.0/0","gw":"169.254.1.1"}],"created_at","pod"?}`
 (why that gateway: `ipamd.api.views`).
 
-Every error is `{"code","message","retryable"}` with one of these codes, from one middleware:
+Every error is `{"code","message","retryable"}` with one of these codes (`ipamd.wire.CODE_*`), from one
+middleware:
 
 | status | code | when |
 |---|---|---|
@@ -29,11 +30,13 @@ Every error is `{"code","message","retryable"}` with one of these codes, from on
 | 404 | `allocation_not_found` | GET of an attachment ipamd does not hold |
 | 405 | `method_not_allowed` | the route exists, the method does not (with `Allow`) |
 | 409 | `delete_intent` | ADD for a container whose DEL already arrived |
+| 409 | `inventory_conflict` | a change contradicts ipamd's inventory (unknown ENI, unit present) |
 | 408 | `request_timeout` (retryable) | the body did not arrive within 10 s |
 | 413 | `payload_too_large` | body over 16 KiB (GC: 4 MiB) |
 | 415 | `unsupported_media_type` | a body that is not `application/json` (UTF-8) |
 | 503 | `no_address` (retryable) | the warm pool is empty right now; it grows at once |
 | 503 | `max_pods` | the node holds its max pods |
+| 503 | `node_full` | every address the node's ENIs can hold is owned by a pod |
 | 503 | `datapath_unavailable` (retryable) | the pod's routing could not be set up; the ADD was undone |
 | 503 | `runtime_unavailable` (retryable) | repair could not list the runtime's sandboxes |
 | 503 | `store_write_failed` (retryable) | the change could not be made durable, so it was not made |
@@ -70,6 +73,8 @@ from ipamd.errors import BadRequest, IpamdError
 from ipamd.model import PodRef
 from ipamd.reconcile.leaks import release_invalid_attachments
 from ipamd.wire import (
+    CODE_BAD_REQUEST,
+    CODE_INTERNAL,
     MAX_BODY_BYTES,
     MAX_GC_BODY_BYTES,
     PATH_ALLOCATIONS,
@@ -79,6 +84,7 @@ from ipamd.wire import (
     PATH_INTENTS,
     PATH_POOL,
     PATH_READYZ,
+    PATH_REPAIR,
     AllocateRequest,
     ErrorBody,
     GcRequest,
@@ -120,7 +126,6 @@ READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 GC_GRACE_S = web.AppKey("gc_grace_s", float)
 POD_GATEWAY_KEY = web.AppKey("pod_gateway", str)
 POOL_SETTINGS: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("pool_settings")
-PATH_REPAIR = "/v1/repair"
 Repair = Callable[[bool], Awaitable[dict[str, object]]]
 REPAIR: web.AppKey[Repair] = web.AppKey("repair")
 CLOCK = web.AppKey("clock", Clock)
@@ -161,7 +166,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = _HTTP_CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
+        code = _HTTP_CODES.get(exc.status, CODE_BAD_REQUEST if exc.status < 500 else CODE_INTERNAL)
         allow = exc.headers.get("Allow")
         message = f"{exc.reason}: {request.method} {request.path}"
         if allow:
@@ -169,7 +174,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return _error(exc.status, ErrorBody(code, message), {"Allow": allow} if allow else None)
     except Exception:
         logger.exception("api.internal_error method=%s path=%s", request.method, request.path)
-        return _error(500, ErrorBody("internal", "internal error; see the daemon's log"))
+        return _error(500, ErrorBody(CODE_INTERNAL, "internal error; see the daemon's log"))
 
 
 def _key(request: web.Request) -> AllocationKey:

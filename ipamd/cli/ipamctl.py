@@ -19,14 +19,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call
+from ipamd.wire import (
+    DEFAULT_SOCKET,
+    PATH_ALLOCATIONS,
+    PATH_ENIS,
+    PATH_INTENTS,
+    PATH_POOL,
+    PATH_REPAIR,
+)
 
-DEFAULT_SOCKET = "/run/ipamd/ipamd.sock"
 STATES = ("free", "assigned", "cooling", "releasing", "lost")
 PATHS = {
-    "status": "/v1/pool",
-    "allocations": "/v1/allocations",
-    "intents": "/v1/intents",
-    "enis": "/v1/enis",
+    "status": PATH_POOL,
+    "allocations": PATH_ALLOCATIONS,
+    "intents": PATH_INTENTS,
+    "enis": PATH_ENIS,
 }
 
 
@@ -152,7 +159,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "repair":
-            path = "/v1/repair?apply=true" if args.apply else "/v1/repair"
+            path = f"{PATH_REPAIR}?apply=true" if args.apply else PATH_REPAIR
             answer = call(args.socket, "POST", path, {}, timeout=120)
         else:
             answer = call(args.socket, "GET", PATHS[args.command])

@@ -64,6 +64,11 @@ from ipamd.cni.invocation import (
 )
 from ipamd.wire import (
     CNI_VERSION,
+    CODE_ALLOCATION_NOT_FOUND,
+    CODE_DELETE_INTENT,
+    CODE_MAX_PODS,
+    CODE_NODE_FULL,
+    CODE_STATE_UNAVAILABLE,
     PATH_ALLOCATIONS,
     PATH_GC,
     PATH_READYZ,
@@ -89,19 +94,19 @@ ERR_NO_ALLOCATION = 103
 ERR_ALLOCATION_MISMATCH = 104
 
 _DAEMON_CODES = {
-    "max_pods": (ERR_NODE_FULL, "the node holds its max pods"),
-    "node_full": (ERR_NODE_FULL, "every address this node's ENIs can hold is in use by a pod"),
-    "state_unavailable": (
+    CODE_MAX_PODS: (ERR_NODE_FULL, "the node holds its max pods"),
+    CODE_NODE_FULL: (ERR_NODE_FULL, "every address this node's ENIs can hold is in use by a pod"),
+    CODE_STATE_UNAVAILABLE: (
         ERR_STATE_UNAVAILABLE,
         "ipamd's state file is unusable; see ipamctl repair",
     ),
-    "allocation_not_found": (ERR_NO_ALLOCATION, "ipamd holds no allocation for this attachment"),
+    CODE_ALLOCATION_NOT_FOUND: (ERR_NO_ALLOCATION, "ipamd holds no allocation for this attachment"),
 }
 
 
 def _from_daemon(err: DaemonError) -> CniError:
     details = f"ipamd: {err.status} {err.body.code}: {err.body.message}"
-    if err.body.code == "delete_intent":
+    if err.body.code == CODE_DELETE_INTENT:
         return CniError(ERR_UNKNOWN_CONTAINER, "the container was already deleted", details)
     if err.body.retryable:
         return CniError(
@@ -197,7 +202,7 @@ def delete(inv: Invocation, log: IO[str]) -> None:
     except Unreachable as err:
         reason = str(err)
     except DaemonError as err:
-        if err.body.code != "state_unavailable":
+        if err.body.code != CODE_STATE_UNAVAILABLE:
             raise _from_daemon(err) from None
         reason = str(err)
     except BadAnswer as err:

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from ipamd.errors import IpamdError
+from ipamd.wire import CODE_RUNTIME_UNAVAILABLE
 
 
 class RuntimeUnavailable(IpamdError):
     """The runtime did not answer (socket missing, timeout, error status): nothing can be concluded.
     Through the API: 503 `runtime_unavailable`, retryable."""
 
-    code = "runtime_unavailable"
+    code = CODE_RUNTIME_UNAVAILABLE
     status = 503
     retryable = True
 
