@@ -2,7 +2,8 @@
 
 It owns: running the synchronous boto3 client off the event loop (a worker thread per call, at most
 `max_concurrent_calls` at once, each attempt bounded by `call_timeout_s`), translating every botocore
-exception into a `cloud.errors.CloudError` by AWS error code (never by message text), the call budget
+exception into a `cloud.errors.CloudError` by AWS error code (never by message text; which code is
+which error is `cloud.ec2_codes`), the call budget
 and retries (`cloud.ratelimit.Retrier`: what is retried and why is written there), recording every
 attempt (`cloud.calls.CallRecorder`), and turning EC2's dictionaries into `cloud.models` values.
 It must not: keep any view of the inventory between calls, decide anything about pools, or let a
@@ -44,17 +45,13 @@ from cloud.ec2_answers import (
     parse_limits,
     parse_subnet,
 )
+from cloud.ec2_codes import error_for_code
 from cloud.errors import (
-    AddressLimitExceeded,
-    AttachmentLimitExceeded,
     CallTimeout,
     CloudError,
-    InUse,
     NotFound,
     Rejected,
     ServiceUnavailable,
-    SubnetExhausted,
-    Throttled,
 )
 from cloud.limits import FALLBACK_LIMITS, InstanceLimitsCache
 from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
@@ -73,7 +70,7 @@ logger = logging.getLogger(__name__)
 Ec2Client = Any
 """A boto3 EC2 client (boto3 ships no types)."""
 Response = dict[str, Any]
-"""A boto3 answer; read only through the typed parsers at the bottom of this module."""
+"""A boto3 answer; read only through the typed parsers of `cloud.ec2_answers`."""
 
 
 def client_config(timeout_s: float = 10.0) -> Config:
@@ -99,19 +96,6 @@ def make_client(region: str, endpoint_url: str | None = None, timeout_s: float =
 
 # -- error translation --------------------------------------------------------------------------
 
-_THROTTLED = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
-_SHED = frozenset({"Unavailable", "ServiceUnavailable"})
-"""EC2 was too busy to take the request: it did not act on it."""
-_INTERNAL = frozenset({"InternalError", "InternalFailure"})
-"""EC2 failed while handling the request: it may or may not have acted."""
-_PERMANENT: Mapping[str, type[CloudError]] = {
-    "PrivateIpAddressLimitExceeded": AddressLimitExceeded,
-    "AttachmentLimitExceeded": AttachmentLimitExceeded,
-    "InsufficientFreeAddressesInSubnet": SubnetExhausted,
-    "InsufficientCidrBlocks": SubnetExhausted,
-    "InvalidNetworkInterface.InUse": InUse,
-}
-
 
 def translate(operation: str, exc: Exception) -> AttemptFailed:
     """A botocore exception as a `CloudError`, with whether EC2 surely did not act on the request."""
@@ -120,7 +104,7 @@ def translate(operation: str, exc: Exception) -> AttemptFailed:
         meta = exc.response.get("ResponseMetadata") or {}
         code = str(error.get("Code") or "Unknown")
         status = int(meta.get("HTTPStatusCode") or 0)
-        return _client_error(operation, code, str(error.get("Message") or ""), status)
+        return error_for_code(operation, code, str(error.get("Message") or ""), status)
     name = type(exc).__name__
     if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
         # A connect timeout never reached EC2; a read timeout did, and its outcome is unknown.
@@ -132,17 +116,6 @@ def translate(operation: str, exc: Exception) -> AttemptFailed:
         return AttemptFailed(ServiceUnavailable(operation, name, str(exc)), not_applied=False)
     # No credentials, a parameter botocore refused: nothing was sent, and sending again won't help.
     return AttemptFailed(Rejected(operation, name, str(exc)), not_applied=True)
-
-
-def _client_error(operation: str, code: str, message: str, status: int) -> AttemptFailed:
-    if code in _THROTTLED:
-        return AttemptFailed(Throttled(operation, code, message), not_applied=True)
-    if code in _SHED or status == 503:
-        return AttemptFailed(ServiceUnavailable(operation, code, message), not_applied=True)
-    if code in _INTERNAL or status >= 500:
-        return AttemptFailed(ServiceUnavailable(operation, code, message), not_applied=False)
-    kind = _PERMANENT.get(code) or (NotFound if code.endswith(".NotFound") else Rejected)
-    return AttemptFailed(kind(operation, code, message), not_applied=True)
 
 
 # -- the adapter ----------------------------------------------------------------------------------
