@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check bench bench-cluster chaos report clean image test-image
+.PHONY: run test test-fast check fmt proto bench bench-cluster chaos report clean image test-image
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,11 +18,23 @@ test: $(STAMP)
 	tests/e2e/install-packages.sh
 	$(BIN)/pytest
 
+# Unit tests and the named scenarios: no root, no real daemon process, no end-to-end test.
+test-fast: $(STAMP)
+	$(BIN)/pytest tests/unit tests/scenarios -q -m "not slow"
+
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+fmt: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# ipamd/runtime/_generated/ from ipamd/runtime/proto/cri_v1.proto, with the pinned grpcio-tools.
+proto: $(STAMP)
+	PYTHON=$(BIN)/python ipamd/runtime/proto/generate.sh
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
