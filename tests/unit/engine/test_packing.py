@@ -3,6 +3,9 @@ prefixes and ENIs empty out and can be returned."""
 
 from __future__ import annotations
 
+import pytest
+
+from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState
 from tests.support.node import NodeFixture, key
 
@@ -63,4 +66,28 @@ async def test_cooling_addresses_are_not_handed_out(node: NodeFixture) -> None:
     node.clock.advance(1)
     assert engine.snapshot().counts[AddressState.COOLING] == 0
     assert (await engine.assign(key("c"))).addresses == a.addresses
+    node.check()
+
+
+async def test_prefix_mode_never_hands_out_a_cooling_address(node: NodeFixture) -> None:
+    """A /28 whose lowest address is cooling: every other address of it goes first, then ADD waits;
+    the cooling one is handed out only once its cooldown is over."""
+    engine = await node.open()
+    [[prefix]] = await node.seed(enis=1, per_eni=1, kind="prefix")
+    first = await engine.assign(key("first"))
+    assert first.unit_cidrs == (prefix,)
+    [cooling] = first.addresses
+    await engine.release(key("first"))
+    assert engine.snapshot().counts[AddressState.COOLING] == 1
+    handed = [await engine.assign(key(f"p{i}")) for i in range(15)]
+    assert {a.unit_cidrs for a in handed} == {(prefix,)}, "the 15 others of the same /28"
+    assert cooling not in {address for a in handed for address in a.addresses}
+    assert len({address for a in handed for address in a.addresses}) == 15
+    with pytest.raises(NoAddressAvailable):
+        await engine.assign(key("while-cooling"))
+    node.clock.advance(engine.settings.cooldown_s - 1)
+    with pytest.raises(NoAddressAvailable):
+        await engine.assign(key("still-cooling"))
+    node.clock.advance(1)
+    assert (await engine.assign(key("cooled"))).addresses == (cooling,)
     node.check()
