@@ -5,10 +5,7 @@ What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.engine.engine import Engine
@@ -19,12 +16,6 @@ from tests.support.cloudnode import open_cloud_node
 from tests.support.cri_server import FakeCriServer
 from tests.support.invariants import check_invariants
 from tests.support.node import key
-
-
-@pytest.fixture(scope="module")
-def embedded() -> Iterator[EmbeddedEc2]:
-    with EmbeddedEc2() as host:
-        yield host
 
 
 async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,6 @@ from tests.support.node import key
 
 GRACE_S = 60.0
 """IPAMD_RECONCILE_GRACE's default: the drift grace window of every node here."""
-
-
-@pytest.fixture(scope="module")
-def embedded() -> Iterator[EmbeddedEc2]:
-    with EmbeddedEc2() as host:
-        yield host
 
 
 def _unassign_on_ec2(node: CloudNode, eni_id: str, cidr: str) -> None:

@@ -6,7 +6,7 @@ What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +27,6 @@ NEW = ("10.56.156.194", "10.56.151.27", "10.56.151.25")  # IMDS misses them
 IN_USE = "10.56.156.194"
 STEP3 = "10.56.145.254"
 STEP6 = ("10.56.148.72", "10.56.154.181")
-
-
-@pytest.fixture(scope="module")
-def embedded() -> Iterator[EmbeddedEc2]:
-    with EmbeddedEc2() as host:
-        yield host
 
 
 @dataclass

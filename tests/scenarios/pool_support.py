@@ -1,0 +1,89 @@
+"""What the pool scenarios share: a pool that keeps no ENI longer than a test needs, readers of what
+ipamd and EC2 hold, nodes on a faulty store or behind a fault injector, and pool rounds far enough
+apart that no backoff skips one."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from cloud.embedded.faults import FaultInjector
+from cloud.embedded.world import EmbeddedEc2
+from datastore.records import AllocationRecord
+from ipamd.clock import Clock
+from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.engine import Engine
+from ipamd.policy.model import PoolTargets
+from tests.support.cloudnode import CloudNode, open_cloud_node
+from tests.support.ec2_doubles import (
+    retrying_on,
+)
+from tests.support.node import key
+from tests.support.stores import FaultyStore
+
+# Every pool in this module keeps its ENIs no longer than the test needs them.
+EAGER = PoolTargets(min_eni_lifetime_s=0)
+
+
+def releasing(node: CloudNode) -> set[str]:
+    return {c for c, u in node.engine.state.units().items() if u.state == "releasing"}
+
+
+def addresses(cidrs: set[str]) -> set[str]:
+    return {str(a) for c in cidrs for a in ipaddress.ip_network(c)}
+
+
+def handed_out(allocations: list[AllocationRecord]) -> set[str]:
+    return {a for alloc in allocations for a in alloc.addresses}
+
+
+def all_ec2_units(node: CloudNode) -> set[str]:
+    return {c for units in node.ec2_units().values() for c in units}
+
+
+async def fill_then_empty(node: CloudNode, pods: int, tag: str) -> None:
+    """Start `pods` pods (growing the pool as needed), then stop them all and let their addresses
+    cool down: the pool now holds more than its targets, all of it free."""
+    for i in range(pods):
+        await node.settle()
+        await node.engine.assign(key(f"{tag}-{i}"))
+    await node.settle()
+    for i in range(pods):
+        await node.engine.release(key(f"{tag}-{i}"))
+    node.clock.advance(node.engine.settings.cooldown_s + 1)
+
+
+async def on_faulty_store(node: CloudNode) -> FaultyStore:
+    """The node's parts reopened with the engine on a `FaultyStore` (a commit can be held at a
+    gate)."""
+    await node.engine.close()
+    stores: list[FaultyStore] = []
+
+    def opener(path: Path) -> FaultyStore:
+        store = FaultyStore.open(path)
+        assert isinstance(store, FaultyStore)
+        stores.append(store)
+        return store
+
+    async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+        return await Engine.open(path, clock, settings, store_opener=opener)
+
+    await node.reopen(open_engine=open_engine)
+    return stores[0]
+
+
+async def faulty_node(
+    embedded: EmbeddedEc2, tmp_path: Path, instance_type: str, targets: PoolTargets
+) -> tuple[CloudNode, FaultInjector]:
+    faults = FaultInjector(seed=1)
+    node = await open_cloud_node(
+        embedded, tmp_path, instance_type, targets=targets, api_wrapper=retrying_on(faults)
+    )
+    return node, faults
+
+
+async def rounds(node: CloudNode, count: int = 5) -> None:
+    """Pool ticks far enough apart that no backoff skips one."""
+    for _ in range(count):
+        node.clock.advance(61)
+        await node.pool.run_once()

@@ -1,0 +1,224 @@
+"""S24, S25: ENIs beside the pool manager — ENI GC sparing an ENI being attached and sweeping what
+terminated nodes left, attaches applied but answered with an error, a throttled attach reusing the
+ENI it created, and a kept ENI deleted once no longer wanted.
+
+Every test ends with the shared invariant check, which includes "what EC2 reports equals what ipamd
+believes". What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cloud.embedded.world import EmbeddedEc2
+from cloud.ports import (
+    MANAGED_BY,
+    TAG_CLUSTER_NAME,
+    TAG_CREATED_AT,
+    TAG_INSTANCE_ID,
+    TAG_MANAGED_BY,
+)
+from ipamd.model import AddressState
+from ipamd.reconcile.eni_gc import EniGc
+from tests.scenarios.pool_support import (
+    EAGER,
+    faulty_node,
+    rounds,
+)
+from tests.support.cloudnode import open_cloud_node
+from tests.support.ec2_doubles import (
+    GatedEc2,
+)
+
+# -- S24 ---------------------------------------------------------------------------------------
+
+
+def _created_at(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _leftover_eni(
+    client: Any, subnet_id: str, instance_id: str, created_at: str, cluster: str = ""
+) -> str:
+    tags = {TAG_INSTANCE_ID: instance_id, TAG_MANAGED_BY: MANAGED_BY, TAG_CREATED_AT: created_at}
+    if cluster:
+        tags[TAG_CLUSTER_NAME] = cluster
+    answer = client.create_network_interface(
+        SubnetId=subnet_id,
+        TagSpecifications=[
+            {
+                "ResourceType": "network-interface",
+                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            }
+        ],
+    )
+    return str(answer["NetworkInterface"]["NetworkInterfaceId"])
+
+
+def _eni_status(client: Any) -> dict[str, str]:
+    answer = client.describe_network_interfaces()
+    return {e["NetworkInterfaceId"]: e["Status"] for e in answer["NetworkInterfaces"]}
+
+
+async def test_s24_eni_gc_spares_an_eni_being_attached(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    # t3.small: 3 addresses per ENI, so 5 warm addresses need a second ENI.
+    targets = replace(EAGER, warm_ip_target=5)
+    node = await open_cloud_node(
+        embedded, tmp_path, "t3.small", targets=targets, api_wrapper=GatedEc2
+    )
+    gated = node.api
+    assert isinstance(gated, GatedEc2)
+    client = node.world.client()
+    instance_id = node.world.instance_id
+
+    def spared() -> set[str]:  # as the daemon wires it
+        return node.pool.pending_enis | set(node.engine.state.enis())
+
+    try:
+        gate = gated.hold("attach_eni")
+        grow = asyncio.create_task(node.pool.run_once())
+        await gated.wait_arrival("attach_eni")
+        (fresh,) = node.pool.pending_enis
+        assert _eni_status(client)[fresh] == "available", "created, not attached yet"
+        node.clock.advance(3600)
+        gc = EniGc(node.api, instance_id, 0.0, node.clock, spared)
+        assert await gc.run_once() == ()
+        assert fresh in _eni_status(client), "not deleted while being attached"
+        gate.set()
+        await grow
+        assert _eni_status(client)[fresh] == "in-use"
+        assert fresh in node.engine.state.enis() and fresh in node.ec2_units()
+        assert node.pool.pending_enis == set()
+        node.check()
+
+        # Leftovers: ours and old, ours and fresh, and another instance's.
+        now = node.clock.now()
+        subnet = node.world.subnet_id
+        old = _leftover_eni(client, subnet, instance_id, _created_at(now - 3600))
+        young = _leftover_eni(client, subnet, instance_id, _created_at(now))
+        foreign = _leftover_eni(client, subnet, "i-0123456789abcdef0", _created_at(now - 3600))
+        gc = EniGc(node.api, instance_id, 600.0, node.clock, spared)
+        assert await gc.run_once() == (old,)
+        assert {young, foreign, fresh} <= set(_eni_status(client))
+        assert old not in _eni_status(client)
+        node.clock.advance(601)
+        assert await gc.run_once() == (young,), "once past the grace window"
+        assert _eni_status(client)[foreign] == "available", "never another instance's"
+        assert _eni_status(client)[fresh] == "in-use"
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_eni_gc_with_a_cluster_name_sweeps_what_terminated_nodes_left(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """A node terminated between create and attach never sweeps its own leftovers again: with a
+    cluster name, any node of the cluster deletes them once old enough (as VPC CNI's sweep does);
+    another cluster's, and anything attached, are never touched."""
+    targets = replace(EAGER, warm_ip_target=5)  # t3.small: a second ENI
+    node = await open_cloud_node(embedded, tmp_path, "t3.small", targets=targets)
+    client = node.world.client()
+    subnet, now = node.world.subnet_id, node.clock.now()
+    old = _created_at(now - 3600)
+    try:
+        await node.settle()
+        dead_node = _leftover_eni(client, subnet, "i-0dead00000000000a", old, cluster="prod")
+        fresh = _leftover_eni(client, subnet, "i-0dead00000000000b", _created_at(now), "prod")
+        other_cluster = _leftover_eni(client, subnet, "i-0dead00000000000c", old, cluster="dev")
+        attached = set(node.engine.state.enis())
+        ours = await node.api.find_enis({TAG_MANAGED_BY: MANAGED_BY})
+        detached = await node.api.find_enis({TAG_MANAGED_BY: MANAGED_BY}, available_only=True)
+        assert {e.status for e in ours} == {"in-use", "available"}, "the pool attached one"
+        assert {e.status for e in detached} == {"available"}, "EC2 filters by status"
+
+        def spared() -> set[str]:
+            return node.pool.pending_enis | set(node.engine.state.enis())
+
+        gc = EniGc(node.api, node.world.instance_id, 600.0, node.clock, spared, "prod")
+        assert await gc.run_once() == (dead_node,)
+        left = _eni_status(client)
+        assert dead_node not in left
+        assert left[fresh] == "available" and left[other_cluster] == "available"
+        assert attached <= set(left), "attached ENIs untouched"
+
+        scoped = EniGc(node.api, node.world.instance_id, 0.0, node.clock, spared)
+        assert await scoped.run_once() == (), "without a cluster name: this instance's only"
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_s25_attach_applied_but_answered_with_an_error_does_not_stall_growth(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node, faults = await faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
+    )
+    try:
+        faults.partial_failure("AttachNetworkInterface", times=1)
+        await node.pool.run_once()
+        await rounds(node)
+        assert node.engine.snapshot().counts[AddressState.FREE] >= 5, "the pool reached its target"
+        assert node.pool.health.consecutive_failures == 0
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_s25_throttled_attach_reuses_the_created_eni_instead_of_creating_another(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """Under an exhausted mutating budget, an ENI whose attach was throttled is the one attached on
+    the next tick: one CreateNetworkInterface, not one per tick (the cluster simulator showed
+    creates running far ahead of attaches)."""
+    node, faults = await faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
+    )
+    try:
+        faults.throttle("AttachNetworkInterface")
+        for _ in range(3):
+            node.clock.advance(120)  # past any backoff
+            await node.pool.run_once()
+        assert node.pool.health.errors_by_code == {"RequestLimitExceeded": 3}
+        assert node.calls.count("CreateNetworkInterface") == 1, "one ENI created, kept for retry"
+        (kept,) = node.pool.pending_enis
+        faults.clear()
+        await rounds(node)
+        assert kept in node.engine.state.enis(), "the kept ENI is the one attached"
+        assert node.calls.count("CreateNetworkInterface") == 1
+        assert node.engine.snapshot().counts[AddressState.FREE] >= 5
+        assert not node.pool.pending_enis
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_an_eni_kept_for_another_attach_is_deleted_once_no_longer_wanted(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node, faults = await faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
+    )
+    try:
+        faults.throttle("AttachNetworkInterface")
+        await node.pool.run_once()
+        (kept,) = node.pool.pending_enis
+        faults.clear()
+        node.pool._settings = replace(node.pool._settings, targets=replace(EAGER, warm_ip_target=1))
+        node.clock.advance(120)
+        assert not (await node.pool.run_once()).new_enis, "no ENI wanted any more"
+        assert not node.pool.pending_enis
+        client = node.world.client()
+        gone = client.describe_network_interfaces(
+            Filters=[{"Name": "network-interface-id", "Values": [kept]}]
+        )["NetworkInterfaces"]
+        assert gone == [], "deleted, not left for ENI GC"
+        node.check()
+    finally:
+        await node.engine.close()
