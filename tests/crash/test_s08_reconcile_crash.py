@@ -45,15 +45,11 @@ What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing.forkserver
 import os
 import random
-import signal
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +63,26 @@ from ipamd.parts import NodeFacts, Parts
 from ipamd.policy.model import NodeLimits
 from ipamd.reconcile.ec2_drift import DriftReport
 from tests.crash import reconcile_worker as worker
+from tests.crash.reconcile_checks import (
+    EC2View,
+    check_disk,
+    check_owned_on_ec2,
+    check_s12,
+    ipamd_view,
+    promises_only,
+    read_ec2,
+)
+from tests.crash.reconcile_kills import (
+    PROMISES,
+    landing,
+    node_until_killed,
+    plan_kill,
+)
+from tests.crash.reconcile_server import RequestGauge, use_forkserver_with
 from tests.crash.test_s08_crash import (
     CHILD_TIMEOUT_S,
-    CTX,
-    Disk,
     Model,
     Transcript,
-    _receive,
     parse,
     read_raw,
 )
@@ -90,309 +99,12 @@ parent reads EC2: a request the child sent just before the kill is still served 
 SETTLE_ROUNDS = 12
 INJECT_P = 0.3
 """Chance, per round, that the parent assigns an address to an ENI behind ipamd's back."""
-AIM_BUDGET = 40
-"""Acknowledgements an aimed kill waits for its point at most."""
-PROMISES = ("add", "del")
-"""The step ops whose acknowledgements are promises to a pod."""
 
 SUMMARY: Counter[str] = Counter()
 """What the last run did: kills, where they landed, acknowledgements, what settling found."""
 
 
-# -- the forkserver ------------------------------------------------------------------------------
-
-_OUR_FORKSERVER: list[int] = []
-"""The PID of the forkserver this module started, once it has."""
-
-
-def use_forkserver_with(modules: list[str]) -> None:
-    """Make sure the forkserver preloaded `modules`. A forkserver preloads only when it starts, and
-    the churn test may have started one that lacks the worker here (moto and EC2's service model: 2 s
-    per child otherwise). So one not started here is stopped (no child of it is alive between tests)
-    and started again, with the churn test's modules too; `_stop` is private, the hook CPython's own
-    tests use for this."""
-    server: Any = multiprocessing.forkserver._forkserver
-    if _OUR_FORKSERVER and server._forkserver_pid == _OUR_FORKSERVER[0]:
-        return
-    server._stop()
-    CTX.set_forkserver_preload(modules)
-    server.ensure_running()
-    _OUR_FORKSERVER[:] = [server._forkserver_pid]
-
-
-# -- the EC2 server ------------------------------------------------------------------------------
-
-
-class RequestGauge:
-    """Wraps the embedded EC2 server's WSGI app and counts the requests inside it."""
-
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
-        self._app = app
-        self._lock = threading.Lock()
-        self.active = 0
-        self.served = 0
-        self.last_done = time.monotonic()
-
-    @classmethod
-    def install(cls, host: EmbeddedEc2) -> RequestGauge:
-        # The werkzeug server behind `EmbeddedEc2("server")`; its handler reads `.app` per request.
-        server = getattr(getattr(host, "_server", None), "_server", None)
-        assert server is not None and callable(getattr(server, "app", None)), (
-            "EmbeddedEc2's loopback server changed shape: update RequestGauge.install"
-        )
-        gauge = cls(server.app)
-        server.app = gauge
-        return gauge
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        with self._lock:
-            self.active += 1
-        try:
-            return list(self._app(environ, start_response))
-        finally:
-            with self._lock:
-                self.active -= 1
-                self.served += 1
-                self.last_done = time.monotonic()
-
-    def wait_quiet(self, quiet_s: float, timeout_s: float) -> bool:
-        """Block until no request has been inside the app for `quiet_s`, counted from now at the
-        earliest; False after `timeout_s`."""
-        start = time.monotonic()
-        while (now := time.monotonic()) < start + timeout_s:
-            with self._lock:
-                since = None if self.active else max(self.last_done, start)
-            if since is not None and now - since >= quiet_s:
-                return True
-            time.sleep(quiet_s / 4)
-        return False
-
-
-# -- the child -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Aim:
-    """A point to kill near: the first trace message starting with `trace` inside a step `step`
-    (any step if None)."""
-
-    step: str | None
-    trace: str
-    label: str
-
-
-AIMS = (
-    Aim("pool", "committed\tunits:releasing", "units marked releasing, EC2 not yet asked"),
-    Aim("pool", "ec2\tunassign_private_ip_addresses", "inside the unassign"),
-    Aim("pool", "ec2done\tunassign_private_ip_addresses", "unassign answered, not committed"),
-    Aim("pool", "ec2\tassign_private_ip_addresses", "inside the assign"),
-    Aim("pool", "ec2done\tassign_private_ip_addresses", "assign answered, not committed"),
-    Aim("pool", "ec2done\tcreate_network_interface", "ENI created, not attached"),
-    Aim("pool", "ec2\tattach_network_interface", "inside the attach"),
-    Aim("pool", "ec2done\tattach_network_interface", "ENI attached, not recorded"),
-    Aim("pool", "ec2\tdetach_network_interface", "inside the detach"),
-    Aim("pool", "ec2done\tdetach_network_interface", "ENI detached, not deleted"),
-    Aim("pool", "ec2done\tdelete_network_interface", "ENI deleted, not removed"),
-    Aim("drift", "ec2done\tdescribe_network_interfaces", "drift read EC2, not committed"),
-    Aim("drift", "commit\t", "inside a drift commit"),
-    Aim(None, "commit\t", "inside a commit"),
-)
-"""Where a random instant rarely falls (most of a child's time goes to Describe calls)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeKillPlan:
-    acks: int | None
-    """Acknowledgements to wait for before the delay starts (when aiming: at most); None: the delay
-    starts at the fork."""
-    delay_s: float
-    aim: Aim | None = None
-
-    def __str__(self) -> str:
-        after = "start" if self.acks is None else f"ack {self.acks}"
-        if self.aim is not None:
-            after = f"'{self.aim.label}' (or {after})"
-        return f"kill {1000 * self.delay_s:.1f} ms after {after}"
-
-
-def plan_kill(rng: random.Random, round_no: int) -> NodeKillPlan:
-    r = rng.random()
-    if round_no > 0 and r < 0.1:
-        # Fork, open and restore, claim, the start-up drift and adopt take ~0.1-0.2 s.
-        return NodeKillPlan(None, rng.uniform(0.0, 0.25))
-    if r < 0.6:
-        return NodeKillPlan(rng.randint(1, 30), rng.uniform(0.0, 0.03))
-    return NodeKillPlan(AIM_BUDGET, rng.uniform(0.0, 0.003), rng.choice(AIMS))
-
-
-def node_until_killed(args: worker.ChildArgs, plan: NodeKillPlan) -> tuple[list[str], bool]:
-    """Start a node child, SIGKILL it as planned, reap it; return every message it sent and whether
-    the aim (if any) was met (blocking).
-
-    As in the churn test, the parent keeps reading after the kill: what was sent before is in the pipe.
-    """
-    reader, writer = CTX.Pipe(duplex=False)
-    child = CTX.Process(target=worker.run, args=(args, writer), name=f"node-{args.tag}")
-    messages: list[str] = []
-    hit = False
-    try:
-        child.start()
-        writer.close()
-        if plan.acks is not None:
-            acks, step = 0, None
-            aim = plan.aim
-            deadline = time.monotonic() + CHILD_TIMEOUT_S
-            while acks < plan.acks and (message := _receive(reader, deadline)) is not None:
-                messages.append(message)
-                kind, _, rest = message.partition("\t")
-                if kind == "call":
-                    step = rest.split("\t")[1]
-                elif kind == "ack":
-                    acks, step = acks + 1, None
-                elif (
-                    aim is not None
-                    and kind == "trace"
-                    and rest.startswith(aim.trace)
-                    and aim.step in (None, step)
-                ):
-                    hit = True
-                    break
-        time.sleep(plan.delay_s)
-        child.kill()
-        child.join(CHILD_TIMEOUT_S)
-        deadline = time.monotonic() + CHILD_TIMEOUT_S
-        while (message := _receive(reader, deadline)) is not None:
-            messages.append(message)
-        assert child.exitcode == -signal.SIGKILL, (
-            f"the child ended by itself (exit code {child.exitcode}): {messages[-3:]}"
-        )
-        return messages, hit
-    finally:
-        reader.close()
-        writer.close()
-        if child.is_alive():
-            child.kill()
-            child.join()
-        child.close()
-
-
-def landing(messages: list[str]) -> str:
-    """Where the kill landed, from the last step begun and the last trace inside it."""
-    step: str | None = None
-    trace: list[str] | None = None
-    opened = False
-    for message in messages:
-        kind, *fields = message.split("\t")
-        if kind == "open":
-            opened = True
-        elif kind == "call":
-            step, trace = fields[1], None
-        elif kind == "ack":
-            step, trace = None, None
-        elif kind == "trace":
-            trace = fields
-    if not opened:
-        return "start: opening and restoring the state file"
-    if step is None:
-        return "between steps"
-    step = f"churn {step.upper()}" if step in PROMISES else step
-    if trace is None:
-        return f"{step}: deciding, nothing sent or committed yet"
-    return f"{step}: {inside_step(*trace)}"
-
-
-def inside_step(what: str, name: str, *outcome: str) -> str:
-    if what == "ec2":
-        return f"inside EC2 {name}"
-    if what == "ec2done":
-        return f"EC2 {name} answered ({outcome[0]}), next call or commit not begun"
-    if what == "commit":
-        return f"inside commit [{name}]"
-    return f"commit [{name}] done, next call or commit not begun"
-
-
 # -- the parent's checks -------------------------------------------------------------------------
-
-
-def promises_only(messages: list[str]) -> list[str]:
-    return [m for m in messages if not m.startswith("trace\t")]
-
-
-def check_disk(model: Model, disk: Disk, where: str) -> None:
-    """The raw file against the acknowledged model: Model.check without its fixed inventory (here
-    the inventory is EC2's, checked against EC2 after reopening)."""
-    assert not disk.hollow, f"{where}: allocations without addresses: {disk.hollow}"
-    assert not disk.orphans, f"{where}: addresses without allocation: {disk.orphans}"
-    assert not disk.other_keys, f"{where}: allocations nobody made: {disk.other_keys}"
-    assert disk.quarantined == 0, f"{where}: {disk.quarantined} quarantined allocations"
-    for cid, held in model.alive.items():
-        assert disk.allocations.get(cid) == held, (
-            f"{where}: acknowledged ADD {cid} -> {held} lost; {disk.describe(cid)}"
-        )
-    for cid, first_del in model.deleted.items():
-        on_disk = disk.intents.get(cid)
-        assert cid not in disk.allocations and on_disk is not None, (
-            f"{where}: acknowledged DEL {cid} lost; {disk.describe(cid)}"
-        )
-        assert first_del in (None, on_disk), (
-            f"{where}: the delete intent of {cid} moved from {first_del} to {on_disk}"
-        )
-        model.deleted[cid] = on_disk
-    unexplained = sorted(set(disk.allocations) - set(model.alive))
-    assert not unexplained, f"{where}: allocations no acknowledged ADD explains: {unexplained}"
-    unexplained = sorted(set(disk.intents) - set(model.deleted))
-    assert not unexplained, f"{where}: intents no acknowledged DEL explains: {unexplained}"
-    cooling = [a for held in disk.allocations.values() for a in held if a in disk.cooldowns]
-    assert not cooling, f"{where}: owned addresses still cooling: {cooling}"
-
-
-EC2View = dict[str, set[str]]
-"""Attached ENI ID to its secondary IPs as /32 CIDRs, as DescribeNetworkInterfaces lists them."""
-
-
-async def read_ec2(ec2: Boto3Ec2, instance_id: str, where: str) -> EC2View:
-    enis = await ec2.describe_enis(instance_id)
-    view = {e.eni_id: set(e.units("ip")) for e in enis if e.device_index is not None}
-    twice = Counter(c for units in view.values() for c in units)
-    assert [c for c, n in twice.items() if n > 1] == [], f"{where}: EC2 lists an address twice"
-    return view
-
-
-def check_owned_on_ec2(engine: Engine, model: Model, ec2: EC2View, where: str) -> None:
-    """Every acknowledged ADD is owned with its addresses, each on the allocation's ENI per EC2."""
-    state = engine.state
-    in_memory = {k.container_id: a for k, a in state.allocations().items()}
-    assert {c: a.addresses for c, a in in_memory.items()} == model.alive, (
-        f"{where}: the engine's allocations differ from the acknowledged ADDs"
-    )
-    for cid, alloc in in_memory.items():
-        for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            assert cidr in ec2.get(alloc.eni_id, set()), (
-                f"{where}: {address} of acknowledged ADD {cid} is not on {alloc.eni_id} per EC2 "
-                f"(EC2: {sorted(ec2.get(alloc.eni_id, set()))}; unit {state.unit(cidr)})"
-            )
-
-
-def check_s12(
-    releasing: dict[str, str], ec2: EC2View, report: DriftReport, engine: Engine, where: str
-) -> None:
-    """Units the kill left `releasing`: EC2's listing settles each, nothing else does."""
-    kept = {c for c, eni in releasing.items() if c in ec2.get(eni, set())}
-    released = {c for c, eni in releasing.items() if eni in ec2 and c not in ec2[eni]}
-    with_eni = set(releasing) - kept - released
-    where = f"{where}: S12, units left releasing {sorted(releasing)}"
-    assert set(report.settled_kept) == kept, f"{where}: EC2 still lists {kept}: {report}"
-    assert set(report.settled_released) == released, f"{where}: EC2 dropped {released}: {report}"
-    state = engine.state
-    for cidr in kept:
-        assert state.units()[cidr].state == "active", f"{where}: {cidr} not free again"
-    for cidr in released | with_eni:
-        assert cidr not in state.units(), f"{where}: {cidr} still in the inventory"
-
-
-def ipamd_view(engine: Engine) -> EC2View:
-    state = engine.state
-    return {eni: set(state.units_on(eni)) for eni in state.enis()}
 
 
 class Parent:
