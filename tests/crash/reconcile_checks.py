@@ -1,6 +1,8 @@
 """The parent's checks after each kill of the S8 crash scenario with the cloud in the loop: the state
 file against the model of what was acknowledged, every owned address on its ENI per EC2, and S12's
-settling of what a kill left `releasing`."""
+settling of what a kill left `releasing`.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The child side of the S8 crash scenario with the cloud in the loop: where a kill is aimed, the plan
 of one kill, a node run in a forkserver child until it is killed, and where in the child's work the kill
-landed."""
+landed.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The S8 crash scenario's processes: the forkserver its children come from (with the worker modules
-preloaded) and a gauge of the requests the embedded EC2 server is still serving."""
+preloaded) and a gauge of the requests the embedded EC2 server is still serving.
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 
