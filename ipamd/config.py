@@ -197,8 +197,9 @@ class Config:
         "Instance type of the simulated instance under `ipamd run --embedded`."))
     max_pods_override: int | None = field(metadata=_setting(
         "IPAMD_MAX_PODS", integer(1, none=""), "", "pods", "none (node's pod capacity)",
-        "Max pods of the node; unset = computed from the instance type's limits "
-        "(ENIs * (IPv4 per ENI - 1) + 2, or the prefix-mode equivalent)."))
+        "Max pods of the node; unset = as EKS computes it from the instance type: "
+        "ENIs * (IPv4 per ENI - 1) + 2 (x 16 per slot in prefix mode), capped at 110 "
+        "(30 vCPUs or fewer) or 250; `ipamctl status` says which rule applied."))
     log_format: LogFormat = field(metadata=_setting(
         "IPAMD_LOG_FORMAT", choice("auto", "json", "text"), "auto", "", "none (always JSON)",
         "Log format: `json`, `text`, or `auto` (text on a terminal, JSON otherwise)."))
