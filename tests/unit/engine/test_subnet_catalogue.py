@@ -1,14 +1,19 @@
 """The subnet catalogue (`ipamd.engine.subnets`): when it reads DescribeSubnets (first use, then on
 the slow period, soon after a full subnet, never per ENI), what it answers with no view or after a
-failed read, and custom networking's ENIConfig, which turns discovery off."""
+failed read, and custom networking's ENIConfig, which turns discovery off; how the parts wire it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from ipamd.clock import FakeClock
+from ipamd.config import Config
 from ipamd.engine.subnets import SubnetCatalogue, SubnetSettings
+from ipamd.parts import Parts, describe_node, open_parts
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.subnets import ROLE_TAG
-from tests.support.fake_cloud import FakeEc2
+from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 
 HOUR_S = 3600.0
 
@@ -104,3 +109,54 @@ async def test_without_an_eni_config_new_enis_get_the_primary_enis_groups() -> N
     catalogue, ec2, _, _ = await _catalogue()
     primary = next(e for e in ec2.enis.values() if e.device_index == 0)
     assert catalogue.security_groups == primary.groups == ("sg-0fake",)
+
+
+class OnlyEc2Api:
+    """An `Ec2Api` that serves no catalog call (as a test's wrapper around the adapter is)."""
+
+    def __init__(self, inner: FakeEc2) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "subnets_in":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_the_parts_wire_the_catalogue_from_the_configuration(tmp_path: Path) -> None:
+    clock = FakeClock()
+    ec2 = FakeEc2(clock)
+    facts = await describe_node(ec2, ec2.instance_id)
+
+    async def pool_of(env: dict[str, str], api: Any, **kw: Any) -> SubnetCatalogue:
+        config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path / str(len(opened))), **env})
+        parts = await open_parts(
+            config,
+            facts,
+            ec2=api,
+            imds=FakeImds(ec2),
+            runtime=FakeRuntime(clock),
+            clock=clock,
+            **kw,
+        )
+        opened.append(parts)
+        return parts.pool.subnets
+
+    opened: list[Parts] = []
+    assert (await pool_of({}, ec2)).discovering
+    assert not (await pool_of({"ENABLE_SUBNET_DISCOVERY": "false"}, ec2)).discovering
+    assert not (await pool_of({}, OnlyEc2Api(ec2))).discovering, "no catalog: the node's subnet"
+    assert (await pool_of({}, OnlyEc2Api(ec2), subnets=ec2)).discovering
+    custom = await pool_of({}, ec2, eni_config=EniConfig("us-west-2a", "subnet-c", ("sg-1",)))
+    assert not custom.discovering and custom.candidates() == ("subnet-c",)
+
+    catalogue = await pool_of({"IPAMD_SUBNET_REFRESH_INTERVAL": "10m"}, ec2)
+    await opened[-1].pool.run_once()
+    clock.advance(599.0)
+    await opened[-1].pool.run_once()
+    assert catalogue.reads == 1
+    clock.advance(1.0)
+    await opened[-1].pool.run_once()
+    assert catalogue.reads == 2
+    for parts in opened:
+        await parts.engine.close()
