@@ -16,6 +16,9 @@ trips are left out and what is measured is ipamd's own work, plus the fakes' few
   counts: 12 an hour; VPC CNI's 60 s period would make 60, four times the target. The 5 s IMDS hint
   is what lets the sweep be slow: it triggers an extra sweep whenever IMDS disagrees with ipamd, so
   the slow authoritative sweep only has to catch what IMDS misses as well.
+- `describe_subnets_per_node_hour`: DescribeSubnets calls in that same node-hour. Subnet discovery
+  reads the zone's subnets on the pool's first tick and then every `IPAMD_SUBNET_REFRESH_INTERVAL`
+  (30 min), never per ENI or per tick: 2. Target ≤ 2 (VPC CNI reads them before every new ENI).
 """
 
 from __future__ import annotations
@@ -68,13 +71,14 @@ async def run(workdir: Path) -> dict[str, float]:
     try:
         cpu_ms = await _reconcile_cpu_ms(node)
         gc_ms = await _gc_ms(node)
-        steady = await _describes_per_hour(node, config)
+        steady, subnets = await _describes_per_hour(node, config)
     finally:
         await node.engine.close()
     return {
         f"reconcile_cpu_ms_{ADDRESSES}_ips": cpu_ms,
         f"gc_ms_{PODS}_pods": gc_ms,
         "ec2_describe_per_node_hour_steady": steady,
+        "describe_subnets_per_node_hour": subnets,
     }
 
 
@@ -147,9 +151,10 @@ async def _median_ms(
     return statistics.median(samples)
 
 
-async def _describes_per_hour(node: BenchNode, config: Config) -> float:
+async def _describes_per_hour(node: BenchNode, config: Config) -> tuple[float, float]:
     """One node-hour by the fake clock, second by second, each job when its interval comes round (a
-    drift also whenever the hint triggers one); returns the Describe calls made meanwhile."""
+    drift also whenever the hint triggers one); returns the DescribeNetworkInterfaces and the
+    DescribeSubnets calls made meanwhile."""
     parts = node.parts
     jobs: list[tuple[float, Callable[[], Awaitable[object]]]] = [
         (config.pool_interval_s, parts.pool.run_once),
@@ -158,6 +163,7 @@ async def _describes_per_hour(node: BenchNode, config: Config) -> float:
         (config.ec2_reconcile_interval_s, parts.drift.run_once),
     ]
     before = node.ec2.calls["describe_enis"]
+    subnets_before = node.ec2.calls["subnets_in"]
     parts.drift_wanted.clear()
     for second in range(1, HOUR_S + 1):
         node.clock.advance(1.0)
@@ -167,4 +173,5 @@ async def _describes_per_hour(node: BenchNode, config: Config) -> float:
         if parts.drift_wanted.is_set():
             parts.drift_wanted.clear()
             await parts.drift.run_once()
-    return float(node.ec2.calls["describe_enis"] - before)
+    subnets = node.ec2.calls["subnets_in"] - subnets_before
+    return float(node.ec2.calls["describe_enis"] - before), float(subnets)

@@ -299,6 +299,12 @@ class Boto3Ec2:
             raise NotFound(operation, "InvalidSubnetID.NotFound", subnet_id)
         return parse_subnet(subnets[0])
 
+    async def subnets_in(self, vpc_id: str, availability_zone: str) -> tuple[Subnet, ...]:
+        wanted = {"vpc-id": vpc_id, "availability-zone": availability_zone}
+        filters = [{"Name": k, "Values": [v]} for k, v in wanted.items()]
+        raw = await self._describe_all("DescribeSubnets", "Subnets", {"Filters": filters})
+        return tuple(sorted((parse_subnet(d) for d in raw), key=lambda s: s.subnet_id))
+
     # -- calls ------------------------------------------------------------------------------------
 
     async def _fetch_limits(self, instance_type: str) -> InstanceLimits:

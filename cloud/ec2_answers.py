@@ -36,6 +36,7 @@ def parse_eni(d: Mapping[str, Any]) -> NetworkInterface:
         prefixes=tuple(str(p["Ipv4Prefix"]) for p in d.get("Ipv4Prefixes") or []),
         tags={str(t["Key"]): str(t.get("Value") or "") for t in d.get("TagSet") or []},
         delete_on_termination=bool(attachment.get("DeleteOnTermination", False)),
+        interface_type=str(d.get("InterfaceType") or "interface"),
     )
 
 
@@ -71,6 +72,7 @@ def parse_instance(d: Mapping[str, Any]) -> Instance:
         security_groups=tuple(groups),
         availability_zone=str(placement.get("AvailabilityZone") or ""),
         private_ip=str(d.get("PrivateIpAddress") or ""),
+        vpc_id=str(d.get("VpcId") or ""),
     )
 
 
@@ -107,4 +109,5 @@ def parse_subnet(d: Mapping[str, Any]) -> Subnet:
         available_ips=int(d.get("AvailableIpAddressCount") or 0),
         vpc_id=str(d.get("VpcId") or ""),
         availability_zone=str(d.get("AvailabilityZone") or ""),
+        tags={str(t["Key"]): str(t.get("Value") or "") for t in d.get("Tags") or []},
     )

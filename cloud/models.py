@@ -28,6 +28,9 @@ class NetworkInterface:
     """Delegated IPv4 prefixes, CIDR form (`10.0.1.16/28`)."""
     tags: Mapping[str, str] = field(default_factory=dict)
     delete_on_termination: bool = False
+    interface_type: str = "interface"
+    """EC2's `InterfaceType`: `interface` for an ordinary ENI; `efa`, `efa-only`, `trunk`, `branch`
+    and others belong to other users of the instance's network (ipamd leaves them alone)."""
 
     @property
     def is_primary(self) -> bool:
@@ -67,3 +70,4 @@ class Subnet:
     available_ips: int
     vpc_id: str = ""
     availability_zone: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)

@@ -30,6 +30,7 @@ class Instance:
     availability_zone: str = ""
     private_ip: str = ""
     """The primary private IPv4 address of the instance (of its primary ENI)."""
+    vpc_id: str = ""
 
 
 class Ec2Api(Protocol):
@@ -81,6 +82,11 @@ class Ec2Catalog(Protocol):
     async def instance_limits(self, instance_type: str) -> InstanceLimits: ...
 
     async def subnet(self, subnet_id: str) -> Subnet: ...
+
+    async def subnets_in(self, vpc_id: str, availability_zone: str) -> tuple[Subnet, ...]:
+        """Every subnet of the VPC in the zone, with its tags and free addresses (one
+        DescribeSubnets filtered by EC2 on both, a call per page), by subnet ID."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

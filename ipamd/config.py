@@ -128,7 +128,14 @@ class Config:
         "network policy forget it first; an ENI with cooling addresses is not freed."))
     cluster_name: str = field(metadata=_setting(
         "CLUSTER_NAME", Kind(str), "", "", "`CLUSTER_NAME`",
-        "Cluster name, written as a tag on the ENIs ipamd creates."))
+        "Cluster name, written as a tag on the ENIs ipamd creates; with subnet discovery, "
+        "subnets tagged `cni.networking.k8s.aws/cluster/<name>` are for the clusters named."))
+    enable_subnet_discovery: bool = field(metadata=_setting(
+        "ENABLE_SUBNET_DISCOVERY", BOOL, "true", "", "`ENABLE_SUBNET_DISCOVERY` (v1.18.0+)",
+        "New ENIs go to the subnet with the most free addresses among the node's own (unless "
+        "tagged `kubernetes.io/role/cni=0`) and the subnets of its VPC and zone tagged "
+        "`kubernetes.io/role/cni` (any value but `0`); ENIs in a subnet tagged `0` take no new "
+        "pods and are returned once empty. Off: new ENIs go to the node's subnet."))
     aws_region: str | None = field(metadata=_setting(
         "AWS_REGION", REGION, "", "", "none (region from IMDS)",
         "EC2 region; unset = the instance's region, from IMDS."))
@@ -267,6 +274,12 @@ class Config:
         "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
         "`insufficientCidrErrorCooldown` (2 min, fixed)",
         "After EC2 reports the subnet out of addresses, growth waits this long before retrying."))
+    subnet_refresh_interval_s: float = field(metadata=_setting(
+        "IPAMD_SUBNET_REFRESH_INTERVAL", INTERVAL, "1800", "s",
+        "none (DescribeSubnets before every new ENI)",
+        "Subnet discovery: how often the subnets of the node's zone, their tags and free "
+        "addresses are read again (one DescribeSubnets); also soon after a create finds a "
+        "subnet full."))
     host_network_reconcile_interval_s: float = field(metadata=_setting(
         "IPAMD_HOST_NETWORK_RECONCILE_INTERVAL", INTERVAL, "60", "s",
         "none (rules pruned at start only)",

@@ -29,6 +29,8 @@ from ipamd.config import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.engine.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
+from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import compute_address_capacity, compute_pod_limit
@@ -131,6 +133,17 @@ def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
     return replace(settings, backoff_base_s=base_s, backoff_cap_s=cap_s)
 
 
+def subnet_settings(config: Config, eni_config: EniConfig | None = None) -> SubnetSettings:
+    """Where new ENIs go: the ENIConfig's subnet (custom networking), else subnet discovery
+    (ENABLE_SUBNET_DISCOVERY) or the node's subnet."""
+    return SubnetSettings(
+        discovery=config.enable_subnet_discovery,
+        cluster_name=config.cluster_name,
+        eni_config=eni_config,
+        refresh_s=config.subnet_refresh_interval_s,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Parts:
     """A node's parts, all on one engine. Nothing runs until a caller runs them."""
@@ -163,16 +176,23 @@ async def open_parts(
     open_engine: EngineOpener = Engine.open,
     rng: random.Random | None = None,
     tuning: Tuning = Tuning(),
+    eni_config: EniConfig | None = None,
+    subnets: SubnetSource | None = None,
 ) -> Parts:
-    """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it."""
+    """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it.
+
+    `eni_config`: this zone's ENIConfig under custom networking. `subnets`: where subnet discovery
+    reads the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that
+    does not leaves new ENIs in the node's subnet)."""
     path = Path(config.state_dir) / STATE_FILE
     engine = await open_engine(path, clock, engine_settings(config, node.limits, tuning))
     instance_id = node.instance.instance_id
     kinds = unit_kinds(config)
-    pool = PoolManager(
-        engine, ec2, node.instance, node.limits, pool_settings(config, tuning), clock, rng
-    )
-    pending = pool.pending_enis
+    source = subnets if subnets is not None else ec2 if isinstance(ec2, SubnetSource) else None
+    catalogue = SubnetCatalogue(source, node.instance, subnet_settings(config, eni_config), clock)
+    settings = pool_settings(config, tuning)
+    pool = PoolManager(engine, ec2, node.instance, node.limits, settings, catalogue, clock, rng)
+    pending, foreign = pool.pending_enis, pool.foreign_enis
     drift = Ec2Drift(
         engine,
         ec2,
@@ -181,10 +201,17 @@ async def open_parts(
         config.reconcile_grace_s,
         clock,
         lambda: pool.releases_in_flight | pending,
+        foreign,
     )
     drift_wanted = asyncio.Event()
     hint = ImdsHint(
-        lambda: engine.state, imds, kinds, config.reconcile_grace_s, clock, drift_wanted.set
+        lambda: engine.state,
+        imds,
+        kinds,
+        config.reconcile_grace_s,
+        clock,
+        drift_wanted.set,
+        foreign=foreign,
     )
     eni_gc = EniGc(
         ec2,

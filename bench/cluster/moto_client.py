@@ -57,6 +57,7 @@ def eni_answer(backend: Any, eni: Any) -> Response:
         ],
         "Ipv4Prefixes": [{"Ipv4Prefix": p} for p in eni_rules.eni_prefixes(eni)],
         "TagSet": [{"Key": k, "Value": v} for k, v in backend.tags.get(eni.id, {}).items()],
+        "InterfaceType": eni.interface_type,
     }
     if eni.instance is not None and eni.attachment_id is not None:
         answer["Attachment"] = {
@@ -153,6 +154,7 @@ class MotoEc2Client:
             "InstanceId": instance.id,
             "InstanceType": instance.instance_type,
             "SubnetId": instance.subnet_id,
+            "VpcId": self._backend.get_subnet(instance.subnet_id).vpc_id,
             "PrivateIpAddress": instance.private_ip,
             "Placement": {"AvailabilityZone": instance.placement.zone or ""},
             "NetworkInterfaces": [
@@ -175,7 +177,10 @@ class MotoEc2Client:
 
     def describe_subnets(self, **params: Any) -> Response:
         def answer() -> Response:
-            subnets = [self._backend.get_subnet(s) for s in params.get("SubnetIds") or []]
+            # Filters by vpc-id and availability-zone, as subnet discovery sends them (moto's scan
+            # over every subnet: discovery asks twice a node-hour).
+            wanted = {str(f["Name"]): list(f["Values"]) for f in params.get("Filters") or []}
+            subnets = self._backend.describe_subnets(params.get("SubnetIds") or None, wanted)
             return {
                 "Subnets": [
                     {
@@ -184,6 +189,10 @@ class MotoEc2Client:
                         "AvailableIpAddressCount": s.available_ip_address_count,
                         "VpcId": s.vpc_id,
                         "AvailabilityZone": s.availability_zone,
+                        "Tags": [
+                            {"Key": k, "Value": v}
+                            for k, v in self._backend.tags.get(s.id, {}).items()
+                        ],
                     }
                     for s in subnets
                 ]

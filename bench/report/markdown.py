@@ -14,6 +14,7 @@ TARGETS: Mapping[str, float] = {
     "plan_ms_15eni_11760_ips": 5.0,
     "reconcile_cpu_ms_11760_ips": 50.0,
     "ec2_describe_per_node_hour_steady": 15.0,
+    "describe_subnets_per_node_hour": 2.0,
     "api_add_del_p50_ms": 2.0,
     "api_add_del_p99_ms": 10.0,
     "api_add_del_p99_ms_32_clients": 50.0,

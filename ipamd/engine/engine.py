@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -95,6 +95,9 @@ class Engine:
         """ENI ID → why none of its addresses may be handed out yet (its link is not set up on the
         host). Owned by the host-network owner, which fills it from a commit listener, so an ENI
         is blocked from the very commit that brings it in."""
+        self.closed_subnets: frozenset[str] = frozenset()
+        """Subnets whose ENIs take no new pods (excluded from subnet discovery): set by the pool
+        manager from its subnet catalogue, which also returns those ENIs once they are empty."""
         self.listeners: list[CommitListener] = []
         """Called after each commit has been applied to memory, with the mutation and the
         allocations it removed (read before they left memory). Synchronous and non-raising."""
@@ -177,12 +180,25 @@ class Engine:
         try:
             return await self._mutate(
                 lambda state, now: plan_assign(
-                    state, key, pod or PodRef(), count, now, self.settings, self.blocked_enis
+                    state, key, pod or PodRef(), count, now, self.settings, self._held_back(state)
                 )
             )
         except NoAddressAvailable:
             self.pool_wanted.set()
             raise
+
+    def closed_enis(self, state: NodeState | None = None) -> set[str]:
+        """The ENIs (of `state`, default the committed one) in a closed subnet."""
+        if not self.closed_subnets:
+            return set()
+        enis = (state or self.state).enis()
+        return {e for e, r in enis.items() if r.subnet_id in self.closed_subnets}
+
+    def _held_back(self, state: NodeState) -> Collection[str]:
+        """ENIs none of whose addresses may go to a new pod: blocked ones, and closed ones."""
+        if not self.closed_subnets:
+            return self.blocked_enis
+        return self.closed_enis(state) | self.blocked_enis.keys()
 
     async def retract(self, record: AllocationRecord) -> bool:
         """Undo an ADD that was never acknowledged (its pod's datapath could not be made): the

@@ -41,10 +41,12 @@ from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory
 from ipamd.engine.pool_release import Releaser, attached_here, timed
 from ipamd.engine.stats import node_stats
+from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, plan_pool
+from ipamd.policy.subnets import left_alone, plan_drain
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ class PoolManager:
         instance: Instance,
         limits: NodeLimits,
         settings: PoolSettings,
+        subnets: SubnetCatalogue,
         clock: Clock,
         rng: random.Random | None = None,
     ) -> None:
@@ -120,6 +123,10 @@ class PoolManager:
         self.health = PoolHealth()
         self.pending_enis: set[str] = set()
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
+        self.foreign_enis: set[str] = set()
+        """Attached ENIs of others (EFA, trunk, `no_manage`): never touched, each takes a slot."""
+        self.subnets = subnets
+        """Where new ENIs go, and which subnets are closed to new pods."""
         self._unattached: dict[str, NetworkInterface] = {}
         """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer):
         the next ENI the plan wants is this one, not another CreateNetworkInterface. Under an
@@ -145,7 +152,14 @@ class PoolManager:
         return node_stats(self._engine.state, self._clock.now(), self._engine.settings.cooldown_s)
 
     def plan(self) -> PoolPlan:
-        return plan_pool(self.stats(), self._settings.targets, self._limits, self.strategy)
+        return self._plan_on(self.stats())
+
+    def _plan_on(self, stats: NodeStats) -> PoolPlan:
+        """The plan for `stats`: the targets met on the ENIs that take pods, and the ENIs of closed
+        subnets drained (`ipamd.policy.subnets.plan_drain`)."""
+        closed, others = self._engine.closed_enis(), len(self.foreign_enis)
+        drain = plan_drain(stats, self._settings.targets, self._limits, closed, others)
+        return drain.applied_to(plan_pool(drain.stats, drain.targets, drain.limits, self.strategy))
 
     async def adopt(self) -> int:
         """Take EC2's word for the ENIs attached to this instance and their units of the current
@@ -153,8 +167,12 @@ class PoolManager:
         enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
         kind = self.strategy.kind
         added = 0
+        self.foreign_enis.clear()
         for eni in enis:
             if eni.device_index is None:
+                continue
+            if left_alone(eni.tags, eni.interface_type, eni.is_primary):
+                self.foreign_enis.add(eni.eni_id)
                 continue
             if eni.eni_id not in self._engine.state.enis():
                 await self._engine.add_eni(eni_record(eni, eni.device_index, self._clock.now()))
@@ -171,6 +189,7 @@ class PoolManager:
 
     async def run_once(self) -> PoolPlan:
         """One tick: plan and apply, unless backing off. Returns the plan applied (empty if none)."""
+        await self.refresh_subnets()
         now = self._clock.now()
         if now < self.health.backoff_until:
             return PoolPlan()
@@ -196,6 +215,11 @@ class PoolManager:
         self.health.plans_applied += 1
         self.health.consecutive_failures = 0
         return plan
+
+    async def refresh_subnets(self) -> None:
+        """Read the subnets if the catalogue's view is due; close the excluded ones to new pods."""
+        await self.subnets.refresh_if_due()
+        self._engine.closed_subnets = self.subnets.closed
 
     def _growth_paused(self, now: float) -> bool:
         return now < self.health.subnet_exhausted_until and self._settings.fallback_strategy is None
@@ -289,15 +313,8 @@ class PoolManager:
         }
         if self._settings.cluster_name:
             tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
-        return await self._timed(
-            "create_eni",
-            self._ec2.create_eni(
-                self._instance.subnet_id,
-                self._instance.security_groups,
-                f"ipamd: pod addresses for {self._instance.instance_id}",
-                tags,
-            ),
-        )
+        description = f"ipamd: pod addresses for {self._instance.instance_id}"
+        return await self.subnets.create_eni(self._ec2, description, tags)
 
     async def _attach(self, eni: NetworkInterface, index: int) -> None:
         try:
@@ -369,7 +386,7 @@ class PoolManager:
                 for eni in stats.enis
             )
         )
-        again = plan_pool(as_free, self._settings.targets, self._limits, self.strategy)
+        again = self._plan_on(as_free)
         still = set(again.release_units)
         for eni in as_free.enis:
             if eni.eni_id in again.release_enis:

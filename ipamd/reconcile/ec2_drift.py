@@ -12,7 +12,9 @@ unit, so it holds across a restart. Outside it:
 - an ENI ipamd created for this instance that is attached without DeleteOnTermination (ipamd died
   between the attach and setting it) gets it, so it cannot outlive the instance.
 
-Nothing enters the inventory that EC2 does not list.
+Nothing enters the inventory that EC2 does not list, and nothing of an ENI that is another user's
+(tagged `no_manage=true`, EFA, trunk: `ipamd.policy.subnets.left_alone`): it is noted in `foreign`
+(it takes one of the instance's attachments) and otherwise never looked at.
 
 The design: docs/architecture.md §6.3; seed 001 and the scenarios it gave: docs/failure-scenarios.md.
 """
@@ -30,6 +32,7 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import InventoryDiff, diff_inventory, within_grace
 from ipamd.engine.pool import eni_record
+from ipamd.policy.subnets import left_alone
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,7 @@ class Ec2Drift:
         grace_s: float,
         clock: Clock,
         in_flight: Callable[[], Collection[str]] = frozenset,
+        foreign: set[str] | None = None,
     ) -> None:
         self._engine = engine
         self._ec2 = ec2
@@ -69,6 +73,9 @@ class Ec2Drift:
         self._grace_s = grace_s
         self._clock = clock
         self._in_flight = in_flight
+        self.foreign = foreign if foreign is not None else set()
+        """Attached ENIs of others, as the last listing showed them (updated in place: the pool
+        manager's own set)."""
         self.runs = 0
         self.describes = 0
 
@@ -80,7 +87,11 @@ class Ec2Drift:
         # taken, not drifted from.
         first_sight = not self._engine.state.enis()
         report = DriftReport()
-        listed = {e.eni_id: e for e in enis if e.device_index is not None}
+        attached = [e for e in enis if e.device_index is not None]
+        others = {e.eni_id for e in attached if left_alone(e.tags, e.interface_type, e.is_primary)}
+        self.foreign.intersection_update(others)
+        self.foreign.update(others)
+        listed = {e.eni_id: e for e in attached if e.eni_id not in others}
         for eni in listed.values():
             await self._reconcile_eni(eni, report)
             await self._bind_to_instance(eni, report)

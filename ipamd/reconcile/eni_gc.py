@@ -7,7 +7,7 @@ its leftovers are deleted by whichever node sweeps next. Without one, it covers 
 The query is scoped by tags (created by ipamd; the cluster or this instance) and status
 `available`, never a VPC-wide scan. An ENI is spared while it is fresh (the grace window covers
 create → attach, which can take seconds), while the pool manager is attaching it, and whenever it
-is in ipamd's inventory.
+is in ipamd's inventory, and always when it is tagged `node.k8s.amazonaws.com/no_manage=true`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from cloud.ports import (
     Ec2Api,
 )
 from ipamd.clock import Clock
+from ipamd.policy.subnets import left_alone
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ class EniGc:
         for eni in enis:
             if eni.status != "available" or eni.eni_id in spared or not self._old_enough(eni):
                 continue
+            if left_alone(eni.tags, eni.interface_type, is_primary=False):
+                continue  # someone else's now
             try:
                 await self._ec2.delete_eni(eni.eni_id)
             except (NotFound, InUse):

@@ -11,7 +11,7 @@ The design: docs/architecture.md §6.4; seed 001 and S23: docs/failure-scenarios
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from cloud.models import UnitKind
 from cloud.ports import Imds, ImdsInterface
@@ -34,8 +34,10 @@ def diff_imds(
     kinds: tuple[UnitKind, ...],
     now: float,
     grace_s: float,
+    foreign: Collection[str] = (),
 ) -> list[str]:
-    """What IMDS and ipamd disagree on outside the grace window (empty when they agree)."""
+    """What IMDS and ipamd disagree on outside the grace window (empty when they agree). ENIs of
+    others (`foreign`, which EC2's listing showed) are not ipamd's to know."""
 
     def settled(cidr: str) -> bool:
         unit = state.unit(cidr)
@@ -59,7 +61,11 @@ def diff_imds(
             mine = {c for c in ours if state.units()[c].kind == kind}
             disagreements += [f"{eni_id}: IMDS lists {c}" for c in theirs - mine if settled(c)]
             disagreements += [f"{eni_id}: IMDS lacks {c}" for c in mine - theirs if settled(c)]
-    disagreements += [f"{eni_id}: only in IMDS" for eni_id in by_eni if eni_id not in state.enis()]
+    disagreements += [
+        f"{eni_id}: only in IMDS"
+        for eni_id in by_eni
+        if eni_id not in state.enis() and eni_id not in foreign
+    ]
     return disagreements
 
 
@@ -73,6 +79,7 @@ class ImdsHint:
         clock: Clock,
         trigger: Callable[[], None],
         min_trigger_interval_s: float = 10.0,
+        foreign: Collection[str] = frozenset(),
     ) -> None:
         self._state = state
         self._imds = imds
@@ -81,6 +88,8 @@ class ImdsHint:
         self._clock = clock
         self._trigger = trigger
         self._min_interval_s = min_trigger_interval_s
+        self._foreign = foreign
+        """Attached ENIs of others (the pool manager's set, kept by the drift): not disagreements."""
         self._last_trigger = float("-inf")
         self.disagreements = 0
         self.triggers = 0
@@ -88,7 +97,7 @@ class ImdsHint:
     async def run_once(self) -> list[str]:
         interfaces = await self._imds.interfaces()
         now = self._clock.now()
-        found = diff_imds(self._state(), interfaces, self._kinds, now, self._grace_s)
+        found = diff_imds(self._state(), interfaces, self._kinds, now, self._grace_s, self._foreign)
         if found:
             self.disagreements += 1
             if now - self._last_trigger >= self._min_interval_s:

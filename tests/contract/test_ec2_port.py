@@ -17,6 +17,7 @@ import pytest
 from cloud.calls import CallLog
 from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import World
+from cloud.embedded.world_layout import CLUSTER_TAG_PREFIX, CNI_ROLE_TAG, Layout, SubnetSpec
 from cloud.errors import (
     AddressLimitExceeded,
     AttachmentLimitExceeded,
@@ -40,6 +41,12 @@ class Node:
     subnet_id: str
     subnet_cidr: str
     security_groups: tuple[str, ...]
+    vpc_id: str = ""
+    zone: str = ""
+    subnets: dict[str, str] | None = None
+    """The layout's subnets: CIDR -> subnet ID."""
+    world: World | None = None
+    """The embedded world, on moto; None on the fake."""
 
 
 class _NoWait:
@@ -56,8 +63,8 @@ class _NoWait:
         await asyncio.sleep(0)
 
 
-def _moto(make_world: Callable[..., World], subnet_cidr: str) -> Node:
-    world = make_world(subnet_cidr=subnet_cidr, seed=11)
+def _moto(make_world: Callable[..., World], subnet_cidr: str, layout: Layout) -> Node:
+    world = make_world(subnet_cidr=subnet_cidr, seed=11, layout=layout)
     wait = _NoWait()
     adapter = Boto3Ec2(
         world.client(client_config(timeout_s=5.0)),
@@ -67,22 +74,45 @@ def _moto(make_world: Callable[..., World], subnet_cidr: str) -> Node:
         sleep=wait.sleep,
         rng=random.Random(3),
     )
+    subnets = {s.cidr: s.subnet_id for s in world.subnets}
     return Node(
-        adapter, world.instance_id, world.subnet_id, subnet_cidr, (world.security_group_id,)
+        adapter,
+        world.instance_id,
+        world.subnet_id,
+        subnet_cidr,
+        (world.security_group_id,),
+        world.vpc_id,
+        world.availability_zone,
+        subnets,
+        world,
     )
 
 
-def _fake(subnet_cidr: str) -> Node:
+def _fake(subnet_cidr: str, layout: Layout) -> Node:
     fake = FakeEc2(FakeClock(), subnet_cidr=subnet_cidr, max_enis=3, ipv4_per_eni=10)
-    return Node(fake, fake.instance_id, fake.subnet_id, subnet_cidr, ("sg-0fake",))
+    fake.tag_subnet(fake.subnet_id, layout.node_subnet_tags)
+    subnets = {
+        spec.cidr: fake.add_subnet(spec.cidr, spec.tags, spec.zone_in("us-west-2", fake.zone))
+        for spec in layout.subnets
+    }
+    return Node(
+        fake,
+        fake.instance_id,
+        fake.subnet_id,
+        subnet_cidr,
+        ("sg-0fake",),
+        fake.vpc_id,
+        fake.zone,
+        subnets,
+    )
 
 
 @pytest.fixture(params=["moto", "fake"])
 def make_node(request: pytest.FixtureRequest) -> Callable[..., Node]:
-    def make(subnet_cidr: str = "10.0.0.0/16") -> Node:
+    def make(subnet_cidr: str = "10.0.0.0/16", layout: Layout | None = None) -> Node:
         if request.param == "fake":
-            return _fake(subnet_cidr)
-        return _moto(request.getfixturevalue("make_world"), subnet_cidr)
+            return _fake(subnet_cidr, layout or Layout())
+        return _moto(request.getfixturevalue("make_world"), subnet_cidr, layout or Layout())
 
     return make
 
@@ -268,3 +298,87 @@ async def test_the_catalog_knows_the_instance_its_limits_and_its_subnet(node: No
     assert before.available_ips - after.available_ips == 5
     with pytest.raises(NotFound):
         await node.ec2.describe_instance("i-0000000000000dead")
+
+
+ZONE_LAYOUT = Layout(
+    subnets=(
+        SubnetSpec("10.0.16.0/24", tags={CNI_ROLE_TAG: "1"}),
+        SubnetSpec("10.0.17.0/24", tags={CNI_ROLE_TAG: "1", f"{CLUSTER_TAG_PREFIX}blue": "1"}),
+        SubnetSpec("10.0.18.0/24", zone="b", tags={CNI_ROLE_TAG: "1"}),
+        SubnetSpec("10.0.19.0/28"),
+    ),
+    node_subnet_tags={CNI_ROLE_TAG: "0"},
+)
+
+
+async def test_the_catalog_lists_the_subnets_of_the_vpc_and_zone_with_tags_and_free_counts(
+    make_node: Callable[..., Node],
+) -> None:
+    """DescribeSubnets filtered on vpc-id and availability-zone: every subnet of the instance's
+    zone (the node's own included, the other zone's not), each with its tags and free count."""
+    node = make_node("10.0.0.0/20", ZONE_LAYOUT)
+    assert node.subnets is not None
+    instance = await node.ec2.describe_instance(node.instance_id)
+    assert (instance.vpc_id, instance.availability_zone) == (node.vpc_id, node.zone)
+
+    listed = await node.ec2.subnets_in(instance.vpc_id, instance.availability_zone)
+
+    by_cidr = {s.cidr: s for s in listed}
+    assert sorted(by_cidr) == ["10.0.0.0/20", "10.0.16.0/24", "10.0.17.0/24", "10.0.19.0/28"]
+    assert [s.subnet_id for s in listed] == sorted(s.subnet_id for s in listed)
+    assert by_cidr["10.0.0.0/20"].subnet_id == node.subnet_id
+    assert dict(by_cidr["10.0.0.0/20"].tags) == {CNI_ROLE_TAG: "0"}
+    assert dict(by_cidr["10.0.17.0/24"].tags) == {
+        CNI_ROLE_TAG: "1",
+        f"{CLUSTER_TAG_PREFIX}blue": "1",
+    }
+    assert dict(by_cidr["10.0.19.0/28"].tags) == {}
+    # EC2 reserves five addresses per subnet; the instance's primary address is in its own.
+    assert by_cidr["10.0.16.0/24"].available_ips == 256 - 5
+    assert by_cidr["10.0.19.0/28"].available_ips == 16 - 5
+    assert by_cidr["10.0.0.0/20"].available_ips == 4096 - 5 - 1
+    assert all(s.vpc_id == node.vpc_id and s.availability_zone == node.zone for s in listed)
+    assert await node.ec2.subnets_in(instance.vpc_id, "us-west-2c") == ()
+
+
+async def test_an_eni_of_another_subnet_takes_its_addresses_there(
+    make_node: Callable[..., Node],
+) -> None:
+    """An ENI created in another subnet of the zone attaches and draws its addresses and prefixes
+    from that subnet, whose free count falls by what it took."""
+    node = make_node("10.0.0.0/20", ZONE_LAYOUT)
+    assert node.subnets is not None
+    pods = node.subnets["10.0.16.0/24"]
+    eni = await node.ec2.create_eni(pods, node.security_groups, "pods", {"a": "b"})
+    await node.ec2.attach_eni(eni.eni_id, node.instance_id, 1)
+    ips = await node.ec2.assign_units(eni.eni_id, "ip", 2)
+    prefixes = await node.ec2.assign_units(eni.eni_id, "prefix", 1)
+
+    listed = await _eni(node, eni.eni_id)
+    net = ipaddress.IPv4Network("10.0.16.0/24")
+    assert listed.subnet_id == pods
+    assert all(ipaddress.IPv4Network(c).subnet_of(net) for c in (*ips, *prefixes))
+    assert ipaddress.IPv4Address(listed.primary_ip) in net
+    zone = await node.ec2.subnets_in(node.vpc_id, node.zone)
+    assert next(s for s in zone if s.subnet_id == pods).available_ips == 256 - 5 - 3 - 16
+
+
+async def test_an_ordinary_eni_is_an_interface_and_an_efa_one_says_so(
+    make_node: Callable[..., Node],
+) -> None:
+    """DescribeNetworkInterfaces' InterfaceType: `interface` for the ENIs ipamd makes; an EFA
+    attached by someone else is listed as `efa` (set on moto's model: CreateNetworkInterface there
+    takes no InterfaceType)."""
+    node = make_node()
+    mine = await _attached(node, 1)
+    if node.world is not None:
+        efa = await _attached(node, 2)
+        node.world.backend().enis[efa].interface_type = "efa"
+    else:
+        assert isinstance(node.ec2, FakeEc2)
+        efa = node.ec2.attach_foreign(2, interface_type="efa")
+
+    listed = {e.eni_id: e for e in await node.ec2.describe_enis(node.instance_id)}
+    assert listed[mine].interface_type == "interface"
+    assert listed[efa].interface_type == "efa"
+    assert next(e for e in listed.values() if e.is_primary).interface_type == "interface"

@@ -12,6 +12,7 @@ from typing import Any
 from cloud.calls import CallLog
 from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2, World
+from cloud.embedded.world_layout import Layout
 from cloud.errors import ServiceUnavailable
 from cloud.ports import Ec2Api, ImdsIdentity, ImdsInterface
 from cloud.ratelimit import RateLimits
@@ -21,6 +22,7 @@ from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager
 from ipamd.parts import STATE_FILE, EngineOpener, NodeFacts, Parts, describe_node, open_parts
 from ipamd.parts import strategy as unit_strategy
+from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.reconcile.ec2_drift import Ec2Drift
@@ -58,6 +60,7 @@ class CloudNode:
     facts: NodeFacts
     calls: CallLog = field(default_factory=CallLog)
     peak_enis: int = 0
+    eni_config: EniConfig | None = None
 
     @property
     def engine(self) -> Engine:
@@ -78,7 +81,13 @@ class CloudNode:
         """The node's parts afresh on its state file, as after a restart (close the engine first):
         on `api` (default: the node's), the engine opened by `open_engine`."""
         self.parts = await _open_parts(
-            self.config, self.facts, api or self.api, self.clock, open_engine
+            self.config,
+            self.facts,
+            api or self.api,
+            self.clock,
+            open_engine,
+            self.ec2,
+            self.eni_config,
         )
 
     def ec2_units(self) -> dict[str, set[str]]:
@@ -126,24 +135,44 @@ async def open_cloud_node(
     subnet_cidr: str = "10.0.0.0/16",
     api_wrapper: Any = None,
     fallback: bool = False,
+    layout: Layout | None = None,
+    eni_config: EniConfig | None = None,
 ) -> CloudNode:
-    world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=7)
+    """`layout`: the VPC's other subnets (subnet discovery reads them through `ec2`, whatever wraps
+    the parts' EC2 calls); `eni_config`: custom networking's subnet and security groups."""
+    world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=7, layout=layout)
     calls = CallLog()
     ec2 = Boto3Ec2(world.client(client_config()), recorder=calls, limits=FAST, rng=random.Random(1))
     api: Ec2Api = api_wrapper(ec2) if api_wrapper else ec2
     clock = FakeClock()
     config = node_config(tmp_path / "state", targets, prefix_mode=prefix_mode, fallback=fallback)
     facts = await describe_node(ec2, world.instance_id)
-    parts = await _open_parts(config, facts, api, clock, Engine.open)
+    parts = await _open_parts(config, facts, api, clock, Engine.open, ec2, eni_config)
     await parts.pool.adopt()
     path = Path(config.state_dir) / STATE_FILE
     return CloudNode(
-        world, ec2, api, parts, clock, path, unit_strategy(config), config, facts, calls
+        world,
+        ec2,
+        api,
+        parts,
+        clock,
+        path,
+        unit_strategy(config),
+        config,
+        facts,
+        calls,
+        eni_config=eni_config,
     )
 
 
 async def _open_parts(
-    config: Config, facts: NodeFacts, api: Ec2Api, clock: FakeClock, open_engine: EngineOpener
+    config: Config,
+    facts: NodeFacts,
+    api: Ec2Api,
+    clock: FakeClock,
+    open_engine: EngineOpener,
+    subnets: Boto3Ec2,
+    eni_config: EniConfig | None = None,
 ) -> Parts:
     return await open_parts(
         config,
@@ -154,4 +183,6 @@ async def _open_parts(
         clock=clock,
         open_engine=open_engine,
         rng=random.Random(3),
+        eni_config=eni_config,
+        subnets=subnets,
     )

@@ -2,11 +2,15 @@
 (`FakeImds`) and the container runtime (`FakeRuntime`), fast enough for thousands of reconcile rounds.
 
 `FakeEc2` keeps the truth for one instance: its ENIs, their secondary IPs and /28 prefixes, the
-per-ENI slot limit, the instance's ENI limit, and addresses drawn deterministically from one subnet
-(the lowest free address, or the lowest free aligned /28, so a released address is handed out again
-at once, as EC2 may). On top of the truth it models EC2's eventual consistency: Describe may serve,
-per unit and per ENI attachment, the state as it was up to `lag_s` seconds ago by the injected clock —
-an assigned unit appears late, an unassigned one lingers. The answers to mutations are always current.
+per-ENI slot limit, the instance's ENI limit, and addresses drawn deterministically from each ENI's
+subnet (the lowest free address, or the lowest free aligned /28, so a released address is handed out
+again at once, as EC2 may). The node's subnet is the first of its VPC; `add_subnet` makes more (in the
+node's zone or another, with tags), `tag_subnet` retags one, and an ENI other users of the instance
+own (EFA, trunk, `no_manage`) is made with `attach_foreign`.
+
+On top of the truth it models EC2's eventual consistency: Describe may serve, per unit and per ENI
+attachment, the state as it was up to `lag_s` seconds ago by the injected clock — an assigned unit
+appears late, an unassigned one lingers. The answers to mutations are always current.
 The lag must stay within the grace window given to the reconciler: that is the premise ipamd documents
 (docs/architecture.md §6.2), and nothing can be right without it.
 
@@ -67,6 +71,67 @@ class FakeEni:
     last_device_index: int | None = None
     """Where it was last attached: a lagging Describe still shows it there."""
     last_attachment_id: str | None = None
+    groups: tuple[str, ...] = ()
+    """The security groups it was created with."""
+    interface_type: str = "interface"
+
+
+@dataclass(slots=True)
+class FakeSubnet:
+    """One subnet of the VPC, and which of its addresses are in use."""
+
+    subnet_id: str
+    cidr: ipaddress.IPv4Network
+    zone: str
+    tags: dict[str, str] = field(default_factory=dict)
+    used: set[int] = field(default_factory=set)
+    first: int = 0
+    last: int = 0
+    ip_cursor: int = 0
+    block_cursor: int = 0
+
+    def __post_init__(self) -> None:
+        # EC2 reserves the first four addresses of a subnet and the last one.
+        self.first = self.ip_cursor = int(self.cidr.network_address) + 4
+        self.last = int(self.cidr.broadcast_address) - 1
+        self.block_cursor = int(self.cidr.network_address)
+
+    @property
+    def available(self) -> int:
+        return self.last - self.first + 1 - len(self.used)
+
+    def draw(self, kind: UnitKind) -> str | None:
+        """The lowest free address, or the lowest aligned /28 wholly free; None if none is."""
+        if kind == "ip":
+            value = self.ip_cursor
+            while value <= self.last and value in self.used:
+                value += 1
+            self.ip_cursor = value
+            if value > self.last:
+                return None
+            self.used.add(value)
+            return f"{ipaddress.IPv4Address(value)}/32"
+        block = self.block_cursor
+        while block + PREFIX_SIZE - 1 <= self.last:
+            span = range(block, block + PREFIX_SIZE)
+            if block >= self.first and not any(a in self.used for a in span):
+                self.block_cursor = block
+                self.used.update(span)
+                return f"{ipaddress.IPv4Address(block)}/28"
+            block += PREFIX_SIZE
+        return None
+
+    def free(self, cidr: str) -> None:
+        net = ipaddress.IPv4Network(cidr)
+        for value in range(int(net.network_address), int(net.broadcast_address) + 1):
+            self.used.discard(value)
+            self.ip_cursor = min(self.ip_cursor, value)
+            self.block_cursor = min(self.block_cursor, value - value % PREFIX_SIZE)
+
+    def as_model(self, vpc_id: str) -> Subnet:
+        return Subnet(
+            self.subnet_id, str(self.cidr), self.available, vpc_id, self.zone, dict(self.tags)
+        )
 
 
 @dataclass(slots=True)
@@ -135,6 +200,11 @@ class FakeEc2:
         self.instance_type = instance_type
         self.subnet_id = "subnet-0fake"
         self.subnet_cidr = ipaddress.IPv4Network(subnet_cidr)
+        self.vpc_id = "vpc-0fake"
+        self.zone = "us-west-2a"
+        self.subnets: dict[str, FakeSubnet] = {
+            self.subnet_id: FakeSubnet(self.subnet_id, self.subnet_cidr, self.zone)
+        }
         self.max_enis = max_enis
         self.ipv4_per_eni = ipv4_per_eni
         self.lag_s = lag_s
@@ -151,17 +221,46 @@ class FakeEc2:
         self._unit_eni: dict[str, str] = {}
         self._unit_view = _Lagged()
         self._eni_view = _Lagged()
-        self._used: set[int] = set()
-        net = self.subnet_cidr
-        # EC2 reserves the first four addresses of a subnet and the last one.
-        self._first = int(net.network_address) + 4
-        self._last = int(net.broadcast_address) - 1
-        self._ip_cursor = self._first
-        self._block_cursor = int(net.network_address)
         self._ids = itertools.count(1)
         self._faults: list[tuple[str, bool]] = []
-        primary = self._new_eni(self.subnet_id, "primary network interface", {})
+        primary = self._new_eni(self.subnet_id, "primary network interface", {}, ("sg-0fake",))
         self._attach(primary, 0, lag_s=0.0)
+
+    # -- the VPC, for tests ------------------------------------------------------------------------
+
+    def add_subnet(
+        self, cidr: str, tags: Mapping[str, str] | None = None, zone: str = "us-west-2a"
+    ) -> str:
+        """Another subnet of the VPC (in the node's zone unless `zone` says otherwise); its ID."""
+        subnet_id = f"subnet-{len(self.subnets):04x}fake"
+        net = ipaddress.IPv4Network(cidr)
+        self.subnets[subnet_id] = FakeSubnet(subnet_id, net, zone, dict(tags or {}))
+        return subnet_id
+
+    def tag_subnet(self, subnet_id: str, tags: Mapping[str, str]) -> None:
+        """Add or overwrite tags of a subnet, as CreateTags does."""
+        self.subnets[subnet_id].tags.update(tags)
+
+    def untag_subnet(self, subnet_id: str, *keys: str) -> None:
+        for key in keys:
+            self.subnets[subnet_id].tags.pop(key, None)
+
+    def attach_foreign(
+        self,
+        device_index: int,
+        *,
+        interface_type: str = "interface",
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """An ENI someone else attached (an EFA or trunk interface, or one tagged `no_manage`),
+        with one secondary address; its ID."""
+        eni = self._new_eni(self.subnet_id, "someone else's", dict(tags or {}), ())
+        eni.interface_type = interface_type
+        self._attach(eni, device_index, lag_s=0.0)
+        cidr = self.subnets[self.subnet_id].draw("ip")
+        assert cidr is not None
+        self._put_unit(eni, cidr, "ip", self.clock.now(), lag_s=0.0)
+        return eni.eni_id
 
     # -- the truth, for tests --------------------------------------------------------------------
 
@@ -225,9 +324,9 @@ class FakeEc2:
     ) -> NetworkInterface:
         self._fault("create_eni", after=False)
         self.calls["create_eni"] += 1
-        if subnet_id != self.subnet_id:
+        if subnet_id not in self.subnets:
             raise NotFound("CreateNetworkInterface", "InvalidSubnetID.NotFound", subnet_id)
-        eni = self._new_eni(subnet_id, description, dict(tags))
+        eni = self._new_eni(subnet_id, description, dict(tags), tuple(security_groups))
         self._fault("create_eni", after=True)
         return self._as_model(eni, list(eni.units), attached=False)
 
@@ -239,6 +338,8 @@ class FakeEc2:
             raise NotFound("AttachNetworkInterface", "InvalidInstanceID.NotFound", instance_id)
         if eni.device_index is not None:
             raise InUse("AttachNetworkInterface", "InvalidNetworkInterface.InUse", eni_id)
+        if self.subnets[eni.subnet_id].zone != self.zone:
+            raise Rejected("AttachNetworkInterface", "InvalidParameterCombination", eni_id)
         attached = [e for e in self.enis.values() if e.device_index is not None]
         if any(e.device_index == device_index for e in attached):
             raise Rejected("AttachNetworkInterface", "InvalidParameterValue", str(device_index))
@@ -275,7 +376,7 @@ class FakeEc2:
         if eni.device_index is not None:
             raise InUse("DeleteNetworkInterface", "InvalidNetworkInterface.InUse", eni_id)
         self._remove_units(eni, list(eni.units))
-        self._release(int(ipaddress.IPv4Address(eni.primary_ip)))
+        self.subnets[eni.subnet_id].free(f"{eni.primary_ip}/32")
         eni.deleted = True
         self._fault("delete_eni", after=True)
 
@@ -289,21 +390,18 @@ class FakeEc2:
             raise AddressLimitExceeded(
                 "AssignPrivateIpAddresses", "PrivateIpAddressLimitExceeded", eni_id
             )
-        drawn = [self._draw(kind) for _ in range(count)]
+        subnet = self.subnets[eni.subnet_id]
+        drawn = [subnet.draw(kind) for _ in range(count)]
         if None in drawn:
             for cidr in drawn:
                 if cidr is not None:
-                    self._free_cidr(cidr)
+                    subnet.free(cidr)
             code = "InsufficientCidrBlocks" if kind == "prefix" else "InsufficientFreeAddresses"
-            raise SubnetExhausted("AssignPrivateIpAddresses", code, self.subnet_id)
+            raise SubnetExhausted("AssignPrivateIpAddresses", code, eni.subnet_id)
         new = tuple(c for c in drawn if c is not None)
         now = self.clock.now()
         for cidr in new:
-            eni.units[cidr] = kind
-            self._kind[cidr] = kind
-            self._unit_eni[cidr] = eni_id
-            self.last_eni[cidr] = eni_id
-            self._unit_view.changed(cidr, None, eni_id, now, self._draw_lag())
+            self._put_unit(eni, cidr, kind, now, self._draw_lag())
         self._fault("assign_units", after=True)
         return new
 
@@ -338,16 +436,36 @@ class FakeEc2:
     async def describe_instance(self, instance_id: str) -> Instance:
         if instance_id != self.instance_id:
             raise NotFound("DescribeInstances", "InvalidInstanceID.NotFound", instance_id)
+        primary = next(e for e in self.enis.values() if e.device_index == 0)
         return Instance(
-            instance_id, self.instance_type, self.subnet_id, ("sg-0fake",), "us-west-2a"
+            instance_id,
+            self.instance_type,
+            self.subnet_id,
+            primary.groups,
+            self.zone,
+            primary.primary_ip,
+            self.vpc_id,
         )
 
     async def instance_limits(self, instance_type: str) -> InstanceLimits:
         return InstanceLimits(instance_type, self.max_enis, self.ipv4_per_eni)
 
     async def subnet(self, subnet_id: str) -> Subnet:
-        size = self._last - self._first + 1
-        return Subnet(subnet_id, str(self.subnet_cidr), size - len(self._used))
+        self.calls["subnet"] += 1
+        if subnet_id not in self.subnets:
+            raise NotFound("DescribeSubnets", "InvalidSubnetID.NotFound", subnet_id)
+        return self.subnets[subnet_id].as_model(self.vpc_id)
+
+    async def subnets_in(self, vpc_id: str, availability_zone: str) -> tuple[Subnet, ...]:
+        self._fault("subnets_in", after=False)
+        self.calls["subnets_in"] += 1
+        if vpc_id != self.vpc_id:
+            return ()
+        return tuple(
+            s.as_model(self.vpc_id)
+            for _, s in sorted(self.subnets.items())
+            if s.zone == availability_zone
+        )
 
     # -- inside EC2 ------------------------------------------------------------------------------
 
@@ -370,9 +488,11 @@ class FakeEc2:
             raise NotFound(operation, "InvalidNetworkInterfaceID.NotFound", eni_id)
         return eni
 
-    def _new_eni(self, subnet_id: str, description: str, tags: dict[str, str]) -> FakeEni:
+    def _new_eni(
+        self, subnet_id: str, description: str, tags: dict[str, str], groups: tuple[str, ...]
+    ) -> FakeEni:
         n = next(self._ids)
-        primary = self._draw("ip")
+        primary = self.subnets[subnet_id].draw("ip")
         if primary is None:
             raise SubnetExhausted("CreateNetworkInterface", "InsufficientFreeAddresses", subnet_id)
         eni = FakeEni(
@@ -382,6 +502,7 @@ class FakeEc2:
             primary_ip=primary.removesuffix("/32"),
             description=description,
             tags=tags,
+            groups=groups,
         )
         self.enis[eni.eni_id] = eni
         return eni
@@ -391,45 +512,21 @@ class FakeEc2:
         eni.attachment_id = eni.last_attachment_id = f"eni-attach-{next(self._ids):017x}"
         self._eni_view.changed(eni.eni_id, False, True, self.clock.now(), lag_s)
 
+    def _put_unit(self, eni: FakeEni, cidr: str, kind: UnitKind, now: float, lag_s: float) -> None:
+        eni.units[cidr] = kind
+        self._kind[cidr] = kind
+        self._unit_eni[cidr] = eni.eni_id
+        self.last_eni[cidr] = eni.eni_id
+        self._unit_view.changed(cidr, None, eni.eni_id, now, lag_s)
+
     def _remove_units(self, eni: FakeEni, cidrs: list[str]) -> None:
         now = self.clock.now()
         for cidr in cidrs:
             del eni.units[cidr]
             del self._unit_eni[cidr]
-            self._free_cidr(cidr)
+            self.subnets[eni.subnet_id].free(cidr)
             self.unassigned.append((now, eni.eni_id, cidr))
             self._unit_view.changed(cidr, eni.eni_id, None, now, self._draw_lag())
-
-    def _draw(self, kind: UnitKind) -> str | None:
-        """The lowest free address, or the lowest aligned /28 wholly free; None if none is."""
-        if kind == "ip":
-            value = self._ip_cursor
-            while value <= self._last and value in self._used:
-                value += 1
-            self._ip_cursor = value
-            if value > self._last:
-                return None
-            self._used.add(value)
-            return f"{ipaddress.IPv4Address(value)}/32"
-        block = self._block_cursor
-        while block + PREFIX_SIZE - 1 <= self._last:
-            span = range(block, block + PREFIX_SIZE)
-            if block >= self._first and not any(a in self._used for a in span):
-                self._block_cursor = block
-                self._used.update(span)
-                return f"{ipaddress.IPv4Address(block)}/28"
-            block += PREFIX_SIZE
-        return None
-
-    def _free_cidr(self, cidr: str) -> None:
-        net = ipaddress.IPv4Network(cidr)
-        for value in range(int(net.network_address), int(net.broadcast_address) + 1):
-            self._release(value)
-
-    def _release(self, value: int) -> None:
-        self._used.discard(value)
-        self._ip_cursor = min(self._ip_cursor, value)
-        self._block_cursor = min(self._block_cursor, value - value % PREFIX_SIZE)
 
     def _as_model(self, eni: FakeEni, units: list[str], attached: bool) -> NetworkInterface:
         return NetworkInterface(
@@ -445,6 +542,7 @@ class FakeEc2:
             prefixes=tuple(c for c in units if self._kind[c] == "prefix"),
             tags=dict(eni.tags),
             delete_on_termination=attached,
+            interface_type=eni.interface_type,
         )
 
 

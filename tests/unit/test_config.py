@@ -32,6 +32,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         max_eni=None,
         ip_cooldown_period_s=30,
         cluster_name="",
+        enable_subnet_discovery=True,
         aws_region=None,
         ec2_endpoint=None,
         ec2_http_timeout_s=10,
@@ -67,6 +68,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         eni_gc_grace_s=300.0,
         min_eni_lifetime_s=60.0,
         subnet_exhausted_cooldown_s=120.0,
+        subnet_refresh_interval_s=1800.0,
         host_network_reconcile_interval_s=60.0,
         ec2_call_timeout_s=10.0,
     )

@@ -131,6 +131,63 @@ async def test_describe_enis_follows_every_page(offline_client: Any, fake_time: 
     assert calls.count("DescribeNetworkInterfaces", OK) == 2
 
 
+async def test_subnets_in_asks_ec2_to_filter_and_follows_every_page(
+    offline_client: Any, fake_time: FakeTime
+) -> None:
+    """DescribeSubnets with the vpc-id and availability-zone filters (EC2 filters, not ipamd), one
+    call per page, each counted by the call log as a DescribeSubnets."""
+    calls = CallLog()
+    ec2 = adapter(offline_client, calls, fake_time)
+    filters = [
+        {"Name": "vpc-id", "Values": ["vpc-1"]},
+        {"Name": "availability-zone", "Values": ["us-west-2a"]},
+    ]
+
+    def subnet(subnet_id: str, cidr: str, free: int, **extra: Any) -> dict[str, Any]:
+        return {
+            "SubnetId": subnet_id,
+            "CidrBlock": cidr,
+            "AvailableIpAddressCount": free,
+            "VpcId": "vpc-1",
+            "AvailabilityZone": "us-west-2a",
+            **extra,
+        }
+
+    tagged = subnet(
+        "subnet-b", "10.0.16.0/24", 200, Tags=[{"Key": "kubernetes.io/role/cni", "Value": "1"}]
+    )
+    with Stubber(offline_client) as stub:
+        stub.add_response(
+            "describe_subnets", {"Subnets": [tagged], "NextToken": "t2"}, {"Filters": filters}
+        )
+        stub.add_response(
+            "describe_subnets",
+            {"Subnets": [subnet("subnet-a", "10.0.0.0/20", 4000)]},
+            {"Filters": filters, "NextToken": "t2"},
+        )
+        listed = await ec2.subnets_in("vpc-1", "us-west-2a")
+        stub.assert_no_pending_responses()
+    assert [(s.subnet_id, s.cidr, s.available_ips) for s in listed] == [
+        ("subnet-a", "10.0.0.0/20", 4000),
+        ("subnet-b", "10.0.16.0/24", 200),
+    ]
+    assert dict(listed[1].tags) == {"kubernetes.io/role/cni": "1"} and dict(listed[0].tags) == {}
+    assert calls.count("DescribeSubnets", OK) == 2
+
+
+async def test_an_enis_interface_type_is_read(offline_client: Any, fake_time: FakeTime) -> None:
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    trunk = {**_eni("eni-t"), "InterfaceType": "trunk", "Attachment": {"DeviceIndex": 2}}
+    plain = {**_eni("eni-p"), "Attachment": {"DeviceIndex": 0}}
+    with Stubber(offline_client) as stub:
+        stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [trunk, plain]})
+        enis = await ec2.describe_enis("i-1")
+    assert [(e.eni_id, e.interface_type) for e in enis] == [
+        ("eni-p", "interface"),
+        ("eni-t", "trunk"),
+    ]
+
+
 async def test_instance_limits_of_a_bare_metal_type(
     offline_client: Any, fake_time: FakeTime
 ) -> None:

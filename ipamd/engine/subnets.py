@@ -1,0 +1,161 @@
+"""The subnet catalogue: where the pool manager creates its next ENI, with which security groups, and
+which subnets are closed to new pods. The rules are `ipamd.policy.subnets`'; this keeps the view
+they are applied to.
+
+The view is one DescribeSubnets of the node's VPC and zone, read on the first use, then again every
+`refresh_s` (30 min: two calls a node-hour) and soon after a create finds a subnet full, never per
+ENI. A failed read keeps the last view and is tried again after `retry_s`; with no view at all, new
+ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails.
+
+With an ENIConfig (custom networking), discovery is off, as in VPC CNI: new ENIs go to its subnet,
+with its security groups, or the primary ENI's when it names none, and nothing is read. Without
+discovery and without an ENIConfig, new ENIs go to the node's subnet and nothing is read either.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from cloud.errors import CloudError, SubnetExhausted
+from cloud.models import NetworkInterface, Subnet
+from cloud.ports import Ec2Api, Instance
+from ipamd.clock import Clock
+from ipamd.engine.pool_release import timed
+from ipamd.policy.eni_config import EniConfig
+from ipamd.policy.subnets import SubnetFacts, excluded_subnets, rank_subnets
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class SubnetSource(Protocol):
+    """The one catalog call discovery makes (`cloud.ports.Ec2Catalog.subnets_in`)."""
+
+    async def subnets_in(self, vpc_id: str, availability_zone: str) -> tuple[Subnet, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SubnetSettings:
+    discovery: bool = True
+    """ENABLE_SUBNET_DISCOVERY: new ENIs may go to other tagged subnets of the node's zone."""
+    cluster_name: str = ""
+    """CLUSTER_NAME, which scopes cluster-tagged subnets."""
+    eni_config: EniConfig | None = None
+    """The node zone's ENIConfig under custom networking: its subnet and security groups, and
+    discovery off."""
+    refresh_s: float = 1800.0
+    """IPAMD_SUBNET_REFRESH_INTERVAL: how old the view may grow before it is read again."""
+    retry_s: float = 60.0
+    """After a failed read, or after a create found a subnet full: the least time to the next."""
+    call_timeout_s: float = 60.0
+
+
+class SubnetCatalogue:
+    def __init__(
+        self,
+        source: SubnetSource | None,
+        instance: Instance,
+        settings: SubnetSettings,
+        clock: Clock,
+    ) -> None:
+        self._source = source
+        self._instance = instance
+        self._settings = settings
+        self._clock = clock
+        self._view: tuple[SubnetFacts, ...] | None = None
+        self._due = float("-inf")
+        self._last_read = float("-inf")
+        self.closed: frozenset[str] = frozenset()
+        """Excluded subnets: their ENIs take no new pods and go back once empty."""
+        self.reads = 0
+        self.failures = 0
+
+    @property
+    def discovering(self) -> bool:
+        """Discovery on, no ENIConfig, and the node's VPC and zone known (an adapter that does not
+        say them leaves new ENIs in the node's subnet)."""
+        s, node = self._settings, self._instance
+        known = bool(node.vpc_id and node.availability_zone) and self._source is not None
+        return s.discovery and s.eni_config is None and known
+
+    @property
+    def security_groups(self) -> tuple[str, ...]:
+        """The groups of a new ENI: the ENIConfig's if it names any, else the primary ENI's."""
+        config = self._settings.eni_config
+        if config is not None and config.security_groups:
+            return config.security_groups
+        return self._instance.security_groups
+
+    def candidates(self) -> tuple[str, ...]:
+        """The subnets a new ENI may go to, best first (empty: none may take one now)."""
+        config = self._settings.eni_config
+        if config is not None:
+            return (config.subnet_id,)
+        if not self.discovering or self._view is None:
+            return (self._instance.subnet_id,)
+        return rank_subnets(self._view, self._instance.subnet_id, self._settings.cluster_name)
+
+    async def refresh_if_due(self) -> bool:
+        """Read the view if it is due; True if it changed what is closed."""
+        if not self.discovering or self._clock.now() < self._due:
+            return False
+        return await self.refresh()
+
+    async def refresh(self) -> bool:
+        """Read the node zone's subnets now; True if it changed what is closed. A failure keeps the
+        last view (logged, retried after `retry_s`)."""
+        if self._source is None or not self.discovering:
+            return False
+        now = self._clock.now()
+        self._last_read = now
+        self.reads += 1
+        instance, s = self._instance, self._settings
+        try:
+            subnets = await timed(
+                "describe_subnets",
+                self._source.subnets_in(instance.vpc_id, instance.availability_zone),
+                s.call_timeout_s,
+            )
+        except CloudError as err:
+            self.failures += 1
+            self._due = now + s.retry_s
+            logger.warning("subnets.read_failed error=%s retry_in_s=%s", err, s.retry_s)
+            return False
+        self._due = now + s.refresh_s
+        self._view = _facts(subnets)
+        closed = excluded_subnets(self._view, s.cluster_name)
+        changed, self.closed = closed != self.closed, closed
+        logger.info(
+            "subnets.read candidates=%s closed=%s",
+            ",".join(self.candidates()) or "none",
+            ",".join(sorted(closed)) or "none",
+        )
+        return changed
+
+    async def create_eni(
+        self, ec2: Ec2Api, description: str, tags: Mapping[str, str]
+    ) -> NetworkInterface:
+        """Create an ENI in the best candidate subnet; one found full is noted and the next one
+        tried, as VPC CNI does. Raises `SubnetExhausted` when none has room (or none may be used)."""
+        last = SubnetExhausted("CreateNetworkInterface", "NoSubnetForPods", "no subnet may be used")
+        for subnet_id in self.candidates():
+            call = ec2.create_eni(subnet_id, self.security_groups, description, tags)
+            try:
+                return await timed("create_eni", call, self._settings.call_timeout_s)
+            except SubnetExhausted as err:
+                self.full(subnet_id)
+                last = err
+        raise last
+
+    def full(self, subnet_id: str) -> None:
+        """A create found `subnet_id` without room: read again soon (its count was stale)."""
+        if self.discovering:
+            self._due = min(self._due, self._last_read + self._settings.retry_s)
+            logger.info("subnets.full subnet_id=%s", subnet_id)
+
+
+def _facts(subnets: Iterable[Subnet]) -> tuple[SubnetFacts, ...]:
+    return tuple(SubnetFacts(s.subnet_id, s.available_ips, dict(s.tags)) for s in subnets)
