@@ -2,7 +2,9 @@
 
 `open_parts` computes the engine's settings from the configuration and the instance type's limits
 (the IP cooldown and delete-intent lifetime, max pods, the node's address capacity) before the state
-file is opened, so they are final the moment the engine exists: nothing patches them afterwards. On
+file is opened, so they are final the moment the engine exists: nothing patches them afterwards. With
+custom networking it first finds the ENIConfig of the node's zone (`node_eni_config`); a file without
+one is a start-up error, before anything is opened. On
 that one engine it builds the pool manager, the EC2 drift, the IMDS hint, the runtime leak GC and ENI
 GC; the ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
 and ENI GC leave alone.
@@ -29,14 +31,16 @@ from ipamd.config import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
-from ipamd.policy.plan import compute_address_capacity, compute_pod_limit
+from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.leaks import LeakGc
 from ipamd.runtime.ports import RuntimeApi
+from ipamd.startup import SettingUnusable
 
 STATE_FILE = "ipamd.db"
 """The state file's name in IPAMD_STATE_DIR."""
@@ -111,10 +115,39 @@ def engine_settings(
         intent_ttl_s=config.delete_intent_ttl_s,
         max_pods=compute_pod_limit(targets, limits, unit),
         max_addresses=compute_address_capacity(targets, limits, unit),
+        pods_on_primary=not config.custom_networking,
     )
 
 
-def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
+def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
+    """With custom networking, the ENIConfig named after the node's zone, which gives new ENIs
+    their subnet and security groups; None without. Raises `SettingUnusable` when the file has
+    none for the zone, or when no ENI is left for pods besides the primary."""
+    if not config.custom_networking:
+        return None
+    file, zone = config.eni_config_file, node.instance.availability_zone
+    path = file.path if file else ""
+    spec = file.find(zone) if file and zone else None
+    if spec is None:
+        names = ", ".join(file.names) if file else ""
+        raise SettingUnusable(
+            f"IPAMD_ENI_CONFIG_FILE={path!r} has no ENIConfig for this node's zone {zone!r} "
+            f"(it has {names}): custom networking needs one per zone, named after it "
+            f"({config.eni_config_label})"
+        )
+    if enis_for_pods(PoolTargets.from_config(config), node.limits) == 0:
+        raise SettingUnusable(
+            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true leaves no ENI for pods: the primary carries "
+            f"none, and this node may have only one (MAX_ENI={config.max_eni}, "
+            f"{node.instance.instance_type} takes {node.limits.max_enis})"
+        )
+    return EniConfig(spec.name, spec.subnet, spec.security_groups)
+
+
+def pool_settings(
+    config: Config, tuning: Tuning = Tuning(), eni_config: EniConfig | None = None
+) -> PoolSettings:
+    """The pool manager's settings; `eni_config` is the node's (`node_eni_config`)."""
     settings = PoolSettings(
         targets=PoolTargets.from_config(config),
         strategy=strategy(config),
@@ -124,6 +157,7 @@ def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
         subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
         release_grace_s=config.reconcile_grace_s,
         shrink_interval_s=config.shrink_interval_s,
+        eni_config=eni_config,
     )
     if tuning.pool_backoff_s is None:
         return settings
@@ -164,14 +198,16 @@ async def open_parts(
     rng: random.Random | None = None,
     tuning: Tuning = Tuning(),
 ) -> Parts:
-    """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it."""
+    """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it.
+    Raises `SettingUnusable` (before opening anything) when custom networking has no ENIConfig for
+    the node's zone."""
+    eni_config = node_eni_config(config, node)
     path = Path(config.state_dir) / STATE_FILE
     engine = await open_engine(path, clock, engine_settings(config, node.limits, tuning))
     instance_id = node.instance.instance_id
     kinds = unit_kinds(config)
-    pool = PoolManager(
-        engine, ec2, node.instance, node.limits, pool_settings(config, tuning), clock, rng
-    )
+    settings = pool_settings(config, tuning, eni_config)
+    pool = PoolManager(engine, ec2, node.instance, node.limits, settings, clock, rng)
     pending = pool.pending_enis
     drift = Ec2Drift(
         engine,

@@ -42,6 +42,7 @@ from ipamd.engine.inventory import diff_inventory
 from ipamd.engine.pool_release import Releaser, attached_here, timed
 from ipamd.engine.stats import node_stats
 from ipamd.errors import StoreWriteFailed
+from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, plan_pool
@@ -70,6 +71,9 @@ class PoolSettings:
     shrink_interval_s: float = 0.0
     """Least time between two shrinks (IPAMD_SHRINK_INTERVAL, VPC CNI's decreaseIPPoolInterval):
     a burst of DELs before ADDs does not send addresses back only to ask for them again."""
+    eni_config: EniConfig | None = None
+    """Custom networking: the subnet and security groups of the node's zone for new ENIs; None =
+    the primary ENI's."""
 
 
 @dataclass(slots=True)
