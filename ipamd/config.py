@@ -6,10 +6,11 @@ and the Markdown table in docs/configuration.md generated from the same declarat
 code that interprets environment variables: `ipamd.main` passes `os.environ` to `Config.from_env` at
 start and hands the frozen `Config` to everything else.
 
-It must not do I/O other than reading the mapping it is given (no files, sockets, clocks or logging)
-and must not import asyncio. It never falls back silently: a value that does not parse is an error,
-reported together with every other bad value in one `ConfigError`. An empty value counts as unset,
-because Kubernetes manifests often set variables to "".
+It must not do I/O other than reading the mapping it is given (no sockets, clocks or logging, and no
+file but the one IPAMD_ENI_CONFIG_FILE names, read once by `ipamd.eniconfig_file` so that its problems
+are reported with the rest) and must not import asyncio. It never falls back silently: a value that
+does not parse is an error, reported together with every other bad value in one `ConfigError`. An
+empty value counts as unset, because Kubernetes manifests often set variables to "".
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ from ipamd.config_kinds import (
     parse_optional_path,
     parse_tags,
     show_tags,
+)
+from ipamd.eniconfig_file import (
+    ZONE_LABELS,
+    EniConfigFile,
+    parse_zone_label,
+    read_eni_config_file,
+    show_eni_config_file,
 )
 
 LogFormat = Literal["auto", "json", "text"]
@@ -177,6 +185,17 @@ class Config:
     disable_metrics: bool = field(metadata=_setting(
         "DISABLE_METRICS", BOOL, "false", "", "`DISABLE_METRICS`",
         "Do not serve Prometheus metrics."))
+    custom_networking: bool = field(metadata=_setting(
+        "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", BOOL, "false", "",
+        "`AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG` (ENIConfigs from the Kubernetes API)",
+        "Custom networking: secondary ENIs take the subnet and security groups of the ENIConfig "
+        "of the node's zone, from IPAMD_ENI_CONFIG_FILE (required), and the primary ENI carries "
+        "no pods (max pods counts one ENI fewer)."))
+    eni_config_label: str = field(metadata=_setting(
+        "ENI_CONFIG_LABEL_DEF", Kind(parse_zone_label), ZONE_LABELS[0], "",
+        "`ENI_CONFIG_LABEL_DEF` (default `k8s.amazonaws.com/eniConfig`, any node label)",
+        "The node label whose value names the node's ENIConfig: only the zone, "
+        f"`{ZONE_LABELS[0]}` or `{ZONE_LABELS[1]}`, since ipamd reads no node labels."))
 
     # ipamd's own settings.
     socket_path: str = field(metadata=_setting(
@@ -226,6 +245,11 @@ class Config:
         "IPAMD_CNI_CONFLIST_TEMPLATE", Kind(parse_optional_path, lambda value: value or ""), "", "",
         "none", "The conflist ipamd writes (its `ipamd-cni` socket is set to IPAMD_SOCKET); "
         "required with IPAMD_CNI_CONF_DIR."))
+    eni_config_file: EniConfigFile | None = field(metadata=_setting(
+        "IPAMD_ENI_CONFIG_FILE", Kind(read_eni_config_file, show_eni_config_file), "", "",
+        "ENIConfig resources (`kubectl get eniconfigs -o json`)",
+        "JSON file of the ENIConfigs custom networking uses, one per zone, named after it "
+        "(docs/operations.md); read and checked at start."))
 
     # Grace windows and intervals.
     delete_intent_ttl_s: float = field(metadata=_setting(
@@ -322,7 +346,8 @@ class Config:
             try:
                 values[setting.field] = setting.kind.parse(text)
             except ValueError as exc:
-                problems.append(f"{setting.env}={text!r}: {exc}")
+                # A file's problems come one a line; each line names the variable and value.
+                problems += [f"{setting.env}={text!r}: {line}" for line in str(exc).splitlines()]
         problems += _cross_field_problems(values, texts)
         if problems:
             raise ConfigError(problems)
@@ -340,6 +365,13 @@ SETTINGS: tuple[Setting, ...] = tuple(
 
 def _cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) -> list[str]:
     """Rules between settings, checked only when the settings involved parsed."""
+    no_file = "eni_config_file" in values and values["eni_config_file"] is None
+    if values.get("custom_networking") is True and no_file:
+        text = texts["AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"]
+        return [
+            f"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG={text!r}: needs IPAMD_ENI_CONFIG_FILE, the "
+            "ENIConfigs of the node's zones (ipamd reads none from the Kubernetes API)"
+        ]
     if values.get("cni_conf_dir") and not values.get("cni_conflist_template"):
         return [
             f"IPAMD_CNI_CONF_DIR={texts['IPAMD_CNI_CONF_DIR']!r}: needs "

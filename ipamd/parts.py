@@ -2,7 +2,9 @@
 
 `open_parts` computes the engine's settings from the configuration and the instance type's limits
 (the IP cooldown and delete-intent lifetime, max pods, the node's address capacity) before the state
-file is opened, so they are final the moment the engine exists: nothing patches them afterwards. On
+file is opened, so they are final the moment the engine exists: nothing patches them afterwards. With
+custom networking it first finds the ENIConfig of the node's zone (`node_eni_config`); a file without
+one is a start-up error, before anything is opened. On
 that one engine it builds the pool manager, the EC2 drift, the IMDS hint, the runtime leak GC and ENI
 GC; the ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
 and ENI GC leave alone.
@@ -33,12 +35,13 @@ from ipamd.engine.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
-from ipamd.policy.plan import compute_address_capacity, compute_pod_limit
+from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.leaks import LeakGc
 from ipamd.runtime.ports import RuntimeApi
+from ipamd.startup import SettingUnusable
 
 STATE_FILE = "ipamd.db"
 """The state file's name in IPAMD_STATE_DIR."""
@@ -113,10 +116,37 @@ def engine_settings(
         intent_ttl_s=config.delete_intent_ttl_s,
         max_pods=compute_pod_limit(targets, limits, unit),
         max_addresses=compute_address_capacity(targets, limits, unit),
+        pods_on_primary=not config.custom_networking,
     )
 
 
+def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
+    """With custom networking, the ENIConfig named after the node's zone, which gives new ENIs
+    their subnet and security groups; None without. Raises `SettingUnusable` when the file has
+    none for the zone, or when no ENI is left for pods besides the primary."""
+    if not config.custom_networking:
+        return None
+    file, zone = config.eni_config_file, node.instance.availability_zone
+    path = file.path if file else ""
+    spec = file.find(zone) if file and zone else None
+    if spec is None:
+        names = ", ".join(file.names) if file else ""
+        raise SettingUnusable(
+            f"IPAMD_ENI_CONFIG_FILE={path!r} has no ENIConfig for this node's zone {zone!r} "
+            f"(it has {names}): custom networking needs one per zone, named after it "
+            f"({config.eni_config_label})"
+        )
+    if enis_for_pods(PoolTargets.from_config(config), node.limits) == 0:
+        raise SettingUnusable(
+            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true leaves no ENI for pods: the primary carries "
+            f"none, and this node may have only one (MAX_ENI={config.max_eni}, "
+            f"{node.instance.instance_type} takes {node.limits.max_enis})"
+        )
+    return EniConfig(spec.name, spec.subnet, spec.security_groups)
+
+
 def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
+    """The pool manager's settings (where new ENIs go is the subnet catalogue's: `subnet_settings`)."""
     settings = PoolSettings(
         targets=PoolTargets.from_config(config),
         strategy=strategy(config),
@@ -181,9 +211,14 @@ async def open_parts(
 ) -> Parts:
     """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it.
 
-    `eni_config`: this zone's ENIConfig under custom networking. `subnets`: where subnet discovery
-    reads the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that
-    does not leaves new ENIs in the node's subnet)."""
+
+    `eni_config`: this zone's ENIConfig under custom networking; by default the one the
+    configuration's ENIConfig file has for the node's zone. `subnets`: where subnet discovery reads
+    the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that does not
+    leaves new ENIs in the node's subnet). Raises `SettingUnusable` (before opening anything) when
+    custom networking has no ENIConfig for the node's zone."""
+    if eni_config is None:
+        eni_config = node_eni_config(config, node)
     path = Path(config.state_dir) / STATE_FILE
     engine = await open_engine(path, clock, engine_settings(config, node.limits, tuning))
     instance_id = node.instance.instance_id

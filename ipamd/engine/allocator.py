@@ -37,6 +37,9 @@ class EngineSettings:
     max_addresses: int | None = None
     """Pod addresses the node's ENIs can hold at most (every ENI ipamd may attach, full); when
     all of them are owned, ADD is `NodeFull` rather than "try again". None = unknown."""
+    pods_on_primary: bool = True
+    """False with custom networking: no address of the primary ENI is handed to a pod, whatever
+    units it holds (the pool gives its free ones back)."""
 
 
 def plan_assign(
@@ -56,7 +59,9 @@ def plan_assign(
         return Mutation(), existing
     if settings.max_pods is not None and len(state._allocations) >= settings.max_pods:
         raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
-    picked = pick_addresses(state, count, now, settings.cooldown_s, blocked_enis)
+    picked = pick_addresses(
+        state, count, now, settings.cooldown_s, blocked_enis, not settings.pods_on_primary
+    )
     full = settings.max_addresses is not None and len(state._owner) + count > settings.max_addresses
     if picked is None and full:
         raise NodeFull(
@@ -90,17 +95,21 @@ def pick_addresses(
     now: float,
     cooldown_s: float,
     blocked_enis: Collection[str] = (),
+    skip_primary: bool = False,
 ) -> tuple[str, list[tuple[str, str]]] | None:
     """Pack: the fullest ENI that can serve `count` addresses, and on it the fullest units first.
 
     "Full" counts assigned and cooling addresses, so freshly emptied units stay empty and can go back
     to EC2 whole. Ties go to the lower device index and the lower CIDR, so the choice is deterministic.
+    `skip_primary` (custom networking): never the primary ENI.
     """
     horizon = now - cooldown_s  # an address released after this instant is still cooling
     best: tuple[int, str, list[tuple[int, str]]] | None = None
     for eni_id, cidrs in state._units_by_eni.items():
         if eni_id in blocked_enis:
             continue  # its link is not set up on the host: an address there could not carry traffic
+        if skip_primary and (eni := state._enis.get(eni_id)) is not None and eni.is_primary:
+            continue  # custom networking: pods live in the ENIConfig's subnet, never the node's
         occupied, available, candidates = _scan_eni(state, cidrs, horizon)
         if available >= count and (best is None or occupied > best[0]):
             best = (occupied, eni_id, candidates)

@@ -82,6 +82,11 @@ class SubnetCatalogue:
         return s.discovery and s.eni_config is None and known
 
     @property
+    def eni_config(self) -> EniConfig | None:
+        """The ENIConfig new ENIs follow under custom networking; None without it."""
+        return self._settings.eni_config
+
+    @property
     def security_groups(self) -> tuple[str, ...]:
         """The groups of a new ENI: the ENIConfig's if it names any, else the primary ENI's."""
         config = self._settings.eni_config

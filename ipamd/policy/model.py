@@ -75,6 +75,9 @@ class PoolTargets:
     """The node's max pods; None = computed from the instance limits (`compute_max_pods`)."""
     min_eni_lifetime_s: float = 60.0
     """An ENI younger than this is never released."""
+    custom_networking: bool = False
+    """AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: the primary ENI carries no pods, so the pool is the
+    secondary ENIs alone (`ipamd.policy.plan.pod_stats`) and max pods counts one ENI fewer."""
 
     @classmethod
     def from_config(cls, config: Config) -> PoolTargets:
@@ -86,6 +89,7 @@ class PoolTargets:
             max_eni=config.max_eni,
             max_pods=config.max_pods_override,
             min_eni_lifetime_s=config.min_eni_lifetime_s,
+            custom_networking=config.custom_networking,
         )
 
 

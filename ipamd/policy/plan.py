@@ -12,6 +12,9 @@ Rules every plan keeps:
   prefix may pass it);
 - only wholly free units go back (no assigned, cooling or releasing address), and only ENIs that
   are not primary, hold no used or releasing unit, and are at least `min_eni_lifetime_s` old;
+- with custom networking the primary ENI is no part of the pool (`pod_stats`): no unit is added to
+  it, its units count for nothing, and its wholly free ones go back, as VPC CNI cleans up an ENI
+  excluded from pod addresses;
 - growth fills the fullest ENIs first, then new ENIs; shrinking empties the emptiest non-primary
   ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and spreads pods:
   docs/architecture.md §5.4).
@@ -22,12 +25,12 @@ This module must not import asyncio, do I/O, or know the engine, datastore or cl
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 
 from ipamd.policy.goals import Goal
 from ipamd.policy.max_pods import MaxPods, compute_node_max_pods
-from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.policy.model import EniStats, NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.tally import EniTally, NodeTally, PoolTally, tally_node
 
@@ -56,6 +59,29 @@ def effective_max_enis(targets: PoolTargets, limits: NodeLimits) -> int:
     return min(limits.max_enis, targets.max_eni)
 
 
+def enis_for_pods(targets: PoolTargets, limits: NodeLimits) -> int:
+    """The ENIs whose addresses pods get: `effective_max_enis`, less the primary with custom
+    networking."""
+    enis = effective_max_enis(targets, limits)
+    return max(enis - 1, 0) if targets.custom_networking else enis
+
+
+def pod_stats(stats: NodeStats, targets: PoolTargets) -> tuple[NodeStats, tuple[str, ...]]:
+    """The ENIs that make the pool, and the units to give back that are no part of it: with custom
+    networking, the pool is the secondary ENIs, and the primary's wholly free units (left from a
+    start without custom networking, or assigned by someone else) go back to EC2."""
+    if not targets.custom_networking:
+        return stats, ()
+    pool: list[EniStats] = []
+    stranded: list[str] = []
+    for eni in stats.enis:
+        if eni.is_primary:
+            stranded.extend(u.cidr for u in eni.units if u.wholly_free)
+        else:
+            pool.append(eni)
+    return NodeStats(tuple(pool)), tuple(stranded)
+
+
 def compute_max_pods(limits: NodeLimits, strategy: UnitStrategy, enis: int | None = None) -> int:
     """Max pods as EKS computes it over `enis` ENIs (default: the instance type's limit), without
     an override: the mode's formula, capped by vCPU count (`ipamd.policy.max_pods`)."""
@@ -67,9 +93,15 @@ def compute_pod_limit_rule(
     targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
 ) -> MaxPods:
     """The max pods growth respects and the rule that set it: the override, else EKS's rules over
-    the ENIs ipamd may use. ipamd has no custom networking: the primary ENI carries pods."""
+    the ENIs ipamd may use (with custom networking, the primary among them carries no pods)."""
     enis = effective_max_enis(targets, limits)
-    return compute_node_max_pods(limits, strategy, enis, override=targets.max_pods)
+    return compute_node_max_pods(
+        limits,
+        strategy,
+        enis,
+        custom_networking=targets.custom_networking,
+        override=targets.max_pods,
+    )
 
 
 def compute_pod_limit(targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy) -> int:
@@ -80,14 +112,30 @@ def compute_pod_limit(targets: PoolTargets, limits: NodeLimits, strategy: UnitSt
 def compute_address_capacity(
     targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
 ) -> int:
-    """Pod addresses the node can hold at most: every ENI ipamd may attach, full."""
-    return effective_max_enis(targets, limits) * strategy.addresses_per_eni(limits)
+    """Pod addresses the node can hold at most: every ENI ipamd may attach for pods, full."""
+    return enis_for_pods(targets, limits) * strategy.addresses_per_eni(limits)
 
 
 def plan_pool(
     stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
 ) -> PoolPlan:
     """The plan that brings the pool to the knobs' goal within the limits (empty when it is there)."""
+    stats, stranded = pod_stats(stats, targets)
+    plan = _plan_pods(stats, targets, limits, strategy)
+    if not stranded:
+        return plan
+    reason = f"custom networking: returning {len(stranded)} units of the primary ENI"
+    return replace(
+        plan,
+        release_units=stranded + plan.release_units,
+        reason=f"{plan.reason}; {reason}" if plan.reason else reason,
+    )
+
+
+def _plan_pods(
+    stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+) -> PoolPlan:
+    """`plan_pool` on the ENIs that make the pool (`pod_stats`)."""
     goal = strategy.goal_for(targets, limits)
     node = tally_node(stats, strategy.addresses_per_unit)
     wanted = _units_wanted(goal, node.pool, strategy)
@@ -142,7 +190,7 @@ def _plan_growth(
         for eni in sorted(node.enis, key=_fill_order)
         if eni.slots < per_eni
     ]
-    spare_enis = max(effective_max_enis(targets, limits) - len(node.enis), 0)
+    spare_enis = max(enis_for_pods(targets, limits) - len(node.enis), 0)
     fresh: Iterable[tuple[str | None, int]] = repeat((None, per_eni), spare_enis)
     assign: list[tuple[str, int]] = []
     new_enis: list[int] = []

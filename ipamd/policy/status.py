@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import compute_pod_limit, effective_max_enis, plan_pool
+from ipamd.policy.plan import compute_pod_limit, effective_max_enis, plan_pool, pod_stats
 from ipamd.policy.tally import tally_node
 
 
@@ -21,7 +21,7 @@ class PoolStatus:
     max_pods: int
     """The max pods growth respects (override, or computed)."""
     total: int
-    """Addresses in units that are not releasing."""
+    """Addresses in units that are not releasing (of the secondary ENIs, with custom networking)."""
     assigned: int
     cooling: int
     available: int
@@ -39,7 +39,7 @@ def compute_pool_status(
     stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
 ) -> PoolStatus:
     goal = strategy.goal_for(targets, limits)
-    pool = tally_node(stats, strategy.addresses_per_unit).pool
+    pool = tally_node(pod_stats(stats, targets)[0], strategy.addresses_per_unit).pool
     short = max(strategy.units_for(goal.short_addresses(pool)), goal.short_free_units(pool))
     plan = plan_pool(stats, targets, limits, strategy)
     released = set(plan.release_enis)

@@ -1,11 +1,12 @@
 """docs/operations.md keeps up with the code: every metric ipamd publishes is in its table, with its
-type and labels; it links the generated settings table instead of copying it, and it has a runbook
-for each seed incident."""
+type and labels; it links the generated settings table instead of copying it, it has a runbook for
+each seed incident, and its ENIConfig files are files ipamd reads."""
 
 from __future__ import annotations
 
 import re
 
+from ipamd.eniconfig_file import EniConfigSpec, parse_eni_configs
 from ipamd.metrics_catalogue import CATALOGUE
 from tests.deploy.repo import REPO
 
@@ -50,3 +51,15 @@ def test_a_runbook_for_each_seed_incident() -> None:
     for seed in ("seed 000", "seed 001", "seed 002", "seed 003"):
         assert seed in runbooks, seed
     assert runbooks.count("ipamctl repair") >= 4
+
+
+def test_the_eniconfig_files_of_custom_networking_are_read_as_shown() -> None:
+    section = OPERATIONS.read_text().split("## Custom networking", 1)[1].split("\n## ", 1)[0]
+    files = re.findall(r"^```json\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
+    assert len(files) == 2, "the kubectl list and the map of zone to spec"
+    expected = (
+        EniConfigSpec("us-west-2a", "subnet-0a1b2c3d4e5f60718", ("sg-0123456789abcdef0",)),
+        EniConfigSpec("us-west-2b", "subnet-1b2c3d4e5f6071829"),
+    )
+    for text in files:
+        assert parse_eni_configs(text) == expected

@@ -1,10 +1,12 @@
 """A start the machine refuses is one line on stderr and an exit code, never a traceback: a second
 daemon on a state directory already in use, a metrics port in use, a socket or state directory that
-cannot be created."""
+cannot be created, an ENIConfig file without the node's zone; a bad ENIConfig file is reported as
+invalid configuration, one line per problem."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import socket
 from collections.abc import Iterator
@@ -121,3 +123,49 @@ def test_a_state_directory_that_cannot_be_made_is_one_line(
     assert code == EXIT_CONFIG
     assert "IPAMD_STATE_DIR" in line and str(tmp_path / "a-file" / "state") in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"], "nothing else was made"
+
+
+def _eniconfig_file(tmp_path: Path, zones: dict[str, object]) -> Path:
+    path = tmp_path / "eniconfigs.json"
+    path.write_text(json.dumps(zones), encoding="utf-8")
+    return path
+
+
+def test_a_bad_eniconfig_file_is_one_clear_start_up_error(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    path = _eniconfig_file(tmp_path, {"us-west-2a": {"subnet": "subnet-nope"}})
+    daemon = start_daemon(
+        tmp_path, AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG="true", IPAMD_ENI_CONFIG_FILE=str(path)
+    )
+    started.append(daemon)
+
+    code = daemon.wait()
+
+    assert code == EXIT_CONFIG
+    assert "Traceback" not in "\n".join(daemon.lines)
+    assert daemon.plain_lines == [
+        "ipamd: invalid configuration:",
+        f"IPAMD_ENI_CONFIG_FILE={str(path)!r}: entry 'us-west-2a': subnet 'subnet-nope' must be a "
+        "subnet ID: subnet- and 8 or 17 hex digits, like subnet-0123456789abcdef0",
+    ]
+    assert not daemon.state_dir.exists(), "refused before anything was made"
+
+
+def test_an_eniconfig_file_without_the_nodes_zone_is_one_line(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    path = _eniconfig_file(tmp_path, {"eu-west-1a": {"subnet": "subnet-0123456789abcdef0"}})
+    daemon = start_daemon(
+        tmp_path, AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG="true", IPAMD_ENI_CONFIG_FILE=str(path)
+    )
+    started.append(daemon)
+
+    code, line = _refused_after_banner(daemon)
+
+    assert code == EXIT_CONFIG
+    assert line.startswith(f"ipamd: IPAMD_ENI_CONFIG_FILE={str(path)!r} has no ENIConfig for "), (
+        line
+    )
+    assert "this node's zone 'us-west-2a' (it has eu-west-1a)" in line, line
+    assert not (daemon.state_dir / "ipamd.db").exists(), "the state file was never opened"

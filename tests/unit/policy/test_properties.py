@@ -1,5 +1,6 @@
 """Properties of `plan_pool` over random nodes and knobs: a plan never passes a limit, never gives
-back an address in use or the primary ENI, and is final (applied, the next plan is empty)."""
+back an address in use or the primary ENI, never grows the primary with custom networking, and is
+final (applied, the next plan is empty)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ipamd.policy import (
     effective_max_enis,
     plan_pool,
 )
+from ipamd.policy.plan import enis_for_pods, pod_stats
 from tests.unit.policy.simulation import addresses, apply_plan
 
 
@@ -72,6 +74,7 @@ def cases(draw: st.DrawFn) -> Case:
         max_eni=draw(st.none() | st.integers(1, limits.max_enis + 1)),
         max_pods=draw(st.none() | st.integers(1, 200)),
         min_eni_lifetime_s=60.0,
+        custom_networking=draw(st.integers(0, 3)) == 0,
     )
     return Case(NodeStats(tuple(enis)), targets, limits, strategy)
 
@@ -93,9 +96,12 @@ def test_a_plan_is_final_and_leaves_the_pool_short_only_at_a_limit(case: Case) -
     assert again.is_empty(), again
     status = compute_pool_status(after, case.targets, case.limits, case.strategy)
     if status.short_units > 0:
-        # Growth is blocked, and nothing was given back.
-        assert not (plan.release_units or plan.release_enis)
-        full = all(len(e.units) >= case.limits.units_per_eni for e in after.enis)
+        # Growth is blocked, and nothing of the pool was given back (with custom networking the
+        # primary's free units are no part of it: they go back whatever the pool needs).
+        stranded = set(pod_stats(case.stats, case.targets)[1])
+        assert not (set(plan.release_units) - stranded or plan.release_enis)
+        pool = pod_stats(after, case.targets)[0]
+        full = all(len(e.units) >= case.limits.units_per_eni for e in pool.enis)
         at_enis = len(after.enis) >= status.max_enis
         assert (full and at_enis) or status.total >= status.max_pods
 
@@ -109,14 +115,25 @@ def _check_growth(case: Case, plan: PoolPlan) -> None:
     assert all(1 <= n <= per_eni for n in plan.new_enis)
     spare = effective_max_enis(case.targets, case.limits) - len(case.stats.enis)
     assert len(plan.new_enis) <= max(spare, 0)
+    pool = pod_stats(case.stats, case.targets)[0]
+    assert len(pool.enis) + len(plan.new_enis) <= max(
+        enis_for_pods(case.targets, case.limits), len(pool.enis)
+    )
+    if case.targets.custom_networking:
+        primary = {e.eni_id for e in case.stats.enis if e.is_primary}
+        assert not {eni_id for eni_id, _ in plan.assign} & primary, "the primary carries no pods"
     added = sum(n for _, n in plan.assign) + sum(plan.new_enis)
-    room = compute_pod_limit(case.targets, case.limits, case.strategy) - addresses(case.stats)
+    room = compute_pod_limit(case.targets, case.limits, case.strategy) - addresses(pool)
     assert added <= case.strategy.units_for(room)
 
 
 def _check_release(case: Case, plan: PoolPlan) -> None:
-    """Only wholly free units go back, and only idle, old, secondary ENIs."""
+    """Only wholly free units go back, and only idle, old, secondary ENIs; with custom networking
+    every wholly free unit of the primary goes."""
     units = {u.cidr: u for e in case.stats.enis for u in e.units}
+    if case.targets.custom_networking:
+        primary = [u for e in case.stats.enis if e.is_primary for u in e.units]
+        assert {u.cidr for u in primary if u.wholly_free} <= set(plan.release_units)
     assert len(set(plan.release_units)) == len(plan.release_units)
     for cidr in plan.release_units:
         assert units[cidr].wholly_free, units[cidr]
