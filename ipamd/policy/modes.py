@@ -34,6 +34,10 @@ class UnitStrategy:
     """1 or 16."""
     warm_goal: Callable[[PoolTargets, NodeLimits, int], Goal] = field(repr=False)
     """The mode's own goal, used when neither WARM_IP_TARGET nor MINIMUM_IP_TARGET is set."""
+    replaces_smaller_units: bool = False
+    """Whether wholly free units smaller than this mode's (the /32s prefix mode's fallback to
+    secondary IPs left) are leftovers rather than capacity: the plan counts the pool without them,
+    gives them back and puts this mode's units in their slots (`ipamd.policy.prefix_return`)."""
 
     def units_for(self, addresses: int) -> int:
         """Units that hold at least `addresses` (rounded up; 0 for none or fewer)."""
@@ -61,7 +65,7 @@ def _warm_prefix(targets: PoolTargets, limits: NodeLimits, unit_size: int) -> Go
 
 
 SECONDARY_IPS = UnitStrategy("ip", 1, warm_eni_goal)
-PREFIXES = UnitStrategy("prefix", 16, _warm_prefix)
+PREFIXES = UnitStrategy("prefix", 16, _warm_prefix, replaces_smaller_units=True)
 
 
 def strategy_for(prefix_delegation: bool) -> UnitStrategy:

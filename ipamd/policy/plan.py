@@ -17,7 +17,11 @@ Rules every plan keeps:
   excluded from pod addresses;
 - growth fills the fullest ENIs first, then new ENIs; shrinking empties the emptiest non-primary
   ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and spreads pods:
-  docs/architecture.md §5.4).
+  docs/architecture.md §5.4);
+- in prefix mode, wholly free /32s (what the fallback to secondary IPs left) are not capacity: they
+  go back, and prefixes take their slots when nothing else has room (`ipamd.policy.prefix_return`);
+- while the subnets are scarce, the goal keeps no warm pool above its minimum
+  (`ipamd.policy.scarcity`).
 
 This module must not import asyncio, do I/O, or know the engine, datastore or cloud adapters.
 """
@@ -32,6 +36,8 @@ from ipamd.policy.goals import Goal
 from ipamd.policy.max_pods import MaxPods, compute_node_max_pods
 from ipamd.policy.model import EniStats, NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
+from ipamd.policy.prefix_return import leftovers_to_return, replacements
+from ipamd.policy.scarcity import scarce_goal
 from ipamd.policy.tally import EniTally, NodeTally, PoolTally, tally_node
 
 
@@ -45,11 +51,20 @@ class PoolPlan:
     """CIDRs to return to EC2: each wholly free. Units of ENIs in `release_enis` are not listed."""
     release_enis: tuple[str, ...] = ()
     """ENIs to detach and delete, with their units (all wholly free)."""
+    replace_units: tuple[str, ...] = ()
+    """Leftover /32s of prefix mode's fallback to give back *before* growing: `assign` puts
+    prefixes in their slots (`ipamd.policy.prefix_return`). Not listed in `release_units`."""
     reason: str = field(default="", compare=False)
     """Why, in a few words, for logs (`warm_ip: short 2 units`)."""
 
     def is_empty(self) -> bool:
-        return not (self.assign or self.new_enis or self.release_units or self.release_enis)
+        return not (
+            self.assign
+            or self.new_enis
+            or self.release_units
+            or self.release_enis
+            or self.replace_units
+        )
 
 
 def effective_max_enis(targets: PoolTargets, limits: NodeLimits) -> int:
@@ -117,11 +132,17 @@ def compute_address_capacity(
 
 
 def plan_pool(
-    stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+    stats: NodeStats,
+    targets: PoolTargets,
+    limits: NodeLimits,
+    strategy: UnitStrategy,
+    *,
+    scarce: bool = False,
 ) -> PoolPlan:
-    """The plan that brings the pool to the knobs' goal within the limits (empty when it is there)."""
+    """The plan that brings the pool to the knobs' goal within the limits (empty when it is there);
+    `scarce`: with the warm targets at their minimum (`ipamd.policy.scarcity`)."""
     stats, stranded = pod_stats(stats, targets)
-    plan = _plan_pods(stats, targets, limits, strategy)
+    plan = _plan_pods(stats, targets, limits, strategy, scarce)
     if not stranded:
         return plan
     reason = f"custom networking: returning {len(stranded)} units of the primary ENI"
@@ -132,23 +153,41 @@ def plan_pool(
     )
 
 
+def pool_goal(
+    targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy, *, scarce: bool = False
+) -> Goal:
+    """The goal the knobs set in this mode, its warm part at its minimum while the subnets are
+    scarce (`ipamd.policy.scarcity`)."""
+    goal = strategy.goal_for(targets, limits)
+    return scarce_goal(goal) if scarce else goal
+
+
+def tally_for(stats: NodeStats, strategy: UnitStrategy) -> NodeTally:
+    """The node counted as the mode plans it: leftovers set aside if the mode replaces them."""
+    return tally_node(
+        stats, strategy.addresses_per_unit, set_aside_smaller=strategy.replaces_smaller_units
+    )
+
+
 def _plan_pods(
-    stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+    stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy, scarce: bool
 ) -> PoolPlan:
     """`plan_pool` on the ENIs that make the pool (`pod_stats`)."""
-    goal = strategy.goal_for(targets, limits)
-    node = tally_node(stats, strategy.addresses_per_unit)
+    goal = pool_goal(targets, limits, strategy, scarce=scarce)
+    node = tally_for(stats, strategy)
     wanted = _units_wanted(goal, node.pool, strategy)
-    assign, new_enis = _plan_growth(node, goal, wanted, targets, limits, strategy)
+    assign, new_enis, replaced = _plan_growth(node, goal, wanted, targets, limits, strategy)
+    why = _reason(goal, wanted, assign, new_enis, replaced)
     if goal.is_short(node.pool):
         # Still short after growth (at a limit): nothing the pool holds is spare.
-        return PoolPlan(assign, new_enis, reason=_reason(goal, wanted, assign, new_enis))
+        return PoolPlan(assign, new_enis, replace_units=replaced, reason=why)
     grown = frozenset(eni_id for eni_id, _ in assign)
     units, enis = _plan_shrink(node, goal, targets, grown, strategy.addresses_per_unit)
+    units += leftovers_to_return(node.enis, enis, replaced)
     if not (units or enis):
-        return PoolPlan(assign, new_enis, reason=_reason(goal, wanted, assign, new_enis))
-    reason = f"{goal.name}: returning {len(units)} units and {len(enis)} ENIs"
-    return PoolPlan(assign, new_enis, units, enis, reason=reason)
+        return PoolPlan(assign, new_enis, replace_units=replaced, reason=why)
+    reason = f"{goal.name}: returning {len(units)} units and {len(enis)} ENIs{_instead(replaced)}"
+    return PoolPlan(assign, new_enis, units, enis, replaced, reason=reason)
 
 
 def _units_wanted(goal: Goal, pool: PoolTally, strategy: UnitStrategy) -> int:
@@ -157,12 +196,21 @@ def _units_wanted(goal: Goal, pool: PoolTally, strategy: UnitStrategy) -> int:
 
 
 def _reason(
-    goal: Goal, wanted: int, assign: tuple[tuple[str, int], ...], new_enis: tuple[int, ...]
+    goal: Goal,
+    wanted: int,
+    assign: tuple[tuple[str, int], ...],
+    new_enis: tuple[int, ...],
+    replaced: tuple[str, ...],
 ) -> str:
     if wanted == 0:
         return ""
     added = sum(n for _, n in assign) + sum(new_enis)
-    return f"{goal.name}: short {wanted} units, adding {added} ({len(new_enis)} new ENIs)"
+    adding = f"adding {added} ({len(new_enis)} new ENIs){_instead(replaced)}"
+    return f"{goal.name}: short {wanted} units, {adding}"
+
+
+def _instead(replaced: tuple[str, ...]) -> str:
+    return f", {len(replaced)} in place of leftovers" if replaced else ""
 
 
 # --- growing --------------------------------------------------------------------------------------
@@ -175,11 +223,12 @@ def _plan_growth(
     targets: PoolTargets,
     limits: NodeLimits,
     strategy: UnitStrategy,
-) -> tuple[tuple[tuple[str, int], ...], tuple[int, ...]]:
-    """Place `wanted` units: existing ENIs first, fullest first, then new ENIs. Updates the pool
-    tally with what it adds."""
+) -> tuple[tuple[tuple[str, int], ...], tuple[int, ...], tuple[str, ...]]:
+    """Place `wanted` units: existing ENIs first, fullest first, then new ENIs, then in the slots
+    of leftovers given back first (`ipamd.policy.prefix_return`). Updates the pool tally with what
+    it adds. Returns the assignments, the new ENIs and the leftovers to give back first."""
     if wanted == 0:
-        return (), ()
+        return (), (), ()
     pool = node.pool
     # VPC CNI stops growing once TotalIPs >= max pods (PR #2745); host-network pods are not
     # subtracted there either, since an override does not say how many there are.
@@ -199,9 +248,15 @@ def _plan_growth(
             new_enis.append(take)
         else:
             assign.append((eni_id, take))
-    added = sum(n for _, n in assign) + sum(new_enis)
+    placed = sum(n for _, n in assign) + sum(new_enis)
+    by_fill = sorted(node.enis, key=_fill_order)
+    instead, replaced = replacements(by_fill, wanted - placed, budget - placed)
+    merged = dict(assign)
+    for eni_id, take in instead:
+        merged[eni_id] = merged.get(eni_id, 0) + take
+    added = placed + sum(n for _, n in instead)
     pool.add(strategy.addresses_in(added), added)
-    return tuple(assign), tuple(new_enis)
+    return tuple(merged.items()), tuple(new_enis), replaced
 
 
 def _takes(
@@ -274,3 +329,40 @@ def _release_order(eni: EniTally) -> tuple[bool, int, int, int, str]:
     """Emptiest first: non-primary, fewer used addresses, fewer units, newest device index."""
     s = eni.stats
     return (s.is_primary, eni.used, eni.slots, -s.device_index, s.eni_id)
+
+
+# --- releases in flight ---------------------------------------------------------------------------
+
+
+def kept_after_marking(
+    stats: NodeStats,
+    marked: tuple[str, ...],
+    targets: PoolTargets,
+    limits: NodeLimits,
+    strategy: UnitStrategy,
+    *,
+    scarce: bool = False,
+) -> set[str]:
+    """Units just marked for release that a fresh plan, counting them as free again, would keep:
+    an ADD took what was free meanwhile, and the pool needs them after all."""
+    if not marked:
+        return set()
+    wanted = set(marked)
+    as_free = NodeStats(
+        tuple(
+            replace(
+                eni,
+                units=tuple(
+                    replace(u, releasing=False) if u.cidr in wanted else u for u in eni.units
+                ),
+            )
+            for eni in stats.enis
+        )
+    )
+    again = plan_pool(as_free, targets, limits, strategy, scarce=scarce)
+    still = set(again.release_units) | set(again.replace_units)
+    released = set(again.release_enis)
+    for eni in as_free.enis:
+        if eni.eni_id in released:
+            still.update(u.cidr for u in eni.units)
+    return wanted - still

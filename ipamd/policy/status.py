@@ -7,21 +7,29 @@ from dataclasses import dataclass
 
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import compute_pod_limit, effective_max_enis, plan_pool, pod_stats
-from ipamd.policy.tally import tally_node
+from ipamd.policy.plan import (
+    compute_pod_limit,
+    effective_max_enis,
+    plan_pool,
+    pod_stats,
+    pool_goal,
+    tally_for,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class PoolStatus:
     goal: str
-    """`warm_ip`, `warm_eni` or `warm_prefix`: which knobs are in charge."""
+    """`warm_ip`, `warm_eni` or `warm_prefix`: which knobs are in charge; `scarce` while the
+    subnets are (`ipamd.policy.scarcity`)."""
     enis: int
     max_enis: int
     """`effective_max_enis`: the instance type's limit, capped by MAX_ENI."""
     max_pods: int
     """The max pods growth respects (override, or computed)."""
     total: int
-    """Addresses in units that are not releasing (of the secondary ENIs, with custom networking)."""
+    """Addresses in units that are not releasing (of the secondary ENIs, with custom networking),
+    leftovers not counted."""
     assigned: int
     cooling: int
     available: int
@@ -33,18 +41,27 @@ class PoolStatus:
     """Units the knobs ask for on top of what the pool holds (before limits); 0 when met."""
     excess_units: int
     """Units the next plan gives back, those on released ENIs included."""
+    leftover_units: int = 0
+    """Wholly free /32s in prefix mode, which go back (`ipamd.policy.prefix_return`)."""
 
 
 def compute_pool_status(
-    stats: NodeStats, targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+    stats: NodeStats,
+    targets: PoolTargets,
+    limits: NodeLimits,
+    strategy: UnitStrategy,
+    *,
+    scarce: bool = False,
 ) -> PoolStatus:
-    goal = strategy.goal_for(targets, limits)
-    pool = tally_node(pod_stats(stats, targets)[0], strategy.addresses_per_unit).pool
+    goal = pool_goal(targets, limits, strategy, scarce=scarce)
+    pool = tally_for(pod_stats(stats, targets)[0], strategy).pool
     short = max(strategy.units_for(goal.short_addresses(pool)), goal.short_free_units(pool))
-    plan = plan_pool(stats, targets, limits, strategy)
+    plan = plan_pool(stats, targets, limits, strategy, scarce=scarce)
     released = set(plan.release_enis)
-    excess = len(plan.release_units) + sum(
-        len(eni.units) for eni in stats.enis if eni.eni_id in released
+    excess = (
+        len(plan.release_units)
+        + len(plan.replace_units)
+        + sum(len(eni.units) for eni in stats.enis if eni.eni_id in released)
     )
     return PoolStatus(
         goal=goal.name,
@@ -59,4 +76,5 @@ def compute_pool_status(
         releasing_units=pool.releasing_units,
         short_units=short,
         excess_units=excess,
+        leftover_units=pool.leftovers,
     )

@@ -26,6 +26,8 @@ class PoolTally:
     free_units: int = 0
     """Wholly free units of the mode's size: what WARM_PREFIX_TARGET counts."""
     releasing_units: int = 0
+    leftovers: int = 0
+    """Units set aside as leftovers (`tally_node`'s `set_aside_smaller`): not counted above."""
 
     def add(self, addresses: int, free_units: int) -> None:
         """Free units added (they arrive wholly free)."""
@@ -56,6 +58,9 @@ class EniTally:
     """Its wholly free units, in the order the stats list them."""
     free_units: int = 0
     """How many of `free` have the mode's size."""
+    leftovers: list[UnitStats] = field(default_factory=list)
+    """Its wholly free units smaller than the mode's, when they are set aside: they take their
+    slots, but are neither in `free` nor counted in `available`."""
 
     @property
     def all_free(self) -> bool:
@@ -69,8 +74,10 @@ class NodeTally:
     enis: list[EniTally]
 
 
-def tally_node(stats: NodeStats, unit_size: int) -> NodeTally:
-    """Count `stats`; `unit_size` is the mode's unit size, for counting wholly free units."""
+def tally_node(stats: NodeStats, unit_size: int, *, set_aside_smaller: bool = False) -> NodeTally:
+    """Count `stats`; `unit_size` is the mode's unit size, for counting wholly free units.
+    `set_aside_smaller`: wholly free units smaller than that are leftovers, not the pool's
+    (`ipamd.policy.prefix_return`); they still take their ENI's slots."""
     pool = PoolTally()
     enis: list[EniTally] = []
     for eni in stats.enis:
@@ -80,6 +87,10 @@ def tally_node(stats: NodeStats, unit_size: int) -> NodeTally:
             if unit.releasing:
                 entry.releasing = True
                 pool.releasing_units += 1
+                continue
+            if set_aside_smaller and unit.wholly_free and unit.size < unit_size:
+                entry.leftovers.append(unit)
+                pool.leftovers += 1
                 continue
             entry.available += unit.free
             pool.total += unit.size

@@ -80,7 +80,7 @@ def find_unit(stats: NodeStats, cidr: str) -> UnitStats:
 
 def apply_plan(stats: NodeStats, plan: PoolPlan, strategy: UnitStrategy) -> NodeStats:
     """The node after the pool manager applied `plan` and every EC2 call succeeded."""
-    released = set(plan.release_units)
+    released = set(plan.release_units) | set(plan.replace_units)
     gone = set(plan.release_enis)
     adds = dict(plan.assign)
     enis: list[EniStats] = []

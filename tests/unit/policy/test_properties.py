@@ -109,9 +109,12 @@ def test_a_plan_is_final_and_leaves_the_pool_short_only_at_a_limit(case: Case) -
 def _check_growth(case: Case, plan: PoolPlan) -> None:
     by_id = {e.eni_id: e for e in case.stats.enis}
     per_eni = case.limits.units_per_eni
+    replaced = set(plan.replace_units)
     assert len({eni_id for eni_id, _ in plan.assign}) == len(plan.assign)
     for eni_id, n in plan.assign:
-        assert 1 <= n <= per_eni - len(by_id[eni_id].units)
+        # The slots of the leftovers given back first are the ENI's to fill again.
+        freed = sum(1 for u in by_id[eni_id].units if u.cidr in replaced)
+        assert 1 <= n <= per_eni - len(by_id[eni_id].units) + freed
     assert all(1 <= n <= per_eni for n in plan.new_enis)
     spare = effective_max_enis(case.targets, case.limits) - len(case.stats.enis)
     assert len(plan.new_enis) <= max(spare, 0)
@@ -123,8 +126,19 @@ def _check_growth(case: Case, plan: PoolPlan) -> None:
         primary = {e.eni_id for e in case.stats.enis if e.is_primary}
         assert not {eni_id for eni_id, _ in plan.assign} & primary, "the primary carries no pods"
     added = sum(n for _, n in plan.assign) + sum(plan.new_enis)
-    room = compute_pod_limit(case.targets, case.limits, case.strategy) - addresses(pool)
+    held = addresses(pool) - sum(u.size for u in _leftovers(case))
+    room = compute_pod_limit(case.targets, case.limits, case.strategy) - held
     assert added <= case.strategy.units_for(room)
+
+
+def _leftovers(case: Case) -> list[UnitStats]:
+    """The wholly free units smaller than the mode's, when the mode replaces them: they go back,
+    so the pod limit is measured without them (`ipamd.policy.prefix_return`)."""
+    if not case.strategy.replaces_smaller_units:
+        return []
+    size = case.strategy.addresses_per_unit
+    pool = pod_stats(case.stats, case.targets)[0]
+    return [u for e in pool.enis for u in e.units if u.wholly_free and u.size < size]
 
 
 def _check_release(case: Case, plan: PoolPlan) -> None:
@@ -137,6 +151,13 @@ def _check_release(case: Case, plan: PoolPlan) -> None:
     assert len(set(plan.release_units)) == len(plan.release_units)
     for cidr in plan.release_units:
         assert units[cidr].wholly_free, units[cidr]
+    leftovers = {u.cidr for u in _leftovers(case)}
+    assert len(set(plan.replace_units)) == len(plan.replace_units)
+    assert set(plan.replace_units) <= leftovers, "only leftovers make room"
+    assert not set(plan.replace_units) & set(plan.release_units)
+    if plan.replace_units:
+        spare = effective_max_enis(case.targets, case.limits) - len(case.stats.enis)
+        assert len(plan.new_enis) == max(spare, 0), "leftovers make room only once new ENIs can't"
     by_id = {e.eni_id: e for e in case.stats.enis}
     for eni_id in plan.release_enis:
         eni = by_id[eni_id]
@@ -144,4 +165,5 @@ def _check_release(case: Case, plan: PoolPlan) -> None:
         assert eni.age_s >= case.targets.min_eni_lifetime_s
         assert all(u.wholly_free for u in eni.units), eni
         assert not {u.cidr for u in eni.units} & set(plan.release_units)
+        assert not {u.cidr for u in eni.units} & set(plan.replace_units)
     assert not {eni_id for eni_id, _ in plan.assign} & set(plan.release_enis)
