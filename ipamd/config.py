@@ -235,7 +235,15 @@ class Config:
         "Log level: debug, info, warning or error, in any case."))
     prefix_fallback_to_ips: bool = field(metadata=_setting(
         "IPAMD_PREFIX_FALLBACK_TO_IPS", BOOL, "false", "", "none (growth stops)",
-        "Prefix mode: when the subnet has no free /28 left, grow with secondary IPs instead."))
+        "Prefix mode: when the subnet has no free /28 left, grow with secondary IPs instead; once "
+        "a prefix is had again, prefixes replace the free /32s."))
+    subnet_scarcity_threshold: int = field(metadata=_setting(
+        "IPAMD_SUBNET_SCARCITY_THRESHOLD", COUNT, "64", "addresses",
+        "none (warm targets kept whatever the subnet has left)",
+        "Subnet-scarcity mode: while the subnets this node draws from have fewer free addresses "
+        "than this, WARM_IP_TARGET, WARM_ENI_TARGET and WARM_PREFIX_TARGET count as 0 "
+        "(MINIMUM_IP_TARGET stays) and the free addresses above that go back; it ends once twice "
+        "this many are free. 0 = off."))
     cni_conf_dir: str | None = field(metadata=_setting(
         "IPAMD_CNI_CONF_DIR", Kind(parse_optional_path, lambda value: value or ""), "", "",
         "the entrypoint's conflist copy",
@@ -303,7 +311,8 @@ class Config:
         "none (DescribeSubnets before every new ENI)",
         "Subnet discovery: how often the subnets of the node's zone, their tags and free "
         "addresses are read again (one DescribeSubnets); also soon after a create finds a "
-        "subnet full."))
+        "subnet full. Without discovery, how often subnet-scarcity mode reads the free addresses "
+        "of the subnet new ENIs go to."))
     host_network_reconcile_interval_s: float = field(metadata=_setting(
         "IPAMD_HOST_NETWORK_RECONCILE_INTERVAL", INTERVAL, "60", "s",
         "none (rules pruned at start only)",

@@ -4,9 +4,10 @@ its start-up.
 Building reads this instance from IMDS and EC2 first, so that the state file opens with its final
 settings (max pods and address capacity follow from the instance type's limits). Start-up order
 (readiness follows it): bind the state file to this instance (a state file from another instance is
-set aside) → read EC2 (drift: the inventory comes from EC2, never from IMDS) → the first runtime
-listing (it releases nothing yet: a leak needs two misses) → ready. Afterwards the pool manager runs
-its own loop, and the reconcilers run on the schedule of `ipamd.reconcile.jobs`.
+set aside) → read EC2 (drift: the inventory comes from EC2, never from IMDS; then the subnets' free
+addresses, for the pool's scarcity mode) → the first runtime listing (it releases nothing yet: a
+leak needs two misses) → ready. Afterwards the pool manager runs its own loop, and the reconcilers
+run on the schedule of `ipamd.reconcile.jobs`.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class Daemon:
         if await self.engine.claim_instance(self.instance_id):
             logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine()))
         await self.drift.run_once()
+        await self._read_subnets()
         try:
             await self.leak_gc.run_once()  # the first listing: a leak needs two misses
         except RuntimeUnavailable as err:
@@ -156,6 +158,19 @@ class Daemon:
             )
         if not c.disable_leaked_eni_cleanup:
             self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.eni_gc_interval_s, 60.0))
+        if self.parts.subnet_free is not None:
+            reading = self.parts.subnet_free
+            self.jobs.add(Job("subnet_free", reading.run_once, c.subnet_refresh_interval_s, 30.0))
+
+    async def _read_subnets(self) -> None:
+        """The first reading of the subnets' free addresses, so that scarcity is known from the
+        first round; without it the pool plans as if the subnets had plenty, until the job reads."""
+        if self.parts.subnet_free is None:
+            return
+        try:
+            await self.parts.subnet_free.run_once()
+        except CloudError as err:
+            logger.warning("daemon.subnets_unread error=%s", err)
 
     async def drift_on_demand(self) -> None:
         """Run the EC2 check when the IMDS hint disagreed, instead of waiting for its period."""
@@ -207,6 +222,7 @@ async def build_daemon(
         clock=clock,
         open_engine=open_engine,
         rng=rng,
+        catalog=ec2,
     )
     datapath = (
         _datapath(config, parts.engine, ec2, node.instance, hostnet, clock, rng)

@@ -6,7 +6,8 @@ file is opened, so they are final the moment the engine exists: nothing patches 
 custom networking it first finds the ENIConfig of the node's zone (`node_eni_config`); a file without
 one is a start-up error, before anything is opened. On
 that one engine it builds the pool manager, the EC2 drift, the IMDS hint, the runtime leak GC and ENI
-GC; the ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
+GC, and what the pool's scarcity mode reads of the subnets' free addresses (`subnet_reading`); the
+ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
 and ENI GC leave alone.
 
 `ipamd.daemon.build_daemon` uses it, and so does every test, benchmark and simulation that runs a
@@ -40,6 +41,7 @@ from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.leaks import LeakGc
+from ipamd.reconcile.subnet_free import SubnetFree, read_subnets
 from ipamd.runtime.ports import RuntimeApi
 from ipamd.startup import SettingUnusable
 
@@ -151,6 +153,7 @@ def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
         targets=PoolTargets.from_config(config),
         strategy=strategy(config),
         fallback_strategy=fallback_strategy(config),
+        subnet_scarcity_threshold=config.subnet_scarcity_threshold,
         cluster_name=config.cluster_name,
         extra_tags=config.additional_eni_tags,
         subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
@@ -193,6 +196,9 @@ class Parts:
     kinds: tuple[UnitKind, ...]
     drift_wanted: asyncio.Event
     """Set by the IMDS hint when IMDS disagrees: an EC2 drift check is due now."""
+    subnet_free: SubnetFree | None = None
+    """The reading of the free addresses in the node's subnets, for the pool's scarcity mode; None
+    when the mode is off (IPAMD_SUBNET_SCARCITY_THRESHOLD=0) or no EC2 catalog was given."""
 
 
 async def open_parts(
@@ -208,6 +214,7 @@ async def open_parts(
     tuning: Tuning = Tuning(),
     eni_config: EniConfig | None = None,
     subnets: SubnetSource | None = None,
+    catalog: Ec2Catalog | None = None,
 ) -> Parts:
     """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it.
 
@@ -215,8 +222,10 @@ async def open_parts(
     `eni_config`: this zone's ENIConfig under custom networking; by default the one the
     configuration's ENIConfig file has for the node's zone. `subnets`: where subnet discovery reads
     the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that does not
-    leaves new ENIs in the node's subnet). Raises `SettingUnusable` (before opening anything) when
-    custom networking has no ENIConfig for the node's zone."""
+    leaves new ENIs in the node's subnet). `catalog`: where scarcity mode reads the free addresses
+    of the subnet new ENIs go to when discovery does not read them; None: not then. Raises
+    `SettingUnusable` (before opening anything) when custom networking has no ENIConfig for the
+    node's zone."""
     if eni_config is None:
         eni_config = node_eni_config(config, node)
     path = Path(config.state_dir) / STATE_FILE
@@ -226,7 +235,11 @@ async def open_parts(
     source = subnets if subnets is not None else ec2 if isinstance(ec2, SubnetSource) else None
     catalogue = SubnetCatalogue(source, node.instance, subnet_settings(config, eni_config), clock)
     settings = pool_settings(config, tuning)
-    pool = PoolManager(engine, ec2, node.instance, node.limits, settings, catalogue, clock, rng)
+    subnet_free = subnet_reading(config, catalogue, catalog, clock)
+    free = catalogue.free_addresses if subnet_free is None else subnet_free.free
+    pool = PoolManager(
+        engine, ec2, node.instance, node.limits, settings, catalogue, clock, rng, subnet_free=free
+    )
     pending, foreign = pool.pending_enis, pool.foreign_enis
     drift = Ec2Drift(
         engine,
@@ -268,7 +281,19 @@ async def open_parts(
         targets=PoolTargets.from_config(config),
         kinds=kinds,
         drift_wanted=drift_wanted,
+        subnet_free=subnet_free,
     )
+
+
+def subnet_reading(
+    config: Config, catalogue: SubnetCatalogue, catalog: Ec2Catalog | None, clock: Clock
+) -> SubnetFree | None:
+    """A reading of its own of the free addresses in the subnets new ENIs go to (the ENIConfig's, or
+    the node's), for scarcity mode when subnet discovery does not read them; None when discovery
+    does (the catalogue's view has them), the mode is off, or there is no catalog to read."""
+    if catalogue.discovering or catalog is None or config.subnet_scarcity_threshold <= 0:
+        return None
+    return SubnetFree(read_subnets(catalog, catalogue.candidates), clock)
 
 
 def rebuild_drift(

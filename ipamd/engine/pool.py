@@ -4,7 +4,9 @@ Grow: fill existing ENIs, then create, tag and attach new ones; every unit enter
 EC2's own answer. Shrink (`pool_release`): units are marked `releasing` (a committed change) before
 EC2 is called, so no ADD can take them; if they became needed meanwhile the release is aborted.
 The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
-pauses growth for a cooldown; two shrinks are at least `shrink_interval_s` apart.
+pauses growth for a cooldown, or in prefix mode with the fallback grows secondary IPs meanwhile; two
+shrinks are at least `shrink_interval_s` apart. What each round plans with besides the knobs (subnet
+scarcity, the fallback) is `PoolMode`'s.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -39,13 +41,14 @@ from datastore.records import EniRecord
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory
+from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_release import Releaser, attached_here, timed
 from ipamd.engine.stats import node_stats
 from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import PoolPlan, plan_pool
+from ipamd.policy.plan import PoolPlan, kept_after_marking
 from ipamd.policy.subnets import left_alone, plan_drain
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,9 @@ class PoolSettings:
     strategy: UnitStrategy
     fallback_strategy: UnitStrategy | None = None
     """Prefix mode only: secondary IPs to fall back to when the subnet has no free /28."""
+    subnet_scarcity_threshold: int = 0
+    """Free addresses in the node's subnets below which the warm targets count as 0
+    (IPAMD_SUBNET_SCARCITY_THRESHOLD); 0 = never."""
     cluster_name: str = ""
     extra_tags: tuple[tuple[str, str], ...] = ()
     call_timeout_s: float = 60.0
@@ -112,6 +118,8 @@ class PoolManager:
         subnets: SubnetCatalogue,
         clock: Clock,
         rng: random.Random | None = None,
+        *,
+        subnet_free: Callable[[], int | None] = never_read,
     ) -> None:
         self._engine = engine
         self._ec2 = ec2
@@ -121,6 +129,7 @@ class PoolManager:
         self._clock = clock
         self._rng = rng or random.Random()
         self.health = PoolHealth()
+        self.mode = PoolMode(settings.subnet_scarcity_threshold, subnet_free)
         self.pending_enis: set[str] = set()
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
         self.foreign_enis: set[str] = set()
@@ -155,11 +164,12 @@ class PoolManager:
         return self._plan_on(self.stats())
 
     def _plan_on(self, stats: NodeStats) -> PoolPlan:
-        """The plan for `stats`: the targets met on the ENIs that take pods, and the ENIs of closed
-        subnets drained (`ipamd.policy.subnets.plan_drain`)."""
+        """The plan for `stats`: the targets met on the ENIs that take pods (at their minimum while
+        the subnets are scarce), and the ENIs of closed subnets drained (`plan_drain`)."""
         closed, others = self._engine.closed_enis(), len(self.foreign_enis)
         drain = plan_drain(stats, self._settings.targets, self._limits, closed, others)
-        return drain.applied_to(plan_pool(drain.stats, drain.targets, drain.limits, self.strategy))
+        planned = self.mode.plan(drain.stats, drain.targets, drain.limits, self.strategy)
+        return drain.applied_to(planned)
 
     async def adopt(self) -> int:
         """Take EC2's word for the ENIs attached to this instance and their units of the current
@@ -193,9 +203,10 @@ class PoolManager:
         now = self._clock.now()
         if now < self.health.backoff_until:
             return PoolPlan()
+        self.mode.observe_subnets()
         plan = self.plan()
         if self._growth_paused(now) and (plan.assign or plan.new_enis):
-            plan = replace(plan, assign=(), new_enis=())
+            plan = replace(plan, assign=(), new_enis=(), replace_units=())
         shrinking = bool(plan.release_units or plan.release_enis)
         if shrinking and now - self.health.last_shrink_at < self._settings.shrink_interval_s:
             plan = replace(plan, release_units=(), release_enis=())
@@ -253,6 +264,9 @@ class PoolManager:
 
     async def _apply(self, plan: PoolPlan) -> None:
         logger.info("pool.apply plan=%s", plan)
+        if plan.replace_units:
+            # Leftover /32s make room for the prefixes `assign` puts in their slots.
+            await self._releaser.release_units(plan.replace_units)
         for eni_id, count in plan.assign:
             await self._grow_eni(eni_id, count)
         for count in plan.new_enis:
@@ -269,12 +283,19 @@ class PoolManager:
 
     async def _grow_eni(self, eni_id: str, count: int) -> None:
         kind = self.strategy.kind
+        falls_back = kind == "prefix" and self._settings.fallback_strategy is not None
         try:
             cidrs = await self._timed("assign", self._ec2.assign_units(eni_id, kind, count))
         except AddressLimitExceeded:
             # EC2 holds more on this ENI than ipamd knows: take EC2's word for what is there.
             await self._resync_eni(eni_id)
             raise
+        except SubnetExhausted:
+            if falls_back:
+                self.mode.prefixes_refused(self._settings.subnet_exhausted_cooldown_s)
+            raise
+        if falls_back and cidrs:
+            self.mode.prefixes_granted()
         await self._engine.add_units(eni_id, cidrs, kind)
         logger.info("pool.grow eni_id=%s kind=%s units=%d", eni_id, kind, len(cidrs))
 
@@ -372,26 +393,7 @@ class PoolManager:
 
     def _no_longer_excess(self, marked: tuple[str, ...]) -> set[str]:
         """Units marked for release that a fresh plan, counting them as free, would now keep."""
-        if not marked:
-            return set()
-        stats = self.stats()
-        as_free = NodeStats(
-            tuple(
-                replace(
-                    eni,
-                    units=tuple(
-                        replace(u, releasing=False) if u.cidr in marked else u for u in eni.units
-                    ),
-                )
-                for eni in stats.enis
-            )
-        )
-        again = self._plan_on(as_free)
-        still = set(again.release_units)
-        for eni in as_free.enis:
-            if eni.eni_id in again.release_enis:
-                still.update(u.cidr for u in eni.units)
-        return set(marked) - still
+        return kept_after_marking(self.stats(), marked, self._plan_on)
 
     # -- the loop ------------------------------------------------------------------------------
 

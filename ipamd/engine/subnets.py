@@ -103,6 +103,14 @@ class SubnetCatalogue:
             return (self._instance.subnet_id,)
         return rank_subnets(self._view, self._instance.subnet_id, self._settings.cluster_name)
 
+    def free_addresses(self) -> int | None:
+        """Free addresses in the subnets the node draws from (new ENIs' candidates and the node's
+        own), as last read; None without a view. Subnet-scarcity mode follows it."""
+        if not self.discovering or self._view is None:
+            return None
+        wanted = {*self.candidates(), self._instance.subnet_id}
+        return sum(f.available_ips for f in self._view if f.subnet_id in wanted)
+
     async def refresh_if_due(self) -> bool:
         """Read the view if it is due; True if it changed what is closed."""
         if not self.discovering or self._clock.now() < self._due:

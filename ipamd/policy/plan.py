@@ -28,7 +28,7 @@ This module must not import asyncio, do I/O, or know the engine, datastore or cl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 
@@ -335,16 +335,10 @@ def _release_order(eni: EniTally) -> tuple[bool, int, int, int, str]:
 
 
 def kept_after_marking(
-    stats: NodeStats,
-    marked: tuple[str, ...],
-    targets: PoolTargets,
-    limits: NodeLimits,
-    strategy: UnitStrategy,
-    *,
-    scarce: bool = False,
+    stats: NodeStats, marked: tuple[str, ...], plan: Callable[[NodeStats], PoolPlan]
 ) -> set[str]:
-    """Units just marked for release that a fresh plan, counting them as free again, would keep:
-    an ADD took what was free meanwhile, and the pool needs them after all."""
+    """Units just marked for release that `plan` (the round's planner), counting them as free
+    again, would keep: an ADD took what was free meanwhile, and the pool needs them after all."""
     if not marked:
         return set()
     wanted = set(marked)
@@ -359,7 +353,7 @@ def kept_after_marking(
             for eni in stats.enis
         )
     )
-    again = plan_pool(as_free, targets, limits, strategy, scarce=scarce)
+    again = plan(as_free)
     still = set(again.release_units) | set(again.replace_units)
     released = set(again.release_enis)
     for eni in as_free.enis:

@@ -30,6 +30,10 @@ from tests.support.node import key
 
 # -- S31 ---------------------------------------------------------------------------------------
 
+EXHAUSTION_ALONE = {"subnet_scarcity_threshold": 0}
+"""Subnets this small are scarce too (tests/scenarios/test_subnet_scarcity.py): these tests are
+about exhaustion, with the warm targets as configured."""
+
 
 def _allocations(node: CloudNode) -> dict[Any, AllocationRecord]:
     return dict(node.engine.state.allocations())
@@ -46,7 +50,12 @@ async def test_s31_subnet_exhausted_pauses_growth_and_spares_existing_pods(
     # A /28: 11 usable addresses, the instance's primary holds one; one ENI can take all ten.
     targets = replace(EAGER, warm_ip_target=4)
     node = await open_cloud_node(
-        embedded, tmp_path, "c5.18xlarge", targets=targets, subnet_cidr="10.0.0.0/28"
+        embedded,
+        tmp_path,
+        "c5.18xlarge",
+        targets=targets,
+        subnet_cidr="10.0.0.0/28",
+        settings=EXHAUSTION_ALONE,
     )
     health = node.pool.health
     try:
@@ -90,7 +99,12 @@ async def test_s31_subnet_exhausted_backs_off_and_falls_back_in_prefix_mode(
 ) -> None:
     # A /27 has free addresses but no /28 free of reserved ones: no prefix can be delegated.
     node = await open_cloud_node(
-        embedded, tmp_path, prefix_mode=True, subnet_cidr="10.0.0.0/27", fallback=True
+        embedded,
+        tmp_path,
+        prefix_mode=True,
+        subnet_cidr="10.0.0.0/27",
+        fallback=True,
+        settings=EXHAUSTION_ALONE,
     )
     health = node.pool.health
     state = node.engine.state

@@ -5,6 +5,7 @@ drift, ...) — with helpers to compare what EC2 reports with what ipamd believe
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,15 +138,19 @@ async def open_cloud_node(
     fallback: bool = False,
     layout: Layout | None = None,
     eni_config: EniConfig | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> CloudNode:
     """`layout`: the VPC's other subnets (subnet discovery reads them through `ec2`, whatever wraps
-    the parts' EC2 calls); `eni_config`: custom networking's subnet and security groups."""
+    the parts' EC2 calls); `eni_config`: custom networking's subnet and security groups;
+    `settings`: other `Config` fields."""
     world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=7, layout=layout)
     calls = CallLog()
     ec2 = Boto3Ec2(world.client(client_config()), recorder=calls, limits=FAST, rng=random.Random(1))
     api: Ec2Api = api_wrapper(ec2) if api_wrapper else ec2
     clock = FakeClock()
-    config = node_config(tmp_path / "state", targets, prefix_mode=prefix_mode, fallback=fallback)
+    config = node_config(
+        tmp_path / "state", targets, prefix_mode=prefix_mode, fallback=fallback, **(settings or {})
+    )
     facts = await describe_node(ec2, world.instance_id)
     parts = await _open_parts(config, facts, api, clock, Engine.open, ec2, eni_config)
     await parts.pool.adopt()
@@ -185,4 +190,5 @@ async def _open_parts(
         rng=random.Random(3),
         eni_config=eni_config,
         subnets=subnets,
+        catalog=subnets,  # as the daemon's: scarcity mode reads subnets discovery does not
     )

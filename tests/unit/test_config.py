@@ -56,6 +56,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         log_format="auto",
         log_level="info",
         prefix_fallback_to_ips=False,
+        subnet_scarcity_threshold=64,
         cni_conf_dir=None,
         cni_conflist_template=None,
         eni_config_file=None,
@@ -124,6 +125,8 @@ def test_vpc_cni_knobs_are_parsed(env: str, text: str, field: str, expected: obj
         ("IPAMD_LOG_FORMAT", "JSON", "log_format", "json"),
         ("IPAMD_LOG_LEVEL", "Debug", "log_level", "debug"),
         ("IPAMD_PREFIX_FALLBACK_TO_IPS", "t", "prefix_fallback_to_ips", True),
+        ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "0", "subnet_scarcity_threshold", 0),
+        ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "500", "subnet_scarcity_threshold", 500),
     ],
 )
 def test_ipamd_settings_are_parsed(env: str, text: str, field: str, expected: object) -> None:
