@@ -244,6 +244,11 @@ def _pool_settings(daemon: Daemon) -> dict[str, object]:
             "max_pods_rule": str(max_pods.rule),
             "max_pods_reason": max_pods.reason,
         },
+        "subnets": {
+            "free_addresses": daemon.pool.mode.subnet_free,
+            "scarce": daemon.pool.mode.scarce,
+            "prefix_fallback": daemon.pool.mode.prefix_fallback,
+        },
     }
 
 
@@ -293,6 +298,9 @@ def _sources(daemon: Daemon) -> Sources:
         job_outcomes=lambda: daemon.jobs.outcomes,
         leaks_released=lambda: daemon.leak_gc.released,
         pool_failures=lambda: daemon.pool.health.errors_by_code,
+        subnet_free=lambda: daemon.pool.mode.subnet_free,
+        subnet_scarce=lambda: daemon.pool.mode.scarce,
+        prefix_fallback=lambda: daemon.pool.mode.prefix_fallback,
         hostnet_fixes=lambda: daemon.datapath.health.fixes if daemon.datapath else {},
         hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,
         hostnet_reconciles=lambda: daemon.datapath.health.reconciles if daemon.datapath else {},

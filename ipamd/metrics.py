@@ -157,6 +157,12 @@ class Sources:
     """VPC CNI's action names (nodeInit, increaseDatastorePool, ...) → actions running now."""
     connmark_backend: str = ""
     """"nftables" when ipamd's SNAT table sets the connmark; "" when nothing does."""
+    subnet_free: Callable[[], int | None] = lambda: None
+    """Free addresses in the node's subnets, as the pool last saw them; None: never read."""
+    subnet_scarce: Callable[[], bool] = bool
+    """Whether subnet-scarcity mode is on (`ipamd.policy.scarcity`)."""
+    prefix_fallback: Callable[[], bool] = bool
+    """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
 
 
 POOL_METRICS = (
@@ -217,6 +223,9 @@ DAEMON_METRICS = (
     "ipamd_leaked_allocations_released_total",
     "ipamd_reconcile_runs_total",
     "ipamd_pool_failures_total",
+    "ipamd_subnet_free_addresses",
+    "ipamd_subnet_scarce",
+    "ipamd_prefix_fallback",
     "ipamd_hostnet_fixes_total",
     "ipamd_hostnet_add_failures_total",
 )
@@ -252,6 +261,11 @@ class DaemonCollector(Collector):
         for code, n in sorted(pool_failures.items()):
             f.add("ipamd_pool_failures_total", n, code=code)
         errors = {"pool": sum(pool_failures.values()), "hostnet_add": s.hostnet_add_failures()}
+        free = s.subnet_free()
+        if free is not None:  # no series until the subnets were read
+            f.add("ipamd_subnet_free_addresses", free)
+        f.add("ipamd_subnet_scarce", int(s.subnet_scarce()))
+        f.add("ipamd_prefix_fallback", int(s.prefix_fallback()))
         for fn, n in sorted({**errors, **failed}.items()):
             f.add("awscni_ipamd_error_count", n, fn=fn)
         for fn, n in sorted(s.actions_in_progress().items()):

@@ -78,6 +78,8 @@ def render_status(pool: dict[str, Any]) -> str:
         lines += [f"mode: {pool.get('mode', '')}  targets: {knobs}", f"limits: {shown}"]
         if reason:
             lines.append(f"max pods: {limits.get('max_pods')}, {reason}")
+    if "subnets" in pool:
+        lines.append("subnets: " + "  ".join(f"{k}={v}" for k, v in pool["subnets"].items()))
     return "\n".join(lines)
 
 

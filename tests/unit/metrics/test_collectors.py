@@ -63,6 +63,7 @@ async def test_every_catalogued_metric_is_published_with_its_type_and_labels(
         pool_failures=lambda: {"InsufficientFreeAddressesInSubnet": 1},
         hostnet_fixes=lambda: {"rule_added": 1},
         actions_in_progress=lambda: {"nodeInit": 0},
+        subnet_free=lambda: 40,
     )
     families = scrape(recorders, src)
     assert set(families) == {family_name(s.name) for s in CATALOGUE}, "nothing else, no _created"
@@ -170,3 +171,24 @@ async def test_each_daemon_has_its_own_registry(node: NodeFixture) -> None:
     src = sources(node.engine)
     assert value(scrape(one, src), "awscni_ec2api_req_count", fn="DescribeNetworkInterfaces") == 1
     assert not scrape(two, src)["awscni_ec2api_req_count"].samples
+
+
+async def test_the_pools_modes_are_gauges_and_the_free_count_shows_once_read(
+    node: NodeFixture,
+) -> None:
+    await node.seed()
+    assert node.engine is not None
+    unread = scrape(Recorders(), sources(node.engine))
+    assert unread["ipamd_subnet_free_addresses"].samples == [], "no series before a reading"
+    assert value(unread, "ipamd_subnet_scarce") == 0
+    assert value(unread, "ipamd_prefix_fallback") == 0
+    src = sources(
+        node.engine,
+        subnet_free=lambda: 17,
+        subnet_scarce=lambda: True,
+        prefix_fallback=lambda: True,
+    )
+    families = scrape(Recorders(), src)
+    assert value(families, "ipamd_subnet_free_addresses") == 17
+    assert value(families, "ipamd_subnet_scarce") == 1
+    assert value(families, "ipamd_prefix_fallback") == 1
