@@ -225,6 +225,10 @@ async def start_node(node: SimNode, config: Config, jobs: Jobs, rng: random.Rand
             ),
         ),
     ]
+    reading = daemon.parts.subnet_free
+    if reading is not None:
+        job = Job("subnet_free", reading.run_once, config.subnet_refresh_interval_s, 30.0)
+        loops.append(("subnet_free", _every(jobs, job, rng)))
     loop = asyncio.get_running_loop()
     for name, run in loops:
         node.tasks.append(loop.create_task(run(), name=f"{node.name}-{name}"))
