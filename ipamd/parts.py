@@ -31,7 +31,8 @@ from ipamd.clock import Clock
 from ipamd.config import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager, PoolSettings
+from ipamd.engine.pool import PoolManager
+from ipamd.engine.pool_settings import PoolSettings
 from ipamd.engine.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeLimits, PoolTargets

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -43,10 +43,11 @@ from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory
 from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_release import Releaser, attached_here, timed
+from ipamd.engine.pool_settings import PoolHealth, PoolSettings
 from ipamd.engine.stats import node_stats
 from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
-from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.policy.model import NodeLimits, NodeStats
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, kept_after_marking
 from ipamd.policy.subnets import left_alone, plan_drain
@@ -54,44 +55,6 @@ from ipamd.policy.subnets import left_alone, plan_drain
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSettings:
-    targets: PoolTargets
-    strategy: UnitStrategy
-    fallback_strategy: UnitStrategy | None = None
-    """Prefix mode only: secondary IPs to fall back to when the subnet has no free /28."""
-    subnet_scarcity_threshold: int = 0
-    """Free addresses in the node's subnets below which the warm targets count as 0
-    (IPAMD_SUBNET_SCARCITY_THRESHOLD); 0 = never."""
-    cluster_name: str = ""
-    extra_tags: tuple[tuple[str, str], ...] = ()
-    call_timeout_s: float = 60.0
-    """Deadline on one port call, retries and backoff inside the adapter included."""
-    subnet_exhausted_cooldown_s: float = 120.0
-    backoff_base_s: float = 1.0
-    backoff_cap_s: float = 60.0
-    release_grace_s: float = 60.0
-    """How long EC2's listing may still show a unit ipamd returned (IPAMD_RECONCILE_GRACE): adopting
-    within it would bring the unit back."""
-    shrink_interval_s: float = 0.0
-    """Least time between two shrinks (IPAMD_SHRINK_INTERVAL, VPC CNI's decreaseIPPoolInterval):
-    a burst of DELs before ADDs does not send addresses back only to ask for them again."""
-
-
-@dataclass(slots=True)
-class PoolHealth:
-    """What the pool manager has been through, for metrics and introspection."""
-
-    plans_applied: int = 0
-    failures: int = 0
-    consecutive_failures: int = 0
-    subnet_exhausted_until: float = 0.0
-    backoff_until: float = 0.0
-    last_shrink_at: float = float("-inf")
-    last_error: str = ""
-    errors_by_code: dict[str, int] = field(default_factory=dict)
 
 
 def eni_record(eni: NetworkInterface, device_index: int, now: float) -> EniRecord:

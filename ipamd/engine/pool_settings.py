@@ -1,0 +1,47 @@
+"""The pool manager's settings, as `ipamd.parts` derives them from the configuration, and its health:
+what it has been through, for metrics and introspection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ipamd.policy.model import PoolTargets
+from ipamd.policy.modes import UnitStrategy
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    targets: PoolTargets
+    strategy: UnitStrategy
+    fallback_strategy: UnitStrategy | None = None
+    """Prefix mode only: secondary IPs to fall back to when the subnet has no free /28."""
+    subnet_scarcity_threshold: int = 0
+    """Free addresses in the node's subnets below which the warm targets count as 0
+    (IPAMD_SUBNET_SCARCITY_THRESHOLD); 0 = never."""
+    cluster_name: str = ""
+    extra_tags: tuple[tuple[str, str], ...] = ()
+    call_timeout_s: float = 60.0
+    """Deadline on one port call, retries and backoff inside the adapter included."""
+    subnet_exhausted_cooldown_s: float = 120.0
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 60.0
+    release_grace_s: float = 60.0
+    """How long EC2's listing may still show a unit ipamd returned (IPAMD_RECONCILE_GRACE): adopting
+    within it would bring the unit back."""
+    shrink_interval_s: float = 0.0
+    """Least time between two shrinks (IPAMD_SHRINK_INTERVAL, VPC CNI's decreaseIPPoolInterval):
+    a burst of DELs before ADDs does not send addresses back only to ask for them again."""
+
+
+@dataclass(slots=True)
+class PoolHealth:
+    """What the pool manager has been through, for metrics and introspection."""
+
+    plans_applied: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    subnet_exhausted_until: float = 0.0
+    backoff_until: float = 0.0
+    last_shrink_at: float = float("-inf")
+    last_error: str = ""
+    errors_by_code: dict[str, int] = field(default_factory=dict)
