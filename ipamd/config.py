@@ -27,12 +27,15 @@ from ipamd.config_kinds import (
     INSTANCE_TYPE,
     INTERVAL,
     REGION,
+    SETTING_KEY,
     SOCKET,
     HostPort,
     Kind,
+    Setting,
     Tags,
     bounded,
     choice,
+    declare,
     integer,
     parse_endpoint,
     parse_host_port,
@@ -53,8 +56,6 @@ HostNetworkMode = Literal["on", "off"]
 RandomizeSnat = Literal["prng", "hashrandom", "none"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
-_SETTING_KEY = "ipamd.setting"
-
 
 class ConfigError(ValueError):
     """Every problem found in the configuration; `str()` gives one per line."""
@@ -65,32 +66,6 @@ class ConfigError(ValueError):
 
     def __str__(self) -> str:
         return "\n".join(self.problems)
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One environment variable and the `Config` field it fills."""
-
-    env: str
-    kind: Kind
-    default: str  # in environment form; "" = unset
-    unit: str
-    vpc_cni: str  # the VPC CNI equivalent (Markdown)
-    doc: str  # meaning (Markdown)
-    embedded_default: str | None = None  # default under `ipamd run --embedded`
-    field: str = ""  # filled in from the Config field that declares it
-
-    def default_for(self, embedded: bool) -> str:
-        if embedded and self.embedded_default is not None:
-            return self.embedded_default
-        return self.default
-
-
-def _setting(
-    env: str, kind: Kind, default: str, unit: str, vpc: str, doc: str, embedded: str | None = None
-) -> dict[str, Setting]:
-    """Field metadata declaring one setting (`embedded` is the default under --embedded)."""
-    return {_SETTING_KEY: Setting(env, kind, default, unit, vpc, doc, embedded)}
 
 
 # --- the settings ------------------------------------------------------------------------------
@@ -105,234 +80,234 @@ class Config:
 
     # fmt: off
     # VPC CNI knobs, with VPC CNI's meanings.
-    warm_eni_target: int = field(metadata=_setting(
+    warm_eni_target: int = field(metadata=declare(
         "WARM_ENI_TARGET", COUNT, "1", "ENIs", "`WARM_ENI_TARGET` (invalid values become 1)",
         "Keep this many ENIs' worth of free addresses. Ignored when WARM_IP_TARGET or "
         "MINIMUM_IP_TARGET is set."))
-    warm_ip_target: int = field(metadata=_setting(
+    warm_ip_target: int = field(metadata=declare(
         "WARM_IP_TARGET", COUNT, "0", "addresses", "`WARM_IP_TARGET` (invalid values become 0)",
         "Free addresses to keep; 0 = unset. When set, WARM_ENI_TARGET and WARM_PREFIX_TARGET "
         "are ignored."))
-    minimum_ip_target: int = field(metadata=_setting(
+    minimum_ip_target: int = field(metadata=declare(
         "MINIMUM_IP_TARGET", COUNT, "0", "addresses", "`MINIMUM_IP_TARGET`",
         "Floor on the addresses held by the node; 0 = unset. Set without WARM_IP_TARGET, the pool "
         "stays at this floor, as in VPC CNI."))
-    warm_prefix_target: int = field(metadata=_setting(
+    warm_prefix_target: int = field(metadata=declare(
         "WARM_PREFIX_TARGET", COUNT, "1", "prefixes",
         "`WARM_PREFIX_TARGET` (code default 0, manifest 1)",
         "Prefix mode: free /28 prefixes to keep. Ignored when WARM_IP_TARGET or "
         "MINIMUM_IP_TARGET is set."))
-    enable_prefix_delegation: bool = field(metadata=_setting(
+    enable_prefix_delegation: bool = field(metadata=declare(
         "ENABLE_PREFIX_DELEGATION", BOOL, "false", "", "`ENABLE_PREFIX_DELEGATION`",
         "Assign /28 prefixes (16 addresses each) instead of secondary IPs. Needs WARM_IP_TARGET, "
         "WARM_PREFIX_TARGET or MINIMUM_IP_TARGET > 0, as VPC CNI's entrypoint does."))
-    max_eni: int | None = field(metadata=_setting(
+    max_eni: int | None = field(metadata=declare(
         "MAX_ENI", integer(1, none="-1", hint=", or -1 for no cap"), "-1", "ENIs",
         "`MAX_ENI` (values < 1 ignored)",
         "Cap on the node's ENIs below the instance type's limit; -1 = no cap."))
-    ip_cooldown_period_s: int = field(metadata=_setting(
+    ip_cooldown_period_s: int = field(metadata=declare(
         "IP_COOLDOWN_PERIOD", COUNT, "30", "s (integer)", "`IP_COOLDOWN_PERIOD`",
         "A released address is not handed to another pod for this long, so that kube-proxy and "
         "network policy forget it first; an ENI with cooling addresses is not freed."))
-    cluster_name: str = field(metadata=_setting(
+    cluster_name: str = field(metadata=declare(
         "CLUSTER_NAME", Kind(str), "", "", "`CLUSTER_NAME`",
         "Cluster name, written as a tag on the ENIs ipamd creates; with subnet discovery, "
         "subnets tagged `cni.networking.k8s.aws/cluster/<name>` are for the clusters named."))
-    enable_subnet_discovery: bool = field(metadata=_setting(
+    enable_subnet_discovery: bool = field(metadata=declare(
         "ENABLE_SUBNET_DISCOVERY", BOOL, "true", "", "`ENABLE_SUBNET_DISCOVERY` (v1.18.0+)",
         "New ENIs go to the subnet with the most free addresses among the node's own (unless "
         "tagged `kubernetes.io/role/cni=0`) and the subnets of its VPC and zone tagged "
         "`kubernetes.io/role/cni` (any value but `0`); ENIs in a subnet tagged `0` take no new "
         "pods and are returned once empty. Off: new ENIs go to the node's subnet."))
-    aws_region: str | None = field(metadata=_setting(
+    aws_region: str | None = field(metadata=declare(
         "AWS_REGION", REGION, "", "", "none (region from IMDS)",
         "EC2 region; unset = the instance's region, from IMDS."))
-    ec2_endpoint: str | None = field(metadata=_setting(
+    ec2_endpoint: str | None = field(metadata=declare(
         "AWS_EC2_ENDPOINT", Kind(parse_endpoint, lambda value: value or ""), "", "",
         "`AWS_EC2_ENDPOINT`", "EC2 endpoint URL (http:// or https://); unset = the region's."))
-    ec2_http_timeout_s: int = field(metadata=_setting(
+    ec2_http_timeout_s: int = field(metadata=declare(
         "HTTP_TIMEOUT", integer(10), "10", "s (integer)", "`HTTP_TIMEOUT` (values < 10 become 10)",
         "Timeout of each HTTP request to EC2; at least 10."))
-    additional_eni_tags: Tags = field(metadata=_setting(
+    additional_eni_tags: Tags = field(metadata=declare(
         "ADDITIONAL_ENI_TAGS", Kind(parse_tags, show_tags), "{}", "",
         "`ADDITIONAL_ENI_TAGS` (reserved keys dropped silently)",
         "JSON object of extra tags for the ENIs ipamd creates. Keys containing "
         "`k8s.amazonaws.com` or starting with `aws:` are errors."))
-    disable_leaked_eni_cleanup: bool = field(metadata=_setting(
+    disable_leaked_eni_cleanup: bool = field(metadata=declare(
         "DISABLE_LEAKED_ENI_CLEANUP", BOOL, "false", "", "`DISABLE_LEAKED_ENI_CLEANUP`",
         "Turn off ENI GC (deleting detached ENIs that ipamd created: the cluster's when "
         "CLUSTER_NAME is set, else this instance's)."))
-    eni_mtu: int = field(metadata=_setting(
+    eni_mtu: int = field(metadata=declare(
         "AWS_VPC_ENI_MTU", bounded(576, 9001), "9001", "bytes", "`AWS_VPC_ENI_MTU`",
         "MTU of every secondary ENI's link (host networking on)."))
-    pod_mtu: int | None = field(metadata=_setting(
+    pod_mtu: int | None = field(metadata=declare(
         "POD_MTU", bounded(576, 9001, optional=True), "", "bytes", "`POD_MTU`",
         "MTU of the pods' interfaces, written into the conflist as `mtu`; unset = AWS_VPC_ENI_MTU."))
-    external_snat: bool = field(metadata=_setting(
+    external_snat: bool = field(metadata=declare(
         "AWS_VPC_K8S_CNI_EXTERNALSNAT", BOOL, "false", "", "`AWS_VPC_K8S_CNI_EXTERNALSNAT`",
         "Pods leave the VPC with their own address, by their own ENI (the node sits behind a NAT "
         "gateway): no SNAT, no connmark. False = SNAT to the primary ENI's primary address."))
-    exclude_snat_cidrs: tuple[str, ...] = field(metadata=_setting(
+    exclude_snat_cidrs: tuple[str, ...] = field(metadata=declare(
         "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", CIDRS, "", "",
         "`AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`",
         "Comma-separated IPv4 CIDRs outside the VPC that pods reach without SNAT (e.g. a peered "
         "network), as if they were VPC CIDRs."))
-    randomize_snat: RandomizeSnat = field(metadata=_setting(
+    randomize_snat: RandomizeSnat = field(metadata=declare(
         "AWS_VPC_K8S_CNI_RANDOMIZESNAT", choice("prng", "hashrandom", "none"), "prng", "",
         "`AWS_VPC_K8S_CNI_RANDOMIZESNAT`",
         "Source ports of SNATed connections: `prng` (nft `fully-random`), `hashrandom` "
         "(`random`) or `none`."))
-    disable_metrics: bool = field(metadata=_setting(
+    disable_metrics: bool = field(metadata=declare(
         "DISABLE_METRICS", BOOL, "false", "", "`DISABLE_METRICS`",
         "Do not serve Prometheus metrics."))
-    custom_networking: bool = field(metadata=_setting(
+    custom_networking: bool = field(metadata=declare(
         "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", BOOL, "false", "",
         "`AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG` (ENIConfigs from the Kubernetes API)",
         "Custom networking: secondary ENIs take the subnet and security groups of the ENIConfig "
         "of the node's zone, from IPAMD_ENI_CONFIG_FILE (required), and the primary ENI carries "
         "no pods (max pods counts one ENI fewer)."))
-    eni_config_label: str = field(metadata=_setting(
+    eni_config_label: str = field(metadata=declare(
         "ENI_CONFIG_LABEL_DEF", Kind(parse_zone_label), ZONE_LABELS[0], "",
         "`ENI_CONFIG_LABEL_DEF` (default `k8s.amazonaws.com/eniConfig`, any node label)",
         "The node label whose value names the node's ENIConfig: only the zone, "
         f"`{ZONE_LABELS[0]}` or `{ZONE_LABELS[1]}`, since ipamd reads no node labels."))
 
     # ipamd's own settings.
-    socket_path: str = field(metadata=_setting(
+    socket_path: str = field(metadata=declare(
         "IPAMD_SOCKET", SOCKET, "/run/ipamd/ipamd.sock", "", "none (gRPC on its own socket)",
         "Unix socket of the local HTTP API used by ipamd-cni and ipamctl.", "./.run/ipamd.sock"))
-    state_dir: str = field(metadata=_setting(
+    state_dir: str = field(metadata=declare(
         "IPAMD_STATE_DIR", Kind(str), "/var/lib/ipamd", "",
         "`AWS_VPC_K8S_CNI_BACKING_STORE` (a JSON file)",
         "Directory of the SQLite state file.", "./.run/state"))
-    metrics_addr: HostPort = field(metadata=_setting(
+    metrics_addr: HostPort = field(metadata=declare(
         "IPAMD_METRICS_ADDR", Kind(parse_host_port), "127.0.0.1:61678", "",
         "none (`:61678` on all interfaces)",
         "Listen address of the Prometheus metrics endpoint: host:port, `[::1]:61678` for IPv6."))
-    cri_socket_path: str = field(metadata=_setting(
+    cri_socket_path: str = field(metadata=declare(
         "IPAMD_CRI_SOCKET", SOCKET, "/run/containerd/containerd.sock", "", "none",
         "CRI socket of the container runtime; the runtime leak GC lists pod sandboxes there."))
-    host_network: HostNetworkMode = field(metadata=_setting(
+    host_network: HostNetworkMode = field(metadata=declare(
         "IPAMD_HOST_NETWORK", choice("on", "off"), "on", "",
         "none (always on)",
         "Set up the node's datapath: per-ENI route tables, per-pod policy rules and SNAT. `off` "
         "hands out addresses only, so pods on secondary ENIs cannot send (EC2's source/"
         "destination check drops them); a laptop run never touches the host.", "off"))
-    embedded_instance_type: str = field(metadata=_setting(
+    embedded_instance_type: str = field(metadata=declare(
         "IPAMD_EMBEDDED_INSTANCE_TYPE", INSTANCE_TYPE, "m5.large", "", "none",
         "Instance type of the simulated instance under `ipamd run --embedded`."))
-    max_pods_override: int | None = field(metadata=_setting(
+    max_pods_override: int | None = field(metadata=declare(
         "IPAMD_MAX_PODS", integer(1, none=""), "", "pods", "none (node's pod capacity)",
         "Max pods of the node; unset = as EKS computes it from the instance type: "
         "ENIs * (IPv4 per ENI - 1) + 2 (x 16 per slot in prefix mode), capped at 110 "
         "(30 vCPUs or fewer) or 250; `ipamctl status` says which rule applied."))
-    log_format: LogFormat = field(metadata=_setting(
+    log_format: LogFormat = field(metadata=declare(
         "IPAMD_LOG_FORMAT", choice("auto", "json", "text"), "auto", "", "none (always JSON)",
         "Log format: `json`, `text`, or `auto` (text on a terminal, JSON otherwise)."))
-    log_level: LogLevel = field(metadata=_setting(
+    log_level: LogLevel = field(metadata=declare(
         "IPAMD_LOG_LEVEL", choice("debug", "info", "warning", "error"), "info", "",
         "`AWS_VPC_K8S_CNI_LOGLEVEL` (default Debug)",
         "Log level: debug, info, warning or error, in any case."))
-    prefix_fallback_to_ips: bool = field(metadata=_setting(
+    prefix_fallback_to_ips: bool = field(metadata=declare(
         "IPAMD_PREFIX_FALLBACK_TO_IPS", BOOL, "false", "", "none (growth stops)",
         "Prefix mode: when the subnet has no free /28 left, grow with secondary IPs instead; once "
         "a prefix is had again, prefixes replace the free /32s."))
-    subnet_scarcity_threshold: int = field(metadata=_setting(
+    subnet_scarcity_threshold: int = field(metadata=declare(
         "IPAMD_SUBNET_SCARCITY_THRESHOLD", COUNT, "64", "addresses",
         "none (warm targets kept whatever the subnet has left)",
         "Subnet-scarcity mode: while the subnets this node draws from have fewer free addresses "
         "than this, WARM_IP_TARGET, WARM_ENI_TARGET and WARM_PREFIX_TARGET count as 0 "
         "(MINIMUM_IP_TARGET stays) and the free addresses above that go back; it ends once twice "
         "this many are free. 0 = off."))
-    cni_conf_dir: str | None = field(metadata=_setting(
+    cni_conf_dir: str | None = field(metadata=declare(
         "IPAMD_CNI_CONF_DIR", Kind(parse_optional_path, lambda value: value or ""), "", "",
         "the entrypoint's conflist copy",
         "Where ipamd writes its CNI conflist once ready (atomically) and removes it on a clean "
         "stop, so the runtime reports the network ready only while ipamd can serve; unset = never."))
-    cni_conflist_template: str | None = field(metadata=_setting(
+    cni_conflist_template: str | None = field(metadata=declare(
         "IPAMD_CNI_CONFLIST_TEMPLATE", Kind(parse_optional_path, lambda value: value or ""), "", "",
         "none", "The conflist ipamd writes (its `ipamd-cni` socket is set to IPAMD_SOCKET); "
         "required with IPAMD_CNI_CONF_DIR."))
-    eni_config_file: EniConfigFile | None = field(metadata=_setting(
+    eni_config_file: EniConfigFile | None = field(metadata=declare(
         "IPAMD_ENI_CONFIG_FILE", Kind(read_eni_config_file, show_eni_config_file), "", "",
         "ENIConfig resources (`kubectl get eniconfigs -o json`)",
         "JSON file of the ENIConfigs custom networking uses, one per zone, named after it "
         "(docs/operations.md); read and checked at start."))
 
     # Grace windows and intervals.
-    delete_intent_ttl_s: float = field(metadata=_setting(
+    delete_intent_ttl_s: float = field(metadata=declare(
         "IPAMD_DELETE_INTENT_TTL", INTERVAL, "600", "s", "none",
         "Lifetime of a delete intent. Until it expires, an ADD for a deleted container is "
         "refused, so a late or retried ADD cannot take an address for a sandbox that is gone."))
-    pool_interval_s: float = field(metadata=_setting(
+    pool_interval_s: float = field(metadata=declare(
         "IPAMD_POOL_INTERVAL", INTERVAL, "5", "s", "`ipPoolMonitorInterval` (5 s, fixed)",
         "Period of the pool check (grow or shrink). An empty pool grows at once, not on the "
         "next tick."))
-    shrink_interval_s: float = field(metadata=_setting(
+    shrink_interval_s: float = field(metadata=declare(
         "IPAMD_SHRINK_INTERVAL", INTERVAL, "30", "s", "`decreaseIPPoolInterval` (30 s, fixed)",
         "Least time between two shrinks, so that a burst of DELs before ADDs does not send "
         "addresses back to EC2 only to request them again."))
-    ec2_reconcile_interval_s: float = field(metadata=_setting(
+    ec2_reconcile_interval_s: float = field(metadata=declare(
         "IPAMD_EC2_RECONCILE_INTERVAL", INTERVAL, "300", "s",
         "`nodeIPPoolReconcileInterval` (60 s, fixed)",
         "Period of the steady EC2 drift sweep (12 Describe calls an hour: thousands of nodes share "
         "one account's API budget); it also runs at once whenever the 5 s IMDS hint disagrees."))
-    imds_hint_interval_s: float = field(metadata=_setting(
+    imds_hint_interval_s: float = field(metadata=declare(
         "IPAMD_IMDS_HINT_INTERVAL", INTERVAL, "5", "s", "none",
         "Period of the cheap IMDS comparison, which can only trigger an EC2 reconcile."))
-    reconcile_grace_s: float = field(metadata=_setting(
+    reconcile_grace_s: float = field(metadata=declare(
         "IPAMD_RECONCILE_GRACE", GRACE, "60", "s", "`ipReconcileCooldown` (60 s, fixed)",
         "Units ipamd added or released within this window are left alone by drift reconcile: "
         "EC2 and IMDS are eventually consistent and may still show the old state."))
-    leak_gc_interval_s: float = field(metadata=_setting(
+    leak_gc_interval_s: float = field(metadata=declare(
         "IPAMD_LEAK_GC_INTERVAL", INTERVAL, "60", "s", "none",
         "Period of the runtime leak GC, which compares allocations with the runtime's sandboxes."))
-    leak_grace_s: float = field(metadata=_setting(
+    leak_grace_s: float = field(metadata=declare(
         "IPAMD_LEAK_GRACE", GRACE, "120", "s", "none",
         "An allocation younger than this is never treated as leaked: its sandbox may not be "
         "listed by the runtime yet."))
-    eni_gc_interval_s: float = field(metadata=_setting(
+    eni_gc_interval_s: float = field(metadata=declare(
         "IPAMD_ENI_GC_INTERVAL", INTERVAL, "3600", "s", "leaked-ENI sweep (1 h, fixed)",
         "Period of ENI GC, which deletes detached ENIs that ipamd created (the cluster's when "
         "CLUSTER_NAME is set, else this instance's)."))
-    eni_gc_grace_s: float = field(metadata=_setting(
+    eni_gc_grace_s: float = field(metadata=declare(
         "IPAMD_ENI_GC_GRACE", GRACE, "300", "s", "`eniDeleteCooldownTime` (5 min, fixed)",
         "A detached ENI younger than this is kept: it may be between create and attach."))
-    min_eni_lifetime_s: float = field(metadata=_setting(
+    min_eni_lifetime_s: float = field(metadata=declare(
         "IPAMD_MIN_ENI_LIFETIME", GRACE, "60", "s", "`minENILifeTime` (60 s, fixed)",
         "An ENI attached less than this long ago is not freed, so a short dip in demand does "
         "not undo a fresh attach."))
-    subnet_exhausted_cooldown_s: float = field(metadata=_setting(
+    subnet_exhausted_cooldown_s: float = field(metadata=declare(
         "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
         "`insufficientCidrErrorCooldown` (2 min, fixed)",
         "After EC2 reports the subnet out of addresses, growth waits this long before retrying."))
-    subnet_refresh_interval_s: float = field(metadata=_setting(
+    subnet_refresh_interval_s: float = field(metadata=declare(
         "IPAMD_SUBNET_REFRESH_INTERVAL", INTERVAL, "1800", "s",
         "none (DescribeSubnets before every new ENI)",
         "Subnet discovery: how often the subnets of the node's zone, their tags and free "
         "addresses are read again (one DescribeSubnets); also soon after a create finds a "
         "subnet full. Without discovery, how often subnet-scarcity mode reads the free addresses "
         "of the subnet new ENIs go to."))
-    host_network_reconcile_interval_s: float = field(metadata=_setting(
+    host_network_reconcile_interval_s: float = field(metadata=declare(
         "IPAMD_HOST_NETWORK_RECONCILE_INTERVAL", INTERVAL, "60", "s",
         "none (rules pruned at start only)",
         "Period of the host-network reconcile: ipamd's rules, routes and SNAT table made exactly "
         "what the state implies, whatever changed them."))
-    ec2_call_timeout_s: float = field(metadata=_setting(
+    ec2_call_timeout_s: float = field(metadata=declare(
         "IPAMD_EC2_CALL_TIMEOUT", INTERVAL, "10", "s", "none",
         "Deadline on each EC2 call ipamd awaits, so a hung call cannot stall a task."))
 
     # The IMDS endpoint (last, with a default, so that constructing a Config without it still works).
-    imds_endpoint: str | None = field(default=None, metadata=_setting(
+    imds_endpoint: str | None = field(default=None, metadata=declare(
         "AWS_EC2_METADATA_SERVICE_ENDPOINT", Kind(parse_endpoint, lambda value: value or ""), "",
         "", "none",
         "IMDS base URL (http:// or https://), the AWS SDKs' variable; unset = `http://169.254.169.254`."))
     # VPC CNI's introspection endpoint (also last, with defaults, for the same reason).
-    disable_introspection: bool = field(default=False, metadata=_setting(
+    disable_introspection: bool = field(default=False, metadata=declare(
         "DISABLE_INTROSPECTION", BOOL, "false", "", "`DISABLE_INTROSPECTION`",
         "Do not serve the introspection endpoint."))
     introspection_bind_address: HostPort = field(
-        default=HostPort("127.0.0.1", 61679), metadata=_setting(
+        default=HostPort("127.0.0.1", 61679), metadata=declare(
         "INTROSPECTION_BIND_ADDRESS", Kind(parse_host_port), "127.0.0.1:61679", "",
         "`INTROSPECTION_BIND_ADDRESS` (also takes `unix:<path>`)",
         "Listen address of the read-only introspection endpoint (VPC CNI's `/v1/enis`, `/v1/pods`, "
@@ -368,7 +343,7 @@ class Config:
 
 
 SETTINGS: tuple[Setting, ...] = tuple(
-    replace(f.metadata[_SETTING_KEY], field=f.name) for f in fields(Config)
+    replace(f.metadata[SETTING_KEY], field=f.name) for f in fields(Config)
 )
 
 

@@ -1,7 +1,8 @@
 """Kinds of setting values: how environment text becomes a typed value and back.
 
-Owns the parsers and checks for counts, booleans, durations, socket paths, endpoints, listen addresses
-and ENI tags. Each parser raises `ValueError("must be ...")` saying what is expected. No I/O, no asyncio.
+Owns the declaration of a setting (`Setting`, `declare`) and the parsers and checks for counts,
+booleans, durations, socket paths, endpoints, listen addresses and ENI tags. Each parser raises
+`ValueError("must be ...")` saying what is expected. No I/O, no asyncio.
 """
 
 from __future__ import annotations
@@ -245,3 +246,34 @@ REGION = _matching(
 INSTANCE_TYPE = _matching(
     r"[a-z][a-z0-9-]*\.[a-z0-9-]+", "must be an EC2 instance type like m5.large (family.size)"
 )
+
+
+# --- declaring settings ---------------------------------------------------------------------------
+
+SETTING_KEY = "ipamd.setting"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One environment variable and the `Config` field it fills."""
+
+    env: str
+    kind: Kind
+    default: str  # in environment form; "" = unset
+    unit: str
+    vpc_cni: str  # the VPC CNI equivalent (Markdown)
+    doc: str  # meaning (Markdown)
+    embedded_default: str | None = None  # default under `ipamd run --embedded`
+    field: str = ""  # filled in from the Config field that declares it
+
+    def default_for(self, embedded: bool) -> str:
+        if embedded and self.embedded_default is not None:
+            return self.embedded_default
+        return self.default
+
+
+def declare(
+    env: str, kind: Kind, default: str, unit: str, vpc: str, doc: str, embedded: str | None = None
+) -> dict[str, Setting]:
+    """Field metadata declaring one setting (`embedded` is the default under --embedded)."""
+    return {SETTING_KEY: Setting(env, kind, default, unit, vpc, doc, embedded)}
