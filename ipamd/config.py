@@ -26,6 +26,7 @@ from ipamd.config_kinds import (
     GRACE,
     INSTANCE_TYPE,
     INTERVAL,
+    POD_SUBNET,
     REGION,
     SETTING_KEY,
     SOCKET,
@@ -196,6 +197,12 @@ class Config:
     embedded_instance_type: str = field(metadata=declare(
         "IPAMD_EMBEDDED_INSTANCE_TYPE", INSTANCE_TYPE, "m5.large", "", "none",
         "Instance type of the simulated instance under `ipamd run --embedded`."))
+    embedded_pod_subnet: str | None = field(metadata=declare(
+        "IPAMD_EMBEDDED_POD_SUBNET", POD_SUBNET, "", "", "none",
+        "Under `ipamd run --embedded`, a second subnet of the VPC (on a secondary CIDR block), "
+        "tagged `kubernetes.io/role/cni=1` in the node's zone, for subnet discovery to choose; "
+        "e.g. `100.64.0.0/16`, which has more free addresses than the node's. Read when the "
+        "embedded cloud is first made."))
     max_pods_override: int | None = field(metadata=declare(
         "IPAMD_MAX_PODS", integer(1, none=""), "", "pods", "none (node's pod capacity)",
         "Max pods of the node; unset = as EKS computes it from the instance type: "

@@ -100,6 +100,21 @@ def _parse_cidrs(text: str) -> tuple[str, ...]:
 CIDRS = Kind(_parse_cidrs, ",".join)
 
 
+def _parse_pod_subnet(text: str) -> str | None:
+    """An IPv4 subnet of /16 to /28 outside 10.0.0.0/16 (the embedded VPC's first block); empty: none."""
+    if not text:
+        return None
+    try:
+        net = ipaddress.IPv4Network(text)
+    except ValueError:
+        raise ValueError("must be an IPv4 subnet such as 100.64.0.0/16 (no host bits)") from None
+    if not 16 <= net.prefixlen <= 28 or net.overlaps(ipaddress.IPv4Network("10.0.0.0/16")):
+        raise ValueError("must be a /16 to /28 outside 10.0.0.0/16, the node's subnet")
+    return str(net)
+
+
+POD_SUBNET = Kind(_parse_pod_subnet, lambda value: value or "")
+
 _DURATION = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?P<unit>ms|s|m|h)?")
 _UNIT_SECONDS = {"ms": Decimal("0.001"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600)}
 

@@ -14,6 +14,7 @@ list sandboxes, never changes it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import sys
@@ -26,6 +27,7 @@ from cloud.embedded.cloud_file import CloudFileError
 from cloud.embedded.cloud_keeper import CLOUD_FILE, start_kept_world
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import World
+from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, LayoutError, SubnetSpec
 from ipamd.api.server import MAX_SOCKET_PATH
 from ipamd.config import Config
 from ipamd.engine.engine import Engine
@@ -74,10 +76,15 @@ async def start_embedded(
     cloud_path = state_dir / CLOUD_FILE
     try:
         kept = start_kept_world(
-            cloud_path, config.embedded_instance_type, config.aws_region or "us-west-2"
+            cloud_path,
+            config.embedded_instance_type,
+            config.aws_region or "us-west-2",
+            layout=pod_subnet_layout(config.embedded_pod_subnet),
         )
     except CloudFileError as err:
         raise StateUnusable(f"{err}; move it aside to start a new node") from err
+    except LayoutError as err:
+        raise SettingUnusable(f"IPAMD_EMBEDDED_POD_SUBNET: {err}") from err
     stack.callback(kept.close)
     world = kept.world
     simulator = ImdsSimulator(world)
@@ -89,10 +96,29 @@ async def start_embedded(
         f"instance {world.instance_id} ({world.instance_type}) in {world.subnet_cidr}",
         file=sys.stderr,
     )
+    for subnet in world.subnets:
+        tags = ",".join(f"{k}={v}" for k, v in sorted(subnet.tags.items()))
+        print(
+            f"ipamd: embedded cloud: subnet {subnet.subnet_id} {subnet.cidr} in "
+            f"{subnet.availability_zone}" + (f" tagged {tags}" if tags else ""),
+            file=sys.stderr,
+        )
     for note in kept.notes:
         print(f"ipamd: {note}", file=sys.stderr)
     runtime = await _runtime(config, state_dir, stack) if own_runtime else None
     return EmbeddedNode(world, imds_url, state_dir, runtime, kept.restored)
+
+
+def pod_subnet_layout(cidr: str | None) -> Layout | None:
+    """IPAMD_EMBEDDED_POD_SUBNET as a layout: its /16 (or itself, if larger) as a secondary CIDR
+    block of the VPC, and the subnet in the node's zone, tagged for subnet discovery."""
+    if cidr is None:
+        return None
+    net = ipaddress.IPv4Network(cidr)
+    block = net.supernet(new_prefix=16) if net.prefixlen > 16 else net
+    return Layout(
+        secondary_cidrs=(str(block),), subnets=(SubnetSpec(cidr, tags={CNI_ROLE_TAG: "1"}),)
+    )
 
 
 def absolute(path: str) -> Path:
