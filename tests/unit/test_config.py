@@ -52,6 +52,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         cri_socket_path="/run/containerd/containerd.sock",
         host_network="on",
         embedded_instance_type="m5.large",
+        embedded_pod_subnet=None,
         max_pods_override=None,
         log_format="auto",
         log_level="info",
