@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
+from cloud.models import NetworkInterface
 from datastore.records import EniRecord, Mutation, ReleasedUnitRecord, UnitKind, UnitRecord
 from ipamd.engine.state import NodeState
 from ipamd.errors import InventoryError
@@ -201,3 +202,16 @@ def plan_units_gone(state: NodeState, cidrs: Iterable[str], now: float) -> Mutat
         else:
             drop.append(cidr)
     return Mutation(delete_units=tuple(drop), put_units=tuple(lost))
+
+
+def eni_record(eni: NetworkInterface, device_index: int, now: float) -> EniRecord:
+    """The inventory's record of an ENI EC2 described (or just created and attached)."""
+    return EniRecord(
+        eni.eni_id,
+        device_index,
+        eni.subnet_id,
+        device_index == 0,
+        now,
+        mac=eni.mac.lower(),
+        primary_ip=eni.primary_ip,
+    )

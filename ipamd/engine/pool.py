@@ -37,10 +37,9 @@ from cloud.ports import (
     Ec2Api,
     Instance,
 )
-from datastore.records import EniRecord
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
-from ipamd.engine.inventory import diff_inventory
+from ipamd.engine.inventory import diff_inventory, eni_record
 from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_release import Releaser, attached_here, timed
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
@@ -49,25 +48,12 @@ from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats
 from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import PoolPlan, kept_after_marking
+from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking
 from ipamd.policy.subnets import left_alone, plan_drain
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def eni_record(eni: NetworkInterface, device_index: int, now: float) -> EniRecord:
-    """The inventory's record of an ENI EC2 described (or just created and attached)."""
-    return EniRecord(
-        eni.eni_id,
-        device_index,
-        eni.subnet_id,
-        device_index == 0,
-        now,
-        mac=eni.mac.lower(),
-        primary_ip=eni.primary_ip,
-    )
 
 
 class PoolManager:
@@ -253,7 +239,9 @@ class PoolManager:
             # EC2 holds more on this ENI than ipamd knows: take EC2's word for what is there.
             await self._resync_eni(eni_id)
             raise
-        except SubnetExhausted:
+        except SubnetExhausted as err:
+            if kind == "prefix" and await self._prefixes_elsewhere(eni_id, err, count):
+                return
             if falls_back:
                 self.mode.prefixes_refused(self._settings.subnet_exhausted_cooldown_s)
             raise
@@ -261,6 +249,34 @@ class PoolManager:
             self.mode.prefixes_granted()
         await self._engine.add_units(eni_id, cidrs, kind)
         logger.info("pool.grow eni_id=%s kind=%s units=%d", eni_id, kind, len(cidrs))
+
+    async def _prefixes_elsewhere(self, eni_id: str, err: SubnetExhausted, count: int) -> bool:
+        """A subnet too fragmented for a /28: the prefixes go on another ENI with room, or a new one
+        in another eligible subnet; False leaves it to the fallback to /32s."""
+        eni = self._engine.state.eni(eni_id)
+        if err.code != "InsufficientCidrBlocks" or eni is None:
+            return False
+        elsewhere = self.subnets.no_prefixes(
+            eni.subnet_id, self._settings.subnet_exhausted_cooldown_s
+        )
+        engine, per_eni = self._engine, self._limits.units_per_eni
+        primary_ok = engine.settings.pods_on_primary
+        other = self.subnets.eni_with_room(
+            engine.state, engine.closed_enis(), per_eni, count, primary_ok=primary_ok
+        )
+        if other is not None:
+            logger.info("pool.prefixes_elsewhere from=%s to=%s", eni_id, other)
+            await self._grow_eni(other, count)
+            return True
+        used = len(engine.state.enis()) + len(self.foreign_enis)
+        if elsewhere is None or used >= effective_max_enis(self._settings.targets, self._limits):
+            return False
+        logger.info("pool.prefixes_elsewhere from=%s to=new ENI in %s", eni_id, elsewhere)
+        try:
+            await self._new_eni(count)
+        except SubnetExhausted:
+            return False
+        return True
 
     async def _new_eni(self, count: int) -> None:
         # EC2's view, not only the inventory: an ENI attached by a call whose answer was lost holds
@@ -298,7 +314,8 @@ class PoolManager:
         if self._settings.cluster_name:
             tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
         description = f"ipamd: pod addresses for {self._instance.instance_id}"
-        return await self.subnets.create_eni(self._ec2, description, tags)
+        prefixes = self.strategy.kind == "prefix"
+        return await self.subnets.create_eni(self._ec2, description, tags, prefixes=prefixes)
 
     async def _attach(self, eni: NetworkInterface, index: int) -> None:
         try:

@@ -15,7 +15,7 @@ discovery and without an ENIConfig, new ENIs go to the node's subnet and nothing
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -24,6 +24,7 @@ from cloud.models import NetworkInterface, Subnet
 from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
 from ipamd.engine.pool_release import timed
+from ipamd.engine.state import NodeState
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.subnets import SubnetFacts, excluded_subnets, rank_subnets
 
@@ -70,6 +71,9 @@ class SubnetCatalogue:
         self._last_read = float("-inf")
         self.closed: frozenset[str] = frozenset()
         """Excluded subnets: their ENIs take no new pods and go back once empty."""
+        self._no_prefixes: dict[str, float] = {}
+        """Subnets that refused a /28 (`InsufficientCidrBlocks`), until when new prefix growth
+        avoids them."""
         self.reads = 0
         self.failures = 0
 
@@ -94,14 +98,55 @@ class SubnetCatalogue:
             return config.security_groups
         return self._instance.security_groups
 
-    def candidates(self) -> tuple[str, ...]:
-        """The subnets a new ENI may go to, best first (empty: none may take one now)."""
+    def candidates(self, *, prefixes: bool = False) -> tuple[str, ...]:
+        """The subnets a new ENI may go to, best first (empty: none may take one now). For prefix
+        growth, the subnets that lately had no /28 to give come last."""
         config = self._settings.eni_config
         if config is not None:
             return (config.subnet_id,)
         if not self.discovering or self._view is None:
             return (self._instance.subnet_id,)
-        return rank_subnets(self._view, self._instance.subnet_id, self._settings.cluster_name)
+        ranked = rank_subnets(self._view, self._instance.subnet_id, self._settings.cluster_name)
+        if not prefixes:
+            return ranked
+        avoided = self._avoided()
+        return tuple(sorted(ranked, key=lambda subnet_id: subnet_id in avoided))
+
+    def no_prefixes(self, subnet_id: str, for_s: float) -> str | None:
+        """`subnet_id` refused a /28: prefix growth avoids it for `for_s`. Returns the subnet a new
+        ENI could get prefixes from instead, if there is one."""
+        self._no_prefixes[subnet_id] = self._clock.now() + for_s
+        avoided = self._avoided()
+        return next((c for c in self.candidates() if c not in avoided), None)
+
+    def eni_with_room(
+        self,
+        state: NodeState,
+        skip: Collection[str],
+        units_per_eni: int,
+        count: int,
+        *,
+        primary_ok: bool,
+    ) -> str | None:
+        """An ENI of the inventory with room for `count` more units, in a subnet prefix growth does
+        not avoid; none of `skip`, nor the primary unless `primary_ok`."""
+        avoided = self._avoided()
+        for eni in state.enis().values():
+            if eni.eni_id in skip or eni.subnet_id in avoided:
+                continue
+            if eni.device_index == 0 and not primary_ok:
+                continue
+            if units_per_eni - len(state.units_on(eni.eni_id)) >= count:
+                return eni.eni_id
+        return None
+
+    def avoids(self, subnet_id: str) -> bool:
+        """Whether prefix growth avoids `subnet_id` now (it lately had no /28 to give)."""
+        return subnet_id in self._avoided()
+
+    def _avoided(self) -> frozenset[str]:
+        now = self._clock.now()
+        return frozenset(s for s, until in self._no_prefixes.items() if now < until)
 
     def free_addresses(self) -> int | None:
         """Free addresses in the subnets the node draws from (new ENIs' candidates and the node's
@@ -149,12 +194,13 @@ class SubnetCatalogue:
         return changed
 
     async def create_eni(
-        self, ec2: Ec2Api, description: str, tags: Mapping[str, str]
+        self, ec2: Ec2Api, description: str, tags: Mapping[str, str], *, prefixes: bool = False
     ) -> NetworkInterface:
-        """Create an ENI in the best candidate subnet; one found full is noted and the next one
-        tried, as VPC CNI does. Raises `SubnetExhausted` when none has room (or none may be used)."""
+        """Create an ENI in the best candidate subnet (for `prefixes`, one that lately gave /28s
+        first); one found full is noted and the next one tried, as VPC CNI does. Raises
+        `SubnetExhausted` when none has room (or none may be used)."""
         last = SubnetExhausted("CreateNetworkInterface", "NoSubnetForPods", "no subnet may be used")
-        for subnet_id in self.candidates():
+        for subnet_id in self.candidates(prefixes=prefixes):
             call = ec2.create_eni(subnet_id, self.security_groups, description, tags)
             try:
                 return await timed("create_eni", call, self._settings.call_timeout_s)

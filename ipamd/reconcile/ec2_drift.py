@@ -30,8 +30,7 @@ from cloud.models import NetworkInterface, UnitKind
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
-from ipamd.engine.inventory import InventoryDiff, diff_inventory, within_grace
-from ipamd.engine.pool import eni_record
+from ipamd.engine.inventory import InventoryDiff, diff_inventory, eni_record, within_grace
 from ipamd.policy.subnets import left_alone
 
 logger = logging.getLogger(__name__)

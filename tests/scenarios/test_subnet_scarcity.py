@@ -16,6 +16,7 @@ import pytest
 
 from cloud.embedded.fragment import fragment_subnet, free_blocks
 from cloud.embedded.world import EmbeddedEc2
+from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, SubnetSpec
 from datastore.records import AllocationRecord
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
@@ -270,6 +271,49 @@ async def test_prefixes_take_the_slots_of_free_32s_when_the_fallback_filled_the_
         assert not _falling_back(node)
         assert _kinds(node) == {"prefix": 1, "ip": 2}, "the free /32's slot holds a prefix"
         assert _on_ec2(node, pods)
+        check_mixed(node)
+    finally:
+        await node.engine.close()
+
+
+POD_SUBNET = "100.64.0.0/19"
+POD_LAYOUT = Layout(
+    secondary_cidrs=("100.64.0.0/16",),
+    subnets=(SubnetSpec(POD_SUBNET, tags={CNI_ROLE_TAG: "1"}),),
+)
+
+
+async def test_a_fragmented_subnet_sends_prefix_growth_to_another_subnet_before_any_fallback(
+    embedded: EmbeddedEc2, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The node's /24 has no /28 left; a tagged pod subnet of the zone does. The prefixes the
+    primary ENI cannot get go on a new ENI there, with no /32 drawn anywhere."""
+    caplog.set_level(logging.INFO, logger="ipamd.engine.pool")
+    node = await open_cloud_node(
+        embedded,
+        tmp_path,
+        targets=replace(EAGER, warm_prefix_target=2),
+        prefix_mode=True,
+        subnet_cidr="10.0.0.0/24",
+        fallback=True,
+        layout=POD_LAYOUT,
+        settings={"subnet_scarcity_threshold": 0},
+    )
+    client: Any = node.world.client()
+    fragment_subnet(client, node.world.subnet_id)
+    try:
+        await node.settle()
+        pod_subnet = node.world.subnet(POD_SUBNET).subnet_id
+        enis = node.engine.state.enis()
+        secondary = [e for e in enis.values() if not e.is_primary]
+        assert [e.subnet_id for e in secondary] == [pod_subnet]
+        assert _kinds(node) == {"prefix": 2}, "prefixes only, all of them in the pod subnet"
+        assert not node.engine.state.units_on(node.world.primary_eni_id)
+        assert not _falling_back(node)
+        assert node.pool.subnets.avoids(node.world.subnet_id)
+        assert any(m.startswith("pool.prefixes_elsewhere") for m in _messages(caplog, "pool."))
+        pod = await node.engine.assign(key("pod"))
+        assert pod.unit_cidrs[0].endswith("/28") and pod.eni_id == secondary[0].eni_id
         check_mixed(node)
     finally:
         await node.engine.close()
