@@ -287,12 +287,13 @@ class Config:
     subnet_exhausted_cooldown_s: float = field(metadata=declare(
         "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
         "`insufficientCidrErrorCooldown` (2 min, fixed)",
-        "After EC2 reports the subnet out of addresses, growth waits this long before retrying."))
+        "After EC2 reports the subnet out of addresses, growth waits this long before retrying; "
+        "not with subnet discovery while another subnet has room: new ENIs go there."))
     subnet_refresh_interval_s: float = field(metadata=declare(
         "IPAMD_SUBNET_REFRESH_INTERVAL", INTERVAL, "1800", "s",
         "none (DescribeSubnets before every new ENI)",
         "Subnet discovery: how often the subnets of the node's zone, their tags and free "
-        "addresses are read again (one DescribeSubnets); also soon after a create finds a "
+        "addresses are read again (one DescribeSubnets); also soon after a call finds a "
         "subnet full. Without discovery, how often subnet-scarcity mode reads the free addresses "
         "of the subnet new ENIs go to."))
     host_network_reconcile_interval_s: float = field(metadata=declare(

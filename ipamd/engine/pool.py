@@ -4,9 +4,10 @@ Grow: fill existing ENIs, then create, tag and attach new ones; every unit enter
 EC2's own answer. Shrink (`pool_release`): units are marked `releasing` (a committed change) before
 EC2 is called, so no ADD can take them; if they became needed meanwhile the release is aborted.
 The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
-pauses growth for a cooldown, or in prefix mode with the fallback grows secondary IPs meanwhile; two
-shrinks are at least `shrink_interval_s` apart. What each round plans with besides the knobs (subnet
-scarcity, the fallback) is `PoolMode`'s.
+sends growth to new ENIs in another subnet where discovery has one, else pauses growth for a
+cooldown, or in prefix mode with the fallback grows secondary IPs meanwhile; two shrinks are at
+least `shrink_interval_s` apart. What each round plans with besides the knobs (subnet scarcity, the
+fallback) is `PoolMode`'s.
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ class PoolManager:
 
     def _plan_on(self, stats: NodeStats) -> PoolPlan:
         """The plan for `stats`: the targets met on the ENIs that take pods (at their minimum while
-        the subnets are scarce), and the ENIs of closed subnets drained (`plan_drain`)."""
+        the subnets are scarce), no growth on the ENIs of full subnets while new ENIs may go to
+        another (`SubnetCatalogue.growth_closed`), and the ENIs of closed subnets drained
+        (`plan_drain`)."""
+        stats = self.subnets.without_growth(stats, self._engine.state)
         closed, others = self._engine.closed_enis(), len(self.foreign_enis)
         drain = plan_drain(stats, self._settings.targets, self._limits, closed, others)
         planned = self.mode.plan(drain.stats, drain.targets, drain.limits, self.strategy)
@@ -191,7 +195,9 @@ class PoolManager:
         h.errors_by_code[err.code] = h.errors_by_code.get(err.code, 0) + 1
         h.last_error = str(err)
         now = self._clock.now()
-        if isinstance(err, SubnetExhausted):
+        if self.subnets.takes_over(err):
+            logger.info("pool.subnet_full error=%s: new ENIs go to another subnet", err)
+        elif isinstance(err, SubnetExhausted):
             h.subnet_exhausted_until = now + self._settings.subnet_exhausted_cooldown_s
             logger.warning(
                 "pool.subnet_exhausted error=%s cooldown_s=%s",
@@ -242,7 +248,9 @@ class PoolManager:
         except SubnetExhausted as err:
             if kind == "prefix" and await self._prefixes_elsewhere(eni_id, err, count):
                 return
-            if falls_back:
+            if (record := self._engine.state.eni(eni_id)) is not None:
+                self.subnets.refused(record.subnet_id, err, self.strategy.addresses_in(count))
+            if falls_back and not self.subnets.takes_over(err):
                 self.mode.prefixes_refused(self._settings.subnet_exhausted_cooldown_s)
             raise
         if falls_back and cidrs:

@@ -3,9 +3,12 @@ which subnets are closed to new pods. The rules are `ipamd.policy.subnets`'; thi
 they are applied to.
 
 The view is one DescribeSubnets of the node's VPC and zone, read on the first use, then again every
-`refresh_s` (30 min: two calls a node-hour) and soon after a create finds a subnet full, never per
+`refresh_s` (30 min: two calls a node-hour) and soon after a call finds a subnet full, never per
 ENI. A failed read keeps the last view and is tried again after `retry_s`; with no view at all, new
-ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails.
+ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails. A subnet found full (by a
+create, or by an assign on one of its ENIs) stays full until a view shows it with the room that call
+asked for: it goes last among the candidates, and its ENIs grow no more while new ENIs may go to
+another subnet (`growth_closed`).
 
 With an ENIConfig (custom networking), discovery is off, as in VPC CNI: new ENIs go to its subnet,
 with its security groups, or the primary ENI's when it names none, and nothing is read. Without
@@ -26,9 +29,21 @@ from ipamd.clock import Clock
 from ipamd.engine.pool_release import timed
 from ipamd.engine.state import NodeState
 from ipamd.policy.eni_config import EniConfig
-from ipamd.policy.subnets import SubnetFacts, excluded_subnets, rank_subnets
+from ipamd.policy.model import NodeStats
+from ipamd.policy.subnets import (
+    SubnetFacts,
+    excluded_subnets,
+    growth_closed,
+    rank_subnets,
+    still_full,
+    stop_growth,
+)
 
 logger = logging.getLogger(__name__)
+
+NO_CIDR_BLOCKS = "InsufficientCidrBlocks"
+"""EC2's code for a subnet with addresses but no free /28 (fragmented), which is no reason to stop
+growing its ENIs by secondary addresses."""
 
 
 @runtime_checkable
@@ -74,6 +89,9 @@ class SubnetCatalogue:
         self._no_prefixes: dict[str, float] = {}
         """Subnets that refused a /28 (`InsufficientCidrBlocks`), until when new prefix growth
         avoids them."""
+        self._full: dict[str, int] = {}
+        """Subnets a call found without room -> the addresses it asked for; each is full until a
+        view shows that many free (`ipamd.policy.subnets.still_full`)."""
         self.reads = 0
         self.failures = 0
 
@@ -106,7 +124,8 @@ class SubnetCatalogue:
             return (config.subnet_id,)
         if not self.discovering or self._view is None:
             return (self._instance.subnet_id,)
-        ranked = rank_subnets(self._view, self._instance.subnet_id, self._settings.cluster_name)
+        node, cluster = self._instance.subnet_id, self._settings.cluster_name
+        ranked = rank_subnets(self._view, node, cluster, self._full)
         if not prefixes:
             return ranked
         avoided = self._avoided()
@@ -148,6 +167,32 @@ class SubnetCatalogue:
         now = self._clock.now()
         return frozenset(s for s, until in self._no_prefixes.items() if now < until)
 
+    def growth_closed(self) -> frozenset[str]:
+        """Subnets whose ENIs get no new units: found full while another candidate is not, so new
+        ENIs there take over (`ipamd.policy.subnets.growth_closed`). Empty without discovery."""
+        if not self.discovering:
+            return frozenset()
+        return growth_closed(self._full, self.candidates())
+
+    def refused(self, subnet_id: str, err: SubnetExhausted, asked: int) -> None:
+        """An assign of `asked` addresses on an ENI of `subnet_id` failed: out of addresses, the
+        subnet is `full`; merely without a free /28, it is prefix growth's to avoid instead."""
+        if err.code != NO_CIDR_BLOCKS:
+            self.full(subnet_id, asked)
+
+    def takes_over(self, err: Exception) -> bool:
+        """Whether `err` found a subnet out of addresses while a new ENI may go to another: then
+        growth needs no exhaustion cooldown."""
+        exhausted = isinstance(err, SubnetExhausted) and err.code != NO_CIDR_BLOCKS
+        return exhausted and bool(self.growth_closed())
+
+    def without_growth(self, stats: NodeStats, state: NodeState) -> NodeStats:
+        """`stats` with the ENIs of the `growth_closed` subnets taking no new units."""
+        full = self.growth_closed()
+        if not full:
+            return stats
+        return stop_growth(stats, {e: r.subnet_id for e, r in state.enis().items()}, full)
+
     def free_addresses(self) -> int | None:
         """Free addresses in the subnets the node draws from (new ENIs' candidates and the node's
         own), as last read; None without a view. Subnet-scarcity mode follows it."""
@@ -184,6 +229,7 @@ class SubnetCatalogue:
             return False
         self._due = now + s.refresh_s
         self._view = _facts(subnets)
+        self._full = still_full(self._full, self._view)
         closed = excluded_subnets(self._view, s.cluster_name)
         changed, self.closed = closed != self.closed, closed
         logger.info(
@@ -209,11 +255,14 @@ class SubnetCatalogue:
                 last = err
         raise last
 
-    def full(self, subnet_id: str) -> None:
-        """A create found `subnet_id` without room: read again soon (its count was stale)."""
+    def full(self, subnet_id: str, asked: int = 1) -> None:
+        """A create, or an assign of `asked` addresses on one of its ENIs, found `subnet_id`
+        without room: it is full until a view shows `asked` free, and is read again soon (its
+        count was stale)."""
         if self.discovering:
+            self._full[subnet_id] = max(asked, self._full.get(subnet_id, 0))
             self._due = min(self._due, self._last_read + self._settings.retry_s)
-            logger.info("subnets.full subnet_id=%s", subnet_id)
+            logger.info("subnets.full subnet_id=%s asked=%d", subnet_id, asked)
 
 
 def _facts(subnets: Iterable[Subnet]) -> tuple[SubnetFacts, ...]:

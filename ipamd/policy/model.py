@@ -49,6 +49,10 @@ class EniStats:
     age_s: float
     """Seconds since ipamd added the ENI; an ENI younger than the minimum lifetime is kept."""
     units: tuple[UnitStats, ...]
+    grows: bool = True
+    """False: no unit is added to this ENI (its subnet was found without room while a new ENI may
+    go to another, `ipamd.engine.subnets.SubnetCatalogue.growth_closed`); its free addresses
+    still count."""
 
 
 @dataclass(frozen=True, slots=True)

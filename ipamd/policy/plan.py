@@ -15,9 +15,10 @@ Rules every plan keeps:
 - with custom networking the primary ENI is no part of the pool (`pod_stats`): no unit is added to
   it, its units count for nothing, and its wholly free ones go back, as VPC CNI cleans up an ENI
   excluded from pod addresses;
-- growth fills the fullest ENIs first, then new ENIs; shrinking empties the emptiest non-primary
-  ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and spreads pods:
-  docs/architecture.md §5.4);
+- growth fills the fullest ENIs first, then new ENIs, and adds nothing to an ENI that does not
+  grow (`EniStats.grows`: its subnet is full and a new ENI may go elsewhere); shrinking empties
+  the emptiest non-primary ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and
+  spreads pods: docs/architecture.md §5.4);
 - in prefix mode, wholly free /32s (what the fallback to secondary IPs left) are not capacity: they
   go back, and prefixes take their slots when nothing else has room (`ipamd.policy.prefix_return`);
 - while the subnets are scarce, the goal keeps no warm pool above its minimum
@@ -234,11 +235,8 @@ def _plan_growth(
     # subtracted there either, since an override does not say how many there are.
     budget = strategy.units_for(compute_pod_limit(targets, limits, strategy) - pool.total)
     per_eni = limits.units_per_eni
-    rooms = [
-        (eni.stats.eni_id, per_eni - eni.slots)
-        for eni in sorted(node.enis, key=_fill_order)
-        if eni.slots < per_eni
-    ]
+    growing = sorted((eni for eni in node.enis if eni.stats.grows), key=_fill_order)
+    rooms = [(eni.stats.eni_id, per_eni - eni.slots) for eni in growing if eni.slots < per_eni]
     spare_enis = max(enis_for_pods(targets, limits) - len(node.enis), 0)
     fresh: Iterable[tuple[str | None, int]] = repeat((None, per_eni), spare_enis)
     assign: list[tuple[str, int]] = []
@@ -249,8 +247,7 @@ def _plan_growth(
         else:
             assign.append((eni_id, take))
     placed = sum(n for _, n in assign) + sum(new_enis)
-    by_fill = sorted(node.enis, key=_fill_order)
-    instead, replaced = replacements(by_fill, wanted - placed, budget - placed)
+    instead, replaced = replacements(growing, wanted - placed, budget - placed)
     merged = dict(assign)
     for eni_id, take in instead:
         merged[eni_id] = merged.get(eni_id, 0) + take

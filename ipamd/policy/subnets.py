@@ -10,7 +10,13 @@ Subnet discovery reads the subnets of the node's VPC and zone (EC2 filters on bo
 - with `CLUSTER_NAME` set, a tagged subnet that carries `cni.networking.k8s.aws/cluster/<name>` keys
   is for the clusters they name only; without it, those keys are ignored;
 - the subnet with the most free addresses is chosen, ties broken by the lower subnet ID (EC2's
-  listing order is not stable), and the next one is tried when a create finds no room.
+  listing order is not stable), and the next one is tried when a create finds no room;
+- a subnet a call found without room (a create, or an assign on one of its ENIs) is *full* until a
+  later view shows it with as many free addresses as that call asked for: it goes last among the
+  candidates, and while some candidate is not full its ENIs get no new units, so that new ENIs in
+  the other subnets take over (VPC CNI with discovery likewise creates an ENI when an unfilled
+  one's subnet is out of addresses); an ENI's addresses come from its own subnet, so growing it
+  could only fail again.
 
 A subnet is *excluded* (VPC CNI's `IsSubnetExcluded`) when it is tagged `0`, or opted in but scoped to
 other clusters; an untagged subnet never is. ENIs in an excluded subnet take no new pods, their
@@ -80,14 +86,33 @@ def is_excluded(subnet: SubnetFacts, cluster_name: str) -> bool:
 
 
 def rank_subnets(
-    subnets: Iterable[SubnetFacts], node_subnet_id: str, cluster_name: str
+    subnets: Iterable[SubnetFacts],
+    node_subnet_id: str,
+    cluster_name: str,
+    full: Collection[str] = (),
 ) -> tuple[str, ...]:
     """The subnets a new ENI may go to, the one with the most free addresses first; equal counts
-    by subnet ID, so every node given the same listing makes the same choice."""
+    by subnet ID, so every node given the same listing makes the same choice. Those found `full`
+    since the view was read go last: their counts are stale."""
     eligible = (s for s in subnets if takes_new_enis(s, node_subnet_id, cluster_name))
-    return tuple(
-        s.subnet_id for s in sorted(eligible, key=lambda s: (-s.available_ips, s.subnet_id))
-    )
+    order = sorted(eligible, key=lambda s: (s.subnet_id in full, -s.available_ips, s.subnet_id))
+    return tuple(s.subnet_id for s in order)
+
+
+def still_full(full: Mapping[str, int], subnets: Iterable[SubnetFacts]) -> dict[str, int]:
+    """The full subnets (subnet ID -> addresses the call that found it full asked for) after a new
+    view: those it shows with fewer free addresses than that; one it does not list is forgotten."""
+    free = {s.subnet_id: s.available_ips for s in subnets}
+    return {sid: asked for sid, asked in full.items() if sid in free and free[sid] < asked}
+
+
+def growth_closed(full: Collection[str], candidates: Iterable[str]) -> frozenset[str]:
+    """The subnets whose ENIs get no new units: the full ones, while some candidate for a new ENI
+    is not full. None when every candidate is full: then nothing would take over, and growth
+    waits out the exhaustion cooldown on the ENIs it has."""
+    if not full or all(c in full for c in candidates):
+        return frozenset()
+    return frozenset(full)
 
 
 def excluded_subnets(subnets: Iterable[SubnetFacts], cluster_name: str) -> frozenset[str]:
@@ -101,6 +126,14 @@ def left_alone(tags: Mapping[str, str], interface_type: str, is_primary: bool) -
         return False
     kind = interface_type or POD_INTERFACE_TYPE
     return tags.get(NO_MANAGE_TAG) == "true" or kind != POD_INTERFACE_TYPE
+
+
+def stop_growth(stats: NodeStats, subnet_of: Mapping[str, str], full: Collection[str]) -> NodeStats:
+    """`stats` with the ENIs of the `full` subnets (`subnet_of`: ENI ID -> subnet ID) marked as
+    taking no new units (`EniStats.grows`); their free addresses still count."""
+    return NodeStats(
+        tuple(replace(e, grows=False) if subnet_of.get(e.eni_id) in full else e for e in stats.enis)
+    )
 
 
 # --- draining the ENIs of excluded subnets -----------------------------------------------------------
