@@ -25,7 +25,8 @@ The model:
   second while the node has no free address (the engine wakes the pool manager at once) until it
   succeeds or 30 minutes pass (then it failed for want of an address); DELs, 1 % of which never reach
   ipamd (the leak GC releases those). Runs: steady, a burst of pods onto an idle cluster, node churn
-  (instances terminated, their pods rescheduled, fresh instances joining), and steady in prefix mode.
+  (instances terminated, their pods rescheduled, fresh instances joining), steady in prefix mode,
+  and a node subnet running dry while a tagged pod subnet takes over (`subnets_run`).
 - **Checks** (`invariants`): every 15 minutes and at the end, each node's own invariants, every owned
   address on that node's ENIs in moto, no address owned twice in the cluster, no ENI leaked.
 - **Report** (`report`): EC2 calls per node-hour by operation, throttled calls, time from the first

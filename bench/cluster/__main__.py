@@ -10,7 +10,9 @@ budget; `--runs` picks some):
   onto an idle, warm cluster and kept; it ends when every pod has its address (or its deadline);
 - `steady_prefix`: the steady workload in prefix mode (WARM_PREFIX_TARGET=1), for half of `--hours`;
 - `churn` (only when asked for: `--runs steady,burst,steady_prefix,churn`): the steady workload while
-  20 % of the nodes an hour are terminated and replaced, for half of `--hours`.
+  20 % of the nodes an hour are terminated and replaced, for half of `--hours`;
+- `subnet_takeover`: at most 100 nodes share a subnet that runs dry and a tagged pod subnet takes
+  over, the steady workload at 12 pods per node (`bench.cluster.subnets_run`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from bench.cluster.front import Ec2Budget
 from bench.cluster.report import document, lines, write_json
 from bench.cluster.runner import run_spec
 from bench.cluster.sim import RunResult, RunSpec
+from bench.cluster.subnets_run import run_takeover, takeover_spec
 from cloud.embedded.world import EmbeddedEc2
 
 NODES_ENV = "IPAMD_BENCH_NODES"
@@ -34,8 +37,8 @@ DEFAULT_NODES = 500
 DEFAULT_HOURS = 0.5
 """Measured cluster hours of the steady run: 500 nodes for half an hour is 250 node-hours, which
 keeps the default runs within 10 minutes on two cores."""
-RUN_KINDS = ("steady", "burst", "steady_prefix", "churn")
-DEFAULT_RUNS = ("steady", "burst", "steady_prefix")
+RUN_KINDS = ("steady", "burst", "steady_prefix", "churn", "subnet_takeover")
+DEFAULT_RUNS = ("steady", "burst", "steady_prefix", "subnet_takeover")
 """`churn` is left out by default: with it, 500 nodes no longer fit in 10 minutes on two cores."""
 
 
@@ -54,7 +57,12 @@ def specs(
         "steady_prefix": replace(
             base, name="steady_prefix", prefix=True, measure_s=hours * 1800, seed=seed + 3
         ),
+        "subnet_takeover": takeover_spec(replace(base, seed=seed + 4), nodes),
     }
+
+
+RUNNERS = {"subnet_takeover": run_takeover}
+"""Runs on a network of their own; the others run on `run_spec`'s."""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             spec = chosen[kind]
             say(f"{spec.name}: {spec.nodes} nodes ...")
             t0 = time.perf_counter()
-            result = run_spec(spec, host, say)
+            result = RUNNERS.get(kind, run_spec)(spec, host, say)
             wall_s = time.perf_counter() - t0
             results[spec.name] = (result, wall_s)
             for line in lines(prefix, spec.name, result, wall_s):

@@ -55,6 +55,7 @@ def metrics(result: RunResult, wall_s: float) -> dict[str, float]:
         "invariant_checkpoints": float(result.checkpoints),
         "invariant_violations": float(result.violations),
         "enis_awaiting_eni_gc": float(result.awaiting_eni_gc),
+        **result.extra,
     }
 
 

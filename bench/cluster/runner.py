@@ -45,13 +45,19 @@ def quiet_logs() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def run_spec(spec: RunSpec, host: EmbeddedEc2, progress: Progress = lambda _: None) -> RunResult:
-    """One run, start to finish, on a fresh virtual-time loop and a fresh moto world."""
+def run_spec(
+    spec: RunSpec,
+    host: EmbeddedEc2,
+    progress: Progress = lambda _: None,
+    cluster_type: type[Cluster] = Cluster,
+) -> RunResult:
+    """One run, start to finish, on a fresh virtual-time loop and a fresh moto world; the nodes'
+    network is `cluster_type`'s (e.g. `bench.cluster.subnets_run.TakeoverCluster`)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"ipamd-cluster-{spec.name}-", dir=state_root()))
     loop = VirtualTimeLoop()
     try:
         with quiet_logs():
-            return loop.run_until_complete(_run(spec, host, workdir, progress))
+            return loop.run_until_complete(_run(spec, host, workdir, progress, cluster_type))
     finally:
         _close_loop(loop)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -67,12 +73,14 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
 
 
-async def _run(spec: RunSpec, host: EmbeddedEc2, workdir: Path, progress: Progress) -> RunResult:
+async def _run(
+    spec: RunSpec, host: EmbeddedEc2, workdir: Path, progress: Progress, cluster_type: type[Cluster]
+) -> RunResult:
     loop = asyncio.get_running_loop()
     clock = VirtualClock(loop)
     front = new_front(spec, clock)
     install_executor(loop, front)
-    cluster = Cluster(spec, host, workdir)
+    cluster = cluster_type(spec, host, workdir)
     client = MotoEc2Client(front, cluster.backend, cluster.instances)
     ids = cluster.launch_instances(spec.nodes, 0)
     cluster.join(ids, spec.join_spread_s, client)

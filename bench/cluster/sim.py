@@ -93,6 +93,8 @@ class RunResult:
     series: list[tuple[float, int, int]] = field(default_factory=list)
     """(seconds since the workload began, pods holding an address, addresses in the pools)."""
     sim_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+    """A run's own figures, reported with the common ones (`bench.cluster.subnets_run`)."""
 
 
 class Cluster:
