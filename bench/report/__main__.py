@@ -22,9 +22,9 @@ from typing import Any
 from bench.report import markdown, plots, series
 
 CLUSTER_SIZES = (25, 50, 100)
-"""Short cluster runs (steady in both modes) for the calls-against-size plot; the largest also
-feeds the tables and the pool-over-time plot."""
-CLUSTER_ARGS = ("--runs", "steady,steady_prefix", "--hours", "1")
+"""Short cluster runs (steady in both modes, and the subnet takeover) for the calls-against-size
+plot; the largest also feeds the tables and the pool-over-time plot."""
+CLUSTER_ARGS = ("--runs", "steady,steady_prefix,subnet_takeover", "--hours", "1")
 CHAOS_FAULTS = 24
 
 

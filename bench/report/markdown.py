@@ -94,6 +94,7 @@ def _cluster_section(f: Figures) -> str:
             f"## A cluster against one EC2 API budget ({c.get('nodes', '?')} nodes, simulated time)\n",
             _table(("figure", *run_names), rows),
             "",
+            *_takeover(runs.get("subnet_takeover")),
             "EC2 calls per node-hour by operation:\n",
             _table(("operation", *sorted(calls)), call_rows),
             "",
@@ -106,6 +107,27 @@ def _cluster_section(f: Figures) -> str:
             "",
         ]
     )
+
+
+def _takeover(run: Mapping[str, float] | None) -> list[str]:
+    """The `subnet_takeover` run in words (`bench.cluster.subnets_run`), when the figures have it."""
+    if not run:
+        return []
+    n = {k: _num(v) for k, v in run.items()}
+    share = run.get("pods_on_pod_subnet_share", 0.0)
+    return [
+        f"`subnet_takeover`: {n.get('nodes', '?')} nodes share a node subnet too small to fill "
+        "every primary ENI (m5.large, `WARM_ENI_TARGET=1`), and a pod subnet tagged "
+        "`kubernetes.io/role/cni=1` on a secondary VPC CIDR block (100.64.0.0/16) is in the same "
+        f"zone. The node subnet ran down to {n.get('node_subnet_free_min', '?')} free addresses "
+        f"while the nodes joined ({n.get('primaries_short', '?')} primary ENIs left unfilled); "
+        f"new ENIs went to the pod subnet ({n.get('pod_subnet_enis', '?')} there, "
+        f"{n.get('pod_subnet_enis_after_dry', '?')} made after the node subnet was dry), which "
+        f"held {share:.0%} of the pods' addresses at the end. ADDs failed for want of an address: "
+        f"{n.get('add_failed_no_address', '?')} (target 0); time to address p99: "
+        f"{n.get('time_to_address_p99_s', '?')} s; invariant violations: "
+        f"{n.get('invariant_violations', '?')}.\n",
+    ]
 
 
 def _chaos_section(f: Figures) -> str:

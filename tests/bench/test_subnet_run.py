@@ -22,6 +22,7 @@ from bench.cluster.subnets_run import (
     run_takeover,
     takeover_spec,
 )
+from bench.report import markdown
 from cloud.embedded.world import EmbeddedEc2
 
 
@@ -80,3 +81,23 @@ def test_the_run_can_be_chosen_alone(capsys: pytest.CaptureFixture[str]) -> None
     assert f"{prefix}_time_to_address_p99_s" in figures
     assert not any("_steady_" in name for name in figures), "only the run asked for"
 
+
+def test_the_report_describes_the_run_with_its_figures() -> None:
+    figures = {
+        "nodes": 100,
+        "node_subnet_free_min": 2,
+        "primaries_short": 55,
+        "pod_subnet_enis": 199,
+        "pod_subnet_enis_after_dry": 55,
+        "pods_on_pod_subnet_share": 0.737,
+        "add_failed_no_address": 0,
+        "time_to_address_p99_s": 0,
+        "invariant_violations": 0,
+    }
+    cluster = {"nodes": 100, "runs": {"steady": {"add_failed_no_address": 0}, NAME: figures}}
+    page = markdown.render(markdown.Figures("m", {}, [], cluster, {}, {}))
+    assert "`subnet_takeover`: 100 nodes share a node subnet" in page
+    assert "ran down to 2 free addresses" in page and "held 74% of the pods' addresses" in page
+    assert "want of an address: 0 (target 0)" in page
+    without = markdown.render(markdown.Figures("m", {}, [], {"runs": {"steady": {}}}, {}, {}))
+    assert "`subnet_takeover`" not in without
