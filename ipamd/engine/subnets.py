@@ -117,8 +117,8 @@ class SubnetCatalogue:
         return self._instance.security_groups
 
     def candidates(self, *, prefixes: bool = False) -> tuple[str, ...]:
-        """The subnets a new ENI may go to, best first (empty: none may take one now). For prefix
-        growth, the subnets that lately had no /28 to give come last."""
+        """The subnets a new ENI may go to, best first (empty: none may take one now); those found
+        full come last. For prefix growth, the subnets that lately had no /28 to give come last."""
         config = self._settings.eni_config
         if config is not None:
             return (config.subnet_id,)
