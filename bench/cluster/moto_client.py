@@ -6,8 +6,9 @@ layer costs milliseconds a call; calling the backend's models directly costs mic
 node side (`Boto3Ec2`: retries, client-side buckets, error translation, recording) is still the real
 adapter, fed the same dictionaries and the same botocore `ClientError`s a real client would give it.
 The requests follow what `cloud.embedded.moto_handlers` does with them (the same backend calls and
-`cloud.embedded.eni_rules` rules); lookups go straight to the backend's dictionaries rather than
-through moto's linear scans. Only the parameters ipamd sends are read.
+`cloud.embedded.eni_rules` rules); lookups go straight to the backend's dictionaries and indexes
+(`cloud.embedded.moto_index`) rather than through moto's linear scans. Only the parameters ipamd
+sends are read.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from moto.core.exceptions import ServiceException
 from moto.ec2.models.instance_types import INSTANCE_TYPES
 
 from bench.cluster.front import OK, THROTTLED, AccountFront
-from cloud.embedded import eni_rules
+from cloud.embedded import eni_rules, moto_index
 
 Response = dict[str, Any]
 
@@ -126,6 +127,8 @@ class MotoEc2Client:
                 if (instance := self._instances.get(i)) is not None
                 for nic in instance.nics.values()
             ]
+        elif statuses is not None and statuses <= {moto_index.AVAILABLE}:
+            candidates = moto_index.available_enis(self._backend)
         else:
             candidates = list(self._backend.enis.values())
         tags = {name.removeprefix("tag:"): values for name, values in wanted.items()}

@@ -39,6 +39,9 @@ ElasticNetworkInterfaces.modify_network_interface_   Attachment.DeleteOnTerminat
 Instance.terminate                                   ENIs without DeleteOnTermination are detached and
                                                      stay available when their instance terminates.
 
+Lookups moto makes by scanning every ENI or instance of the account are indexed
+(`cloud.embedded.moto_index`): the same answers, at a cost that does not grow with the account.
+
 Not modelled: network cards other than 0, prefix delegation being Nitro-only, subnet CIDR reservations
 steering prefix placement, eventual consistency.
 """
@@ -54,7 +57,7 @@ from moto.ec2.models.instances import Instance
 from moto.ec2.models.subnets import Subnet
 from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
 
-from cloud.embedded import eni_rules, moto_handlers
+from cloud.embedded import eni_rules, moto_handlers, moto_index
 from cloud.embedded.eni_rules import LOCK, ec2_error
 from cloud.embedded.moto_handlers import STRICT
 
@@ -76,6 +79,7 @@ def install() -> None:
         for owner, name, make in _PATCHES:
             setattr(owner, name, make(owner.__dict__[name]))
         setattr(NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes))  # noqa: B010
+        moto_index.install()
         _installed.add(found)
 
 
