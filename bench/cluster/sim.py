@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cluster.bound import Bound, BoundModel, NodeTrace
 from bench.cluster.front import AccountFront, Ec2Budget
 from bench.cluster.invariants import awaiting_eni_gc, check_cluster, leaked_enis
 from bench.cluster.moto_client import MotoEc2Client
@@ -32,6 +33,7 @@ from cloud.ec2 import Boto3Ec2
 from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World
 from cloud.errors import CloudError
 from ipamd.config import Config
+from ipamd.parts import strategy
 from ipamd.reconcile.jobs import Jobs
 
 INSTANCE_TYPE = "m5.large"
@@ -93,6 +95,12 @@ class RunResult:
     series: list[tuple[float, int, int]] = field(default_factory=list)
     """(seconds since the workload began, pods holding an address, addresses in the pools)."""
     sim_s: float = 0.0
+    since_s: float = 0.0
+    until_s: float = 0.0
+    """The measured window, in the nodes' clock: pods whose first ADD falls in it are counted."""
+    node_traces: list[NodeTrace] = field(default_factory=list)
+    bound: Bound | None = None
+    """The lower bound on its time to address (`bench.cluster.bound`)."""
 
 
 class Cluster:
@@ -116,6 +124,7 @@ class Cluster:
         self._joins: set[asyncio.Task[None]] = set()
         self._serial = 0
         self._eni_suspects: set[str] = set()
+        self.node_traces: dict[str, NodeTrace] = {}
 
     # -- EC2 side ------------------------------------------------------------------------------
 
@@ -173,6 +182,8 @@ class Cluster:
         self._serial += 1
         name = f"node-{self._serial:04d}"
         loop = asyncio.get_running_loop()
+        clock = VirtualClock(loop)
+        self.node_traces[instance_id] = NodeTrace(name, clock.now())
         adapter = Boto3Ec2(
             client,
             recorder=CallLog(),
@@ -181,7 +192,6 @@ class Cluster:
             rng=random.Random(self.rng.random()),
         )
         imds = MotoImds(self.instances[instance_id], self.world.region)
-        clock = VirtualClock(loop)
         node = None
         backoff_s = 1.0
         while node is None:
@@ -216,6 +226,7 @@ class Cluster:
         self.retired.append(node)
         self.backend.terminate_instances([node.instance_id])
         self.instances.pop(node.instance_id, None)
+        self.node_traces[node.instance_id].gone_s = VirtualClock(asyncio.get_running_loop()).now()
 
     async def close(self) -> None:
         for task in list(self._joins):
@@ -223,6 +234,21 @@ class Cluster:
         await asyncio.gather(*self._joins, return_exceptions=True)
         for node in self.nodes:
             await node.stop()
+
+    def bound_model(self) -> BoundModel | None:
+        """What the policies the lower bound covers obey (`bench.cluster.bound`): the nodes' own
+        targets, instance limits and unit, the account's budget and the runtime's retry interval."""
+        node = next(iter((*self.nodes, *self.retired)), None)
+        if node is None:
+            return None
+        parts = node.daemon.parts
+        return BoundModel(
+            parts.targets,
+            parts.node.limits,
+            strategy(self.config),
+            self.spec.budget,
+            self.spec.pods.retry_s,
+        )
 
     # -- checks and samples ----------------------------------------------------------------------
 
