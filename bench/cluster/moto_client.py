@@ -286,3 +286,45 @@ class MotoEc2Client:
             return {}
 
         return self._serve("UnassignPrivateIpAddresses", answer)
+
+
+def run_instance(
+    backend: Any, region: str, image_id: str, instance_type: str, subnet_id: str, group_id: str
+) -> Any:
+    """Launch one instance whose primary ENI is in `subnet_id` and `group_id`, with
+    DeleteOnTermination: RunInstances with those NetworkInterfaces, handed to moto's backend as its
+    response handler hands it (moto 5.2.5, `EC2Response.run_instances`) but with no request to parse
+    and no answer to serialise. Returns moto's instance."""
+    nic = {
+        "DeviceIndex": 0,
+        "SubnetId": subnet_id,
+        "Groups": [group_id],
+        "DeleteOnTermination": True,
+    }
+    params: dict[str, Any] = {
+        "instance_type": instance_type,
+        "is_instance_type_default": False,
+        "placement": None,
+        "placement_hostid": None,
+        "region_name": region,
+        "subnet_id": None,
+        "key_name": None,
+        "security_group_ids": [],
+        "nics": [nic],
+        "private_ip": None,
+        "associate_public_ip": None,
+        "tags": {},
+        "ebs_optimized": False,
+        "disable_api_stop": False,
+        "instance_market_options": {},
+        "instance_initiated_shutdown_behavior": None,
+        "launch_template": {},
+        "hibernation_options": {},
+        "iam_instance_profile_name": None,
+        "iam_instance_profile_arn": None,
+        "monitoring_state": "disabled",
+        "ipv6_address_count": None,
+        "metadata_options": {},
+        "client_token": "ABCDE",
+    }
+    return backend.run_instances(image_id, 1, None, [], **params).instances[0]

@@ -24,7 +24,7 @@ from typing import Any
 from bench.cluster.bound import Bound, BoundModel, NodeTrace
 from bench.cluster.front import AccountFront, Ec2Budget
 from bench.cluster.invariants import awaiting_eni_gc, check_cluster, leaked_enis
-from bench.cluster.moto_client import MotoEc2Client
+from bench.cluster.moto_client import MotoEc2Client, run_instance
 from bench.cluster.node import MotoImds, SimNode, build_node, start_node
 from bench.cluster.vtime import LatencyExecutor, VirtualClock
 from bench.cluster.workload import PodSettings, PodStats
@@ -153,23 +153,11 @@ class Cluster:
         ids: list[str] = []
         for index in range(first_index, first_index + count):
             subnet, group = self._subnet_for(index)
-            answer = self._client.run_instances(
-                ImageId=IMAGE_ID,
-                InstanceType=INSTANCE_TYPE,
-                MinCount=1,
-                MaxCount=1,
-                NetworkInterfaces=[
-                    {
-                        "DeviceIndex": 0,
-                        "SubnetId": subnet,
-                        "Groups": [group],
-                        "DeleteOnTermination": True,
-                    }
-                ],
+            instance = run_instance(
+                self.backend, self.world.region, IMAGE_ID, INSTANCE_TYPE, subnet, group
             )
-            ids.append(str(answer["Instances"][0]["InstanceId"]))
-        known = set(ids)
-        self.instances.update({i.id: i for i in self.backend.all_instances() if i.id in known})
+            self.instances[instance.id] = instance
+            ids.append(str(instance.id))
         return ids
 
     # -- nodes ---------------------------------------------------------------------------------

@@ -76,10 +76,10 @@ def install() -> None:
         found = importlib.metadata.version("moto")
         if found != MOTO_VERSION:
             raise RuntimeError(f"cloud.embedded.moto_ext needs moto {MOTO_VERSION}, found {found}")
+        moto_index.install()
         for owner, name, make in _PATCHES:
             setattr(owner, name, make(owner.__dict__[name]))
         setattr(NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes))  # noqa: B010
-        moto_index.install()
         _installed.add(found)
 
 
@@ -277,7 +277,7 @@ def _detach_network_interface(original: Callable[..., Any]) -> Callable[..., Any
 
     def detach_network_interface(backend: Any, attachment_id: str) -> None:
         with LOCK:
-            eni = next((e for e in backend.enis.values() if e.attachment_id == attachment_id), None)
+            eni = moto_index.attached_eni(backend, attachment_id)
             if eni is not None and eni.device_index == 0:
                 raise ec2_error(
                     "OperationNotPermitted",

@@ -9,10 +9,12 @@ with the square of its size. The indexes here change no answer; they only find t
 faster:
 
 - `EniTable` replaces each backend's `enis` dict (same keys, values and order) and keeps, on every
-  insertion and removal, the ENIs by subnet ID and the set of ENIs whose status is `available`;
+  insertion and removal, the ENIs by subnet ID, the ENIs whose status is `available` and the
+  attached ENIs by attachment ID;
 - `NetworkInterface.status` becomes a property over the same attribute that tells the table when
-  it changes (moto sets it on creation, attach and detach);
-- `get_network_interface` reads the dict instead of scanning it;
+  it changes (moto sets it on creation, and on attach and detach after the attachment ID);
+- `get_network_interface` reads the dict instead of scanning it, and `detach_network_interface`
+  finds the attachment in the index (moto's own scan for an ID the index lacks);
 - `get_instance` keeps instances by ID once found (moto never removes an instance from its
   reservation, terminated ones included), scanning as moto does only for an ID it has not seen.
 
@@ -24,11 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from moto.ec2.exceptions import LastEniDetachError
 from moto.ec2.models.elastic_network_interfaces import NetworkInterface, NetworkInterfaceBackend
 from moto.ec2.models.instances import InstanceBackend
 
 AVAILABLE = "available"
 _INSTANCES_ATTR = "_ipamd_instances_by_id"
+_ATTACHMENT_ATTR = "_ipamd_indexed_attachment"
+"""On an ENI: the attachment ID the table indexed it under."""
 
 
 def _subnet_id(eni: Any) -> str | None:
@@ -44,6 +49,8 @@ class EniTable(dict[str, Any]):
         super().__init__()
         self._by_subnet: dict[str | None, dict[str, Any]] = {}
         self._available: dict[str, Any] = {}
+        self._attachments: dict[str, Any] = {}
+        """Attachment ID -> the ENI it attaches, for every ENI with an attachment."""
         self._rank: dict[str, int] = {}
         """Each key's place in the dict's own order (insertion order)."""
         self._next_rank = 0
@@ -58,6 +65,11 @@ class EniTable(dict[str, Any]):
         """ENIs whose status is `available` (attached to nothing), in the dict's order."""
         return [self._available[k] for k in sorted(self._available, key=self._rank.__getitem__)]
 
+    def attached_by(self, attachment_id: str) -> Any | None:
+        """The ENI `attachment_id` attaches, if the index knows it (and it still does)."""
+        eni = self._attachments.get(attachment_id)
+        return eni if eni is not None and eni.attachment_id == attachment_id else None
+
     def status_changed(self, eni: Any) -> None:
         key = str(eni.id)
         if self.get(key) is eni:
@@ -68,6 +80,16 @@ class EniTable(dict[str, Any]):
             self._available.setdefault(key, eni)
         else:
             self._available.pop(key, None)
+        self._unindex_attachment(eni)
+        attachment_id = eni.__dict__.get("attachment_id")
+        if attachment_id is not None:
+            self._attachments[attachment_id] = eni
+            eni.__dict__[_ATTACHMENT_ATTR] = attachment_id
+
+    def _unindex_attachment(self, eni: Any) -> None:
+        old = eni.__dict__.pop(_ATTACHMENT_ATTR, None)
+        if old is not None and self._attachments.get(old) is eni:
+            del self._attachments[old]
 
     def _added(self, key: str, eni: Any) -> None:
         if key not in self._rank:
@@ -84,6 +106,7 @@ class EniTable(dict[str, Any]):
             if not members:
                 del self._by_subnet[subnet_id]
         self._available.pop(key, None)
+        self._unindex_attachment(eni)
         self._rank.pop(key, None)
 
     def __setitem__(self, key: str, eni: Any) -> None:
@@ -118,6 +141,7 @@ class EniTable(dict[str, Any]):
         super().clear()
         self._by_subnet.clear()
         self._available.clear()
+        self._attachments.clear()
         self._rank.clear()
 
     def setdefault(self, key: str, default: Any = None) -> Any:
@@ -150,6 +174,16 @@ def subnet_enis(subnet: Any) -> list[Any]:
     if indexed is not None:
         return indexed.in_subnet(subnet.id)
     return [eni for eni in list(backend.enis.values()) if eni.subnet.id == subnet.id]
+
+
+def attached_eni(backend: Any, attachment_id: str) -> Any | None:
+    """The ENI `attachment_id` attaches, as a scan of the backend's ENIs would find it."""
+    indexed = table(backend)
+    if indexed is not None:
+        found = indexed.attached_by(attachment_id)
+        if found is not None:
+            return found
+    return next((e for e in list(backend.enis.values()) if e.attachment_id == attachment_id), None)
 
 
 def available_enis(backend: Any) -> list[Any]:
@@ -195,6 +229,21 @@ def _get_network_interface(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_network_interface
 
 
+def _detach_network_interface(original: Callable[..., None]) -> Callable[..., None]:
+    """moto's own steps (its last-ENI rule, then the instance's detach) on the indexed ENI."""
+
+    def detach_network_interface(backend: Any, attachment_id: str) -> None:
+        eni = attached_eni(backend, attachment_id)
+        if eni is None or eni.instance is None:
+            original(backend, attachment_id)  # raises moto's own not-found error
+            return
+        if len(eni.instance.nics) == 1:
+            raise LastEniDetachError
+        eni.instance.detach_eni(eni)
+
+    return detach_network_interface
+
+
 def _get_instance(original: Callable[..., Any]) -> Callable[..., Any]:
     def get_instance(backend: Any, instance_id: str) -> Any:
         known: dict[str, Any] = backend.__dict__.setdefault(_INSTANCES_ATTR, {})
@@ -216,12 +265,16 @@ def _instances(backend: Any) -> Iterator[tuple[str, Any]]:
 
 def install() -> None:
     """Put the indexes in place (see the module docstring). Call once, before any backend exists
-    or with none holding ENIs yet: existing backends keep their plain dict and are scanned."""
+    or with none holding ENIs yet (existing backends keep their plain dict and are scanned), and
+    before `cloud.embedded.moto_ext` wraps the same methods."""
     NetworkInterfaceBackend.__init__ = _backend_init(  # type: ignore[method-assign]
         NetworkInterfaceBackend.__init__
     )
     NetworkInterfaceBackend.get_network_interface = _get_network_interface(  # type: ignore[method-assign]
         NetworkInterfaceBackend.get_network_interface
+    )
+    NetworkInterfaceBackend.detach_network_interface = _detach_network_interface(  # type: ignore[method-assign]
+        NetworkInterfaceBackend.detach_network_interface
     )
     InstanceBackend.get_instance = _get_instance(  # type: ignore[method-assign]
         InstanceBackend.get_instance

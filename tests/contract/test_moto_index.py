@@ -6,7 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from moto.ec2.exceptions import InvalidInstanceIdError, InvalidNetworkInterfaceIdError
+from moto.ec2.exceptions import (
+    InvalidInstanceIdError,
+    InvalidNetworkAttachmentIdError,
+    InvalidNetworkInterfaceIdError,
+)
 
 from cloud.embedded import moto_index
 from cloud.embedded.world import IMAGE_ID, World
@@ -48,8 +52,10 @@ def test_the_indexes_follow_every_change(world: World) -> None:
     )["AttachmentId"]
     _agree(backend, subnets)
     assert made[0] not in {e.id for e in moto_index.available_enis(backend)}
+    assert moto_index.attached_eni(backend, attachment) is backend.enis[made[0]]
     ec2.detach_network_interface(AttachmentId=attachment)
     _agree(backend, subnets)
+    assert moto_index.attached_eni(backend, attachment) is None
     assert [e.id for e in moto_index.available_enis(backend)] == made  # back in its place
     ec2.delete_network_interface(NetworkInterfaceId=made[1])
     _agree(backend, subnets)
@@ -67,6 +73,8 @@ def test_the_indexes_follow_every_change(world: World) -> None:
 
 def test_lookups_of_unknown_ids_fail_as_moto_does(world: World) -> None:
     backend = world.backend()
+    with pytest.raises(InvalidNetworkAttachmentIdError, match="eni-attach-00000000"):
+        backend.detach_network_interface("eni-attach-00000000")
     with pytest.raises(InvalidNetworkInterfaceIdError, match="eni-00000000000000000"):
         backend.get_network_interface("eni-00000000000000000")
     with pytest.raises(InvalidInstanceIdError, match="i-00000000000000000"):
