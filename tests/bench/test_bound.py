@@ -11,6 +11,7 @@ from bench.cluster.bound import (
     ASSIGN,
     ATTACH,
     CREATE,
+    Bound,
     BoundModel,
     NodeTrace,
     PodTrace,
@@ -20,6 +21,7 @@ from bench.cluster.bound import (
     steps_of,
 )
 from bench.cluster.front import Ec2Budget
+from bench.cluster.report import waiting_series
 from ipamd.policy import PREFIXES, SECONDARY_IPS, NodeLimits, PoolTargets
 
 LIMITS = NodeLimits(max_enis=3, units_per_eni=9, vcpus=2)
@@ -126,3 +128,17 @@ def test_tokens_go_to_the_earliest_deadline_even_if_it_was_asked_later() -> None
     assert schedule([early, late, urgent], [50.0, 100.0, 2.0], budget) is None
     none_needed = schedule([early, late], [math.inf, math.inf], budget)
     assert none_needed == [math.inf, math.inf]
+
+
+def test_pods_waiting_in_the_run_and_under_the_bound() -> None:
+    """Two pods from t=0: the run served them at 5 and 7; the bound's one step (1 address) was
+    done at 3, so under it one pod still waits after 3 (the second step is never done)."""
+    pods = [PodTrace("a", 0.0, address_s=5.0), PodTrace("a", 0.0, address_s=7.0)]
+    steps = [Step("a", 0, 0, 1, 1, False, 0.0, 0), Step("a", 1, 0, 1, 1, False, 0.0, 1)]
+    bound = Bound(3.0, steps, [3.0, math.inf])
+    series = waiting_series(pods, bound, 0.0, 8.0)
+    at = {t: (run, best) for t, run, best in series}
+    assert at[0.0] == (2, 2)
+    assert at[4.0] == (2, 1)
+    assert at[6.0] == (1, 1)
+    assert at[8.0] == (0, 1)
