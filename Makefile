@@ -47,9 +47,10 @@ bench-cluster: $(STAMP)
 chaos: $(STAMP)
 	$(BIN)/python -m chaos
 
-# make bench + short cluster and chaos runs -> docs/benchmarks.md and its plots.
+# make bench + short cluster and chaos runs -> docs/benchmarks.md and its plots; with
+# CLUSTER_JSON=path (from `python -m bench.cluster --json path`) the cluster section shows that run.
 report: $(STAMP)
-	$(BIN)/python -m bench.report
+	$(BIN)/python -m bench.report $(if $(CLUSTER_JSON),--cluster-json $(CLUSTER_JSON))
 
 # The container image (Dockerfile); needs a container engine, which `make test` does not.
 #   IMAGE=registry/ipamd:tag       its name (default ipamd:<version>)

@@ -30,8 +30,11 @@ The model:
 - **Checks** (`invariants`): every 15 minutes and at the end, each node's own invariants, every owned
   address on that node's ENIs in moto, no address owned twice in the cluster, no ENI leaked.
 - **Report** (`report`): EC2 calls per node-hour by operation, throttled calls, time from the first
-  ADD to an address (p50/p99), ADDs failed for want of an address, invariant violations, and the
-  pool size against pods over time, as `name: value` lines and JSON.
+  ADD to an address (p50/p99/max, of the pods whose first ADD fell in the measured window) beside
+  the least the account's budget allowed that workload (`bound`: no node-local policy obeying the
+  targets could have made the longest wait shorter) and the p99 over it, ADDs failed for want of
+  an address, invariant violations, the pool size against pods over time, and pods waiting over
+  time in the run and under the bound, as `name: value` lines and JSON.
 
 What it leaves out: IMDS lag and EC2's eventual consistency (drift and hint are exercised, but never
 see a stale listing), concurrency inside a node beyond asyncio's (commits take no virtual time), and

@@ -71,9 +71,14 @@ class AccountFront:
     def mutating(operation: str) -> bool:
         return operation not in NON_MUTATING
 
+    @classmethod
+    def bucket_name(cls, budget: Ec2Budget, operation: str) -> str:
+        """Which of the account's buckets `operation` draws from."""
+        family = "mutating" if cls.mutating(operation) else "non-mutating"
+        return f"{family}:{operation}" if budget.per_action else family
+
     def bucket(self, operation: str) -> TokenBucket:
-        family = "mutating" if self.mutating(operation) else "non-mutating"
-        name = f"{family}:{operation}" if self.budget.per_action else family
+        name = self.bucket_name(self.budget, operation)
         found = self._buckets.get(name)
         if found is None:
             b = self.budget

@@ -83,6 +83,7 @@ AWAITING_GC = "detached, left to its node's ENI GC"
 
 def _eni_findings(nodes: Iterable[SimNode], backend: Any) -> list[tuple[str, str]]:
     by_instance = {n.instance_id: n for n in nodes}
+    swept = {n.eni_gc_cluster for n in by_instance.values()}
     in_flight: set[str] = set()
     for node in by_instance.values():
         in_flight |= node.pool.pending_enis | node.pool.releases_in_flight
@@ -93,8 +94,9 @@ def _eni_findings(nodes: Iterable[SimNode], backend: Any) -> list[tuple[str, str
         if eni.instance is None:
             tags: dict[str, str] = backend.tags.get(eni.id, {})
             ours = tags.get(TAG_MANAGED_BY) == MANAGED_BY
-            collected = by_instance.get(tags.get(TAG_INSTANCE_ID, "")) is not None or any(
-                n.eni_gc_cluster == tags.get(TAG_CLUSTER_NAME) for n in by_instance.values()
+            collected = (
+                by_instance.get(tags.get(TAG_INSTANCE_ID, "")) is not None
+                or tags.get(TAG_CLUSTER_NAME) in swept
             )
             why = AWAITING_GC if ours and collected else "detached and no node collects it"
             findings.append((eni.id, why))

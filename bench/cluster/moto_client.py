@@ -6,8 +6,9 @@ layer costs milliseconds a call; calling the backend's models directly costs mic
 node side (`Boto3Ec2`: retries, client-side buckets, error translation, recording) is still the real
 adapter, fed the same dictionaries and the same botocore `ClientError`s a real client would give it.
 The requests follow what `cloud.embedded.moto_handlers` does with them (the same backend calls and
-`cloud.embedded.eni_rules` rules); lookups go straight to the backend's dictionaries rather than
-through moto's linear scans. Only the parameters ipamd sends are read.
+`cloud.embedded.eni_rules` rules); lookups go straight to the backend's dictionaries and indexes
+(`cloud.embedded.moto_index`) rather than through moto's linear scans. Only the parameters ipamd
+sends are read.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from moto.core.exceptions import ServiceException
 from moto.ec2.models.instance_types import INSTANCE_TYPES
 
 from bench.cluster.front import OK, THROTTLED, AccountFront
-from cloud.embedded import eni_rules
+from cloud.embedded import eni_rules, moto_index
 
 Response = dict[str, Any]
 
@@ -127,6 +128,8 @@ class MotoEc2Client:
                 if (instance := self._instances.get(i)) is not None
                 for nic in instance.nics.values()
             ]
+        elif statuses is not None and statuses <= {moto_index.AVAILABLE}:
+            candidates = moto_index.available_enis(self._backend)
         else:
             candidates = list(self._backend.enis.values())
         tags = {name.removeprefix("tag:"): values for name, values in wanted.items()}
@@ -292,3 +295,45 @@ class MotoEc2Client:
             return {}
 
         return self._serve("UnassignPrivateIpAddresses", answer)
+
+
+def run_instance(
+    backend: Any, region: str, image_id: str, instance_type: str, subnet_id: str, group_id: str
+) -> Any:
+    """Launch one instance whose primary ENI is in `subnet_id` and `group_id`, with
+    DeleteOnTermination: RunInstances with those NetworkInterfaces, handed to moto's backend as its
+    response handler hands it (moto 5.2.5, `EC2Response.run_instances`) but with no request to parse
+    and no answer to serialise. Returns moto's instance."""
+    nic = {
+        "DeviceIndex": 0,
+        "SubnetId": subnet_id,
+        "Groups": [group_id],
+        "DeleteOnTermination": True,
+    }
+    params: dict[str, Any] = {
+        "instance_type": instance_type,
+        "is_instance_type_default": False,
+        "placement": None,
+        "placement_hostid": None,
+        "region_name": region,
+        "subnet_id": None,
+        "key_name": None,
+        "security_group_ids": [],
+        "nics": [nic],
+        "private_ip": None,
+        "associate_public_ip": None,
+        "tags": {},
+        "ebs_optimized": False,
+        "disable_api_stop": False,
+        "instance_market_options": {},
+        "instance_initiated_shutdown_behavior": None,
+        "launch_template": {},
+        "hibernation_options": {},
+        "iam_instance_profile_name": None,
+        "iam_instance_profile_arn": None,
+        "monitoring_state": "disabled",
+        "ipv6_address_count": None,
+        "metadata_options": {},
+        "client_token": "ABCDE",
+    }
+    return backend.run_instances(image_id, 1, None, [], **params).instances[0]

@@ -4,13 +4,18 @@ document the benchmark report reads."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.cluster.bound import Bound, PodTrace
+from bench.cluster.front import AccountFront
 from bench.cluster.sim import RunResult
 
 HOUR_S = 3600.0
+SERIES_POINTS = 240
+"""Points of each run's pods-waiting series (the report's plot)."""
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -29,9 +34,37 @@ def calls_per_node_hour(result: RunResult) -> dict[str, float]:
     return {op: n / node_hours for op, n in sorted(result.calls.items())}
 
 
+def measured(pods: Sequence[PodTrace], since_s: float, until_s: float) -> list[PodTrace]:
+    """The pods a run's time-to-address figures count: served, first ADD within the window."""
+    return [p for p in pods if p.address_s is not None and since_s <= p.first_add_s <= until_s]
+
+
+def times_to_address(result: RunResult) -> list[float]:
+    pods = measured(result.pods.traces, result.since_s, result.until_s)
+    return [p.address_s - p.first_add_s for p in pods if p.address_s is not None]
+
+
+def bound_metrics(result: RunResult, tta: list[float]) -> dict[str, float]:
+    """The lower bound (`bench.cluster.bound`) beside the run's own figures. The ratios divide by
+    the bound, or by the runtime's retry interval when the bound is 0 (every pod could have had
+    its address at its first ADD; a pod that waited at all waited one retry at least)."""
+    bound = result.bound
+    if bound is None:
+        return {}
+    scale = max(bound.seconds, result.spec.pods.retry_s)
+    mutations = sum(n for op, n in result.calls.items() if AccountFront.mutating(op))
+    return {
+        "time_to_address_lower_bound_s": bound.seconds,
+        "time_to_address_p99_over_bound": percentile(tta, 0.99) / scale,
+        "time_to_address_max_over_bound": max(tta, default=0.0) / scale,
+        "mutating_calls": float(mutations),
+        "bound_mutating_calls": float(bound.calls_between(result.since_s, result.until_s)),
+    }
+
+
 def metrics(result: RunResult, wall_s: float) -> dict[str, float]:
     pods = result.pods
-    tta = pods.time_to_address_s
+    tta = times_to_address(result)
     return {
         "sim_hours": result.sim_s / HOUR_S,
         "window_hours": result.window_s / HOUR_S,
@@ -49,9 +82,11 @@ def metrics(result: RunResult, wall_s: float) -> dict[str, float]:
         "nodes_replaced": float(result.nodes_replaced),
         "add_failed_no_address": float(pods.failed_no_address),
         "add_errors": float(sum(pods.add_errors.values())),
+        "pods_measured": float(len(tta)),
         "time_to_address_p50_s": percentile(tta, 0.50),
         "time_to_address_p99_s": percentile(tta, 0.99),
         "time_to_address_max_s": max(tta, default=0.0),
+        **bound_metrics(result, tta),
         "invariant_checkpoints": float(result.checkpoints),
         "invariant_violations": float(result.violations),
         "enis_awaiting_eni_gc": float(result.awaiting_eni_gc),
@@ -81,9 +116,57 @@ def document(nodes: int, results: dict[str, tuple[RunResult, float]]) -> dict[st
         "add_errors": {name: dict(r.pods.add_errors) for name, (r, _) in results.items()},
         "problems": {name: r.problems for name, (r, _) in results.items()},
         "pool_series": series,
+        "waiting_series": {
+            name: waiting_series(r.pods.traces, r.bound, r.since_s, r.until_s)
+            for name, (r, _) in results.items()
+            if r.bound is not None
+        },
     }
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def waiting_series(
+    pods: Sequence[PodTrace], bound: Bound, since_s: float, until_s: float
+) -> list[tuple[float, int, int]]:
+    """(seconds into the window, pods waiting for an address in the run, pods the bound's
+    schedule leaves waiting) at `SERIES_POINTS` instants. A pod of the run waits from its first
+    ADD until it has an address or leaves; under the bound's schedule a node has as many waiting
+    as it has pods beyond the addresses of its steps done by then."""
+    run: list[tuple[float, str, int, int]] = []
+    best: list[tuple[float, str, int, int]] = []
+    for pod in pods:
+        end = pod.address_s if pod.address_s is not None else pod.released_s
+        if end is None or end > pod.first_add_s:
+            run.append((pod.first_add_s, "", 1, 0))
+            run.append((math.inf if end is None else end, "", -1, 0))
+        best.append((pod.first_add_s, pod.node, 1, 0))
+        if pod.released_s is not None:
+            best.append((pod.released_s, pod.node, -1, 0))
+    for step, done in zip(bound.steps, bound.done_s, strict=True):
+        best.append((done, step.node, 0, step.addresses))
+    step_s = max((until_s - since_s) / SERIES_POINTS, 1.0)
+    times = [since_s + n * step_s for n in range(int((until_s - since_s) / step_s) + 1)]
+    counts = [_waiting_at(sorted(events), times) for events in (run, best)]
+    return [(round(t - since_s, 3), a, b) for t, a, b in zip(times, *counts, strict=True)]
+
+
+def _waiting_at(events: Sequence[tuple[float, str, int, int]], times: Sequence[float]) -> list[int]:
+    """Pods beyond the addresses, summed over nodes, at each of `times` (ascending)."""
+    pods: dict[str, int] = {}
+    addresses: dict[str, int] = {}
+    total, k = 0, 0
+    out: list[int] = []
+    for t in times:
+        while k < len(events) and events[k][0] <= t:
+            _, node, dp, da = events[k]
+            before = max(pods.get(node, 0) - addresses.get(node, 0), 0)
+            pods[node] = pods.get(node, 0) + dp
+            addresses[node] = addresses.get(node, 0) + da
+            total += max(pods[node] - addresses[node], 0) - before
+            k += 1
+        out.append(total)
+    return out

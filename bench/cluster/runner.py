@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from bench.cluster.bound import lower_bound
 from bench.cluster.front import AccountFront
 from bench.cluster.moto_client import MotoEc2Client
 from bench.cluster.sim import Cluster, RunResult, RunSpec, install_executor, new_front
@@ -116,6 +117,12 @@ async def _run(
         n for (_, outcome), n in cluster.jobs.outcomes.items() if outcome != "ok"
     )
     result.sim_s = clock.elapsed_s()
+    result.node_traces = list(cluster.node_traces.values())
+    model = cluster.bound_model()
+    if model is not None:
+        result.bound = lower_bound(
+            result.pods.traces, result.node_traces, model, result.since_s, result.until_s
+        )
     return result
 
 
@@ -138,15 +145,19 @@ def _check(cluster: Cluster, clock: VirtualClock) -> None:
     cluster.check(clock.now())
 
 
-def _measure_from(front: AccountFront) -> Counter[tuple[str, str]]:
+def _measure_from(
+    cluster: Cluster, front: AccountFront, clock: VirtualClock
+) -> Counter[tuple[str, str]]:
+    cluster.result.since_s = clock.now()
     return front.snapshot()
 
 
 def _close_window(
-    cluster: Cluster, front: AccountFront, since: Counter[tuple[str, str]], window_s: float
+    cluster: Cluster, front: AccountFront, since: Counter[tuple[str, str]], clock: VirtualClock
 ) -> None:
     result = cluster.result
-    result.window_s = window_s
+    result.until_s = clock.now()
+    result.window_s = result.until_s - result.since_s
     result.calls = dict(front.by_operation(since))
     result.throttled = front.throttled(since)
 
@@ -171,11 +182,11 @@ async def _steady(
         tasks.append(asyncio.create_task(_churn(cluster, workload, client)))
     await asyncio.sleep(spec.ramp_s)
     progress(f"{spec.name}: ramp done, {workload.stats.scheduled} pods scheduled")
-    since = _measure_from(front)
+    since = _measure_from(cluster, front, clock)
     await _report_every(
         spec.measure_s, clock, lambda: progress(_status(cluster, workload, front, clock))
     )
-    _close_window(cluster, front, since, spec.measure_s)
+    _close_window(cluster, front, since, clock)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -226,7 +237,7 @@ async def _burst(
 ) -> None:
     spec = cluster.spec
     workload.mean_lifetime_s = None
-    since = _measure_from(front)
+    since = _measure_from(cluster, front, clock)
     started = clock.elapsed_s()
     await workload.spread(spec.burst_pods, spec.burst_window_s)
     deadline = started + spec.burst_window_s + spec.pods.deadline_s + 60.0
@@ -235,4 +246,4 @@ async def _burst(
     status = _status(cluster, workload, front, clock)
     progress(f"{spec.name}: the burst settled after {done_s:.0f}s virtual; {status}")
     await asyncio.sleep(spec.burst_settle_s)
-    _close_window(cluster, front, since, clock.elapsed_s() - started)
+    _close_window(cluster, front, since, clock)

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cluster.bound import Bound, BoundModel, NodeTrace
 from bench.cluster.front import AccountFront, Ec2Budget
 from bench.cluster.invariants import awaiting_eni_gc, check_cluster, leaked_enis
-from bench.cluster.moto_client import MotoEc2Client
+from bench.cluster.moto_client import MotoEc2Client, run_instance
 from bench.cluster.node import MotoImds, SimNode, build_node, start_node
 from bench.cluster.vtime import LatencyExecutor, VirtualClock
 from bench.cluster.workload import PodSettings, PodStats
@@ -32,6 +33,7 @@ from cloud.ec2 import Boto3Ec2
 from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World
 from cloud.errors import CloudError
 from ipamd.config import Config
+from ipamd.parts import strategy
 from ipamd.reconcile.jobs import Jobs
 
 INSTANCE_TYPE = "m5.large"
@@ -95,6 +97,12 @@ class RunResult:
     sim_s: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
     """A run's own figures, reported with the common ones (`bench.cluster.subnets_run`)."""
+    since_s: float = 0.0
+    until_s: float = 0.0
+    """The measured window, in the nodes' clock: pods whose first ADD falls in it are counted."""
+    node_traces: list[NodeTrace] = field(default_factory=list)
+    bound: Bound | None = None
+    """The lower bound on its time to address (`bench.cluster.bound`)."""
 
 
 class Cluster:
@@ -118,6 +126,7 @@ class Cluster:
         self._joins: set[asyncio.Task[None]] = set()
         self._serial = 0
         self._eni_suspects: set[str] = set()
+        self.node_traces: dict[str, NodeTrace] = {}
 
     # -- EC2 side ------------------------------------------------------------------------------
 
@@ -146,23 +155,11 @@ class Cluster:
         ids: list[str] = []
         for index in range(first_index, first_index + count):
             subnet, group = self._subnet_for(index)
-            answer = self._client.run_instances(
-                ImageId=IMAGE_ID,
-                InstanceType=INSTANCE_TYPE,
-                MinCount=1,
-                MaxCount=1,
-                NetworkInterfaces=[
-                    {
-                        "DeviceIndex": 0,
-                        "SubnetId": subnet,
-                        "Groups": [group],
-                        "DeleteOnTermination": True,
-                    }
-                ],
+            instance = run_instance(
+                self.backend, self.world.region, IMAGE_ID, INSTANCE_TYPE, subnet, group
             )
-            ids.append(str(answer["Instances"][0]["InstanceId"]))
-        known = set(ids)
-        self.instances.update({i.id: i for i in self.backend.all_instances() if i.id in known})
+            self.instances[instance.id] = instance
+            ids.append(str(instance.id))
         return ids
 
     # -- nodes ---------------------------------------------------------------------------------
@@ -175,6 +172,8 @@ class Cluster:
         self._serial += 1
         name = f"node-{self._serial:04d}"
         loop = asyncio.get_running_loop()
+        clock = VirtualClock(loop)
+        self.node_traces[instance_id] = NodeTrace(name, clock.now())
         adapter = Boto3Ec2(
             client,
             recorder=CallLog(),
@@ -183,7 +182,6 @@ class Cluster:
             rng=random.Random(self.rng.random()),
         )
         imds = MotoImds(self.instances[instance_id], self.world.region)
-        clock = VirtualClock(loop)
         node = None
         backoff_s = 1.0
         while node is None:
@@ -218,6 +216,7 @@ class Cluster:
         self.retired.append(node)
         self.backend.terminate_instances([node.instance_id])
         self.instances.pop(node.instance_id, None)
+        self.node_traces[node.instance_id].gone_s = VirtualClock(asyncio.get_running_loop()).now()
 
     async def close(self) -> None:
         for task in list(self._joins):
@@ -225,6 +224,21 @@ class Cluster:
         await asyncio.gather(*self._joins, return_exceptions=True)
         for node in self.nodes:
             await node.stop()
+
+    def bound_model(self) -> BoundModel | None:
+        """What the policies the lower bound covers obey (`bench.cluster.bound`): the nodes' own
+        targets, instance limits and unit, the account's budget and the runtime's retry interval."""
+        node = next(iter((*self.nodes, *self.retired)), None)
+        if node is None:
+            return None
+        parts = node.daemon.parts
+        return BoundModel(
+            parts.targets,
+            parts.node.limits,
+            strategy(self.config),
+            self.spec.budget,
+            self.spec.pods.retry_s,
+        )
 
     # -- checks and samples ----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bench.cluster.bound import PodTrace
 from bench.cluster.node import SimNode
 from datastore.records import AllocationKey
 from ipamd.clock import Clock
@@ -42,7 +43,8 @@ class PodSettings:
 
 @dataclass
 class PodStats:
-    time_to_address_s: list[float] = field(default_factory=list)
+    traces: list[PodTrace] = field(default_factory=list)
+    """Every pod's first ADD, address and release, in the order of their first ADDs."""
     failed_no_address: int = 0
     add_errors: Counter[str] = field(default_factory=Counter)
     scheduled: int = 0
@@ -75,6 +77,8 @@ class Workload:
         self.mean_lifetime_s: float | None = None
         """Mean of the pods' exponentially distributed lifetimes; None: they live until the end."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._live: dict[str, PodTrace] = {}
+        """Traces of the pods that still hold or want an address, by container ID."""
 
     def place(self) -> SimNode | None:
         """A ready node with room: the less loaded of two drawn at random (a few draws at most)."""
@@ -107,10 +111,17 @@ class Workload:
 
     def reschedule(self, node: SimNode) -> None:
         """The node is gone: its pods start again elsewhere, with fresh lifetimes."""
+        for cid in node.pods:
+            self._released(cid)
         for _ in range(len(node.pods)):
             self.stats.rescheduled += 1
             self.launch()
         node.pods.clear()
+
+    def _released(self, cid: str) -> None:
+        trace = self._live.pop(cid, None)
+        if trace is not None:
+            trace.released_s = self._clock.now()
 
     async def _pod(self, node: SimNode, cid: str) -> None:
         key = AllocationKey(NETWORK, cid, "eth0")
@@ -128,6 +139,9 @@ class Workload:
 
     async def _add(self, node: SimNode, key: AllocationKey) -> bool:
         started = self._clock.now()
+        trace = PodTrace(node.name, started)
+        self.stats.traces.append(trace)
+        self._live[key.container_id] = trace
         pod = PodRef("default", key.container_id[:12], key.container_id[:32])
         waiting = False
         try:
@@ -137,6 +151,7 @@ class Workload:
                 except NoAddressAvailable:
                     if self._clock.now() - started >= self._settings.deadline_s:
                         self.stats.failed_no_address += 1
+                        self._released(key.container_id)
                         return False
                     if not waiting:
                         waiting = True
@@ -145,9 +160,11 @@ class Workload:
                     continue
                 except IpamdError as err:
                     self.stats.add_errors[type(err).__name__] += 1
+                    self._released(key.container_id)
                     return False
-                self.stats.time_to_address_s.append(self._clock.now() - started)
+                trace.address_s = self._clock.now()
                 return True
+            self._released(key.container_id)
             return False
         finally:
             if waiting:
@@ -156,6 +173,7 @@ class Workload:
     async def _delete(self, node: SimNode, key: AllocationKey) -> None:
         node.runtime.stop(key.container_id)
         node.pods.discard(key.container_id)
+        self._released(key.container_id)
         self.stats.deleted += 1
         if self._rng.random() < self._settings.missed_del_ratio:
             self.stats.missed_dels += 1

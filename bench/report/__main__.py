@@ -22,20 +22,30 @@ from typing import Any
 from bench.report import markdown, plots, series
 
 CLUSTER_SIZES = (25, 50, 100)
-"""Short cluster runs (steady in both modes, and the subnet takeover) for the calls-against-size
-plot; the largest also feeds the tables and the pool-over-time plot."""
-CLUSTER_ARGS = ("--runs", "steady,steady_prefix,subnet_takeover", "--hours", "1")
+"""Short cluster runs (steady in both modes, a burst, and the subnet takeover) for the
+calls-against-size plot; the largest also feeds the tables and the plots, unless a full-size run's
+document is given (`--cluster-json`)."""
+CLUSTER_ARGS = ("--runs", "steady,burst,steady_prefix,subnet_takeover", "--hours", "1")
 CHAOS_FAULTS = 24
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__)
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="where to write the report")
+    parser.add_argument(
+        "--cluster-json",
+        type=Path,
+        default=None,
+        help="the document of a full-size `python -m bench.cluster --json` run (`make "
+        "bench-cluster`) for the cluster tables and plots, instead of the largest short run",
+    )
     args = parser.parse_args(argv)
     docs: Path = args.docs
     with tempfile.TemporaryDirectory(prefix="ipamd-report-") as tmp:
         work = Path(tmp)
         figures = _collect(work)
+    if args.cluster_json is not None:
+        figures.cluster = json.loads(args.cluster_json.read_text())
     images = docs / "benchmarks"
     figures_with_plots = _draw(figures, images, docs)
     (docs / "benchmarks.md").write_text(markdown.render(figures_with_plots))
@@ -96,6 +106,15 @@ def _draw(got: _Collected, images: Path, docs: Path) -> markdown.Figures:
     pool_series = got.cluster.get("pool_series", {})
     if any(pool_series.values()):
         plots.pool_over_time(pool_series, out("pool_over_time"))
+    waiting = got.cluster.get("waiting_series", {})
+    if any(waiting.values()):
+        runs = got.cluster.get("runs", {})
+        bounds = {
+            r: float(m["time_to_address_lower_bound_s"])
+            for r, m in runs.items()
+            if r in waiting and "time_to_address_lower_bound_s" in m
+        }
+        plots.pods_waiting(waiting, bounds, out("pods_waiting"))
     if got.sizes:
         plots.calls_by_cluster_size(got.sizes, out("calls_by_cluster_size"))
     return markdown.Figures(

@@ -29,6 +29,66 @@ MINIMUMS: Mapping[str, float] = {
 """Lower bounds, likewise."""
 
 
+CLUSTER_TARGETS = (
+    "Targets at 500 nodes (`make bench-cluster`): the burst's time_to_address_p99_over_bound "
+    "≤ 1.5, the steady run's time_to_address_p99_s ≤ 30; in every run 0 add_failed_no_address "
+    "and 0 invariant_violations. The time-to-address figures count the pods whose first ADD fell "
+    "in the run's measured window (after the ramp in steady runs)."
+)
+
+BOUND_MODEL = """### The lower bound on time to address
+
+`time_to_address_lower_bound_s` is the least longest time to address that any node-local pool \
+policy obeying the same targets could have had on the run's workload under the run's EC2 API \
+budget (`bench/cluster/bound.py`). `time_to_address_p99_over_bound` is the run's p99 over it and \
+`time_to_address_max_over_bound` its longest over it, which no such policy, ipamd included, \
+can bring below 1; when the bound is 0 (no pod need have waited) both divide by one retry interval of \
+the runtime (1 s), the least a pod that waited at all waited. `bound_mutating_calls` is what \
+the targets' asks in the window cost at least, beside ipamd's `mutating_calls` (every request, \
+throttled ones included).
+
+What is counted:
+
+- **The workload as it happened.** Each pod wants an address on its node from its first ADD \
+until it left (its DEL, its ADD given up, or its node terminated), as in the run; nodes join \
+when their ipamd started. The runtime retries a refused ADD every second.
+- **Steps, from the targets.** A policy obeying the targets asks for addresses only when the \
+targets (WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET, WARM_PREFIX_TARGET, MAX_ENI, max \
+pods, the instance type's limits, read by ipamd's own planner `ipamd.policy.plan_pool`) find the \
+pool short, with every pod the node has had at once counted, waiting ones included, and nothing \
+given back. Each ask is a step, released when the targets first allow it, and costs the fewest \
+mutating calls that deliver it: one AssignPrivateIpAddresses for units on an ENI the node has; \
+one CreateNetworkInterface carrying the units and one AttachNetworkInterface for a new ENI.
+- **When a step is due.** Step k of a node is due when the node's pods first outnumber the \
+addresses of its steps before k. From then one of the w pods beyond those addresses waits until \
+step k is done or w pods have left the node (the step's relief).
+- **The budget.** Every call takes a token from the run's buckets (same sizes, refill and \
+per-action split, full at the start) and is answered after the mutating latency (0.3 s); a step \
+is done when its last call is answered, and no sooner than its calls one after another.
+
+The bound is the least T, in whole seconds, such that every step due in the measured window \
+whose relief comes later than due + T is done by due + T, with each node's steps done in order. \
+To decide whether a T is possible, tokens go, as soon as the buckets hold them, to the waiting \
+call with the earliest deadline: that meets every deadline whenever any schedule does, since \
+tokens are alike and one left in the bucket is never worth more later (Jackson's rule).
+
+Why it is a lower bound: take any node-local policy obeying the targets, and T its longest time \
+to address on this workload and budget. At each step's due time the node has more pods than the \
+addresses of the steps before it, and the policy holds no more than the targets let it ask for; \
+so unless the step's relief comes first, some pod waits until the policy has done that step's \
+worth of asks, which it therefore does by due + T. It pays at least the fewest calls for each, \
+from the same buckets, each answered only after the latency: its calls are a schedule meeting \
+the deadlines for T, which the bound found impossible for any T below it.
+
+Assumptions, each on the policy's side: a node's steps are done in the order the targets ask \
+for them (with the default targets each is one ENI or one prefix, and the earlier never costs \
+more); arrivals and departures are the run's; reads (Describe*), client-side buckets, refused \
+requests, backoff, releases and the IP cooldown cost the policy nothing. The bound leaves out \
+what ipamd adds for safety (ModifyNetworkInterfaceAttribute for DeleteOnTermination, a separate \
+assign after an attach), which is why ipamd's own calls can be several times the bound's.
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Figures:
     machine: str
@@ -95,11 +155,18 @@ def _cluster_section(f: Figures) -> str:
             _table(("figure", *run_names), rows),
             "",
             *_takeover(runs.get("subnet_takeover")),
+            CLUSTER_TARGETS,
+            "",
             "EC2 calls per node-hour by operation:\n",
             _table(("operation", *sorted(calls)), call_rows),
             "",
             _image(f, "pool_over_time", "Pool size against pods over time"),
             "",
+            "Pods waiting for an address in each run's measured window, and under the schedule "
+            "that meets the run's lower bound:\n",
+            _image(f, "pods_waiting", "Pods waiting over time against the lower bound"),
+            "",
+            BOUND_MODEL,
             "Steady workload, EC2 calls per node-hour against cluster size:\n",
             _table(("operation", *(f"{n} nodes" for n in sizes)), size_rows),
             "",

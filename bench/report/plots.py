@@ -66,6 +66,29 @@ def pool_over_time(series: Mapping[str, Sequence[Point]], path: Path) -> None:
     _save(fig, path)
 
 
+def pods_waiting(
+    series: Mapping[str, Sequence[Point]], bounds: Mapping[str, float], path: Path
+) -> None:
+    """Pods waiting for an address over each run's measured window, in the run and under the
+    schedule that meets the lower bound; one panel per run. Each point is (seconds into the
+    window, waiting in the run, waiting under the bound)."""
+    runs = [r for r, points in series.items() if points]
+    fig, axes = plt.subplots(len(runs) or 1, 1, figsize=(8, 3.0 * max(1, len(runs))), squeeze=False)
+    for ax, run in zip(axes[:, 0], runs, strict=False):
+        points = series[run]
+        minutes = [p[0] / 60 for p in points]
+        ax.plot(minutes, [p[1] for p in points], label="the run")
+        ax.plot(minutes, [p[2] for p in points], label="the lower bound's schedule", linestyle="--")
+        bound = bounds.get(run)
+        note = f" (lower bound on the longest wait: {bound:,.0f} s)" if bound is not None else ""
+        ax.set_title(f"{run}{note}", fontsize="medium")
+        ax.set_xlabel("minutes into the measured window")
+        ax.set_ylabel("pods waiting")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    _save(fig, path)
+
+
 def calls_by_cluster_size(by_size: Mapping[int, Mapping[str, float]], path: Path) -> None:
     """EC2 calls per node-hour, by operation, against the number of nodes."""
     sizes = sorted(by_size)

@@ -19,6 +19,7 @@ from moto.ec2.models.instance_types import INSTANCE_TYPES
 from moto.ec2.models.instances import Instance
 from moto.moto_api._internal import mock_random
 
+from cloud.embedded.moto_index import subnet_enis
 from cloud.embedded.subnet_space import SpaceExhausted, SubnetSpace, prefix_addresses
 
 LOCK = threading.RLock()
@@ -109,10 +110,6 @@ def _as_int(address: str) -> int | None:
 
 def _ints(addresses: Iterable[str]) -> set[int]:
     return {v for v in (_as_int(a) for a in addresses) if v is not None}
-
-
-def subnet_enis(subnet: Any) -> list[Any]:
-    return [eni for eni in list(subnet.ec2_backend.enis.values()) if eni.subnet.id == subnet.id]
 
 
 def subnet_space(subnet: Any) -> SubnetSpace:

@@ -39,6 +39,9 @@ ElasticNetworkInterfaces.modify_network_interface_   Attachment.DeleteOnTerminat
 Instance.terminate                                   ENIs without DeleteOnTermination are detached and
                                                      stay available when their instance terminates.
 
+Lookups moto makes by scanning every ENI or instance of the account are indexed
+(`cloud.embedded.moto_index`): the same answers, at a cost that does not grow with the account.
+
 Not modelled: network cards other than 0, prefix delegation being Nitro-only, subnet CIDR reservations
 steering prefix placement, eventual consistency.
 """
@@ -54,7 +57,7 @@ from moto.ec2.models.instances import Instance
 from moto.ec2.models.subnets import Subnet
 from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
 
-from cloud.embedded import eni_rules, moto_handlers
+from cloud.embedded import eni_rules, moto_handlers, moto_index
 from cloud.embedded.eni_rules import LOCK, ec2_error
 from cloud.embedded.moto_handlers import STRICT
 
@@ -73,6 +76,7 @@ def install() -> None:
         found = importlib.metadata.version("moto")
         if found != MOTO_VERSION:
             raise RuntimeError(f"cloud.embedded.moto_ext needs moto {MOTO_VERSION}, found {found}")
+        moto_index.install()
         for owner, name, make in _PATCHES:
             setattr(owner, name, make(owner.__dict__[name]))
         setattr(NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes))  # noqa: B010
@@ -273,7 +277,7 @@ def _detach_network_interface(original: Callable[..., Any]) -> Callable[..., Any
 
     def detach_network_interface(backend: Any, attachment_id: str) -> None:
         with LOCK:
-            eni = next((e for e in backend.enis.values() if e.attachment_id == attachment_id), None)
+            eni = moto_index.attached_eni(backend, attachment_id)
             if eni is not None and eni.device_index == 0:
                 raise ec2_error(
                     "OperationNotPermitted",

@@ -12,7 +12,7 @@ import pytest
 
 from bench.cluster.front import THROTTLED, AccountFront, Ec2Budget
 from bench.cluster.moto_client import MotoEc2Client
-from bench.cluster.report import calls_per_node_hour, percentile
+from bench.cluster.report import calls_per_node_hour, metrics, percentile, times_to_address
 from bench.cluster.runner import run_spec
 from bench.cluster.sim import RunSpec
 from bench.cluster.vtime import LatencyExecutor, VirtualTimeLoop
@@ -126,16 +126,29 @@ def test_a_small_steady_cluster_keeps_every_invariant(host: EmbeddedEc2) -> None
 
 
 def test_a_burst_under_throttling_reports_time_to_address(host: EmbeddedEc2) -> None:
-    budget = Ec2Budget(mutate_capacity=10, mutate_refill_per_s=1.0)
+    # 5 tokens and one each 4 s: fewer than the 60 calls the second and third ENIs of 15 nodes
+    # take at least, in the minute the 300 pods arrive.
+    budget = Ec2Budget(mutate_capacity=5, mutate_refill_per_s=0.25)
     spec = RunSpec("burst", 15, burst_pods=300, warmup_s=60, budget=budget, seed=4)
     result = run_spec(spec, host)
-    tta = result.pods.time_to_address_s
+    tta = times_to_address(result)
     assert len(tta) == 300
     assert result.pods.failed_no_address == 0
     assert result.violations == 0, result.problems
     assert result.throttled > 0  # the small budget did bite
     assert percentile(tta, 0.99) > percentile(tta, 0.5)  # some pods waited for the pool to grow
     assert percentile(tta, 0.99) > 1.0
+    # The bound is one: ipamd's own longest wait is no shorter, and the budget made it more than
+    # the calls' latency.
+    assert result.bound is not None
+    assert 1.0 < result.bound.seconds <= max(tta)
+    figures = metrics(result, 0.0)
+    assert figures["time_to_address_lower_bound_s"] == result.bound.seconds
+    assert figures["time_to_address_p99_over_bound"] == pytest.approx(
+        percentile(tta, 0.99) / result.bound.seconds
+    )
+    assert figures["time_to_address_max_over_bound"] >= 1.0
+    assert 0 < figures["bound_mutating_calls"] <= figures["mutating_calls"]
 
 
 def test_node_churn_keeps_the_address_invariants(host: EmbeddedEc2) -> None:

@@ -14,7 +14,12 @@ CLUSTER = {
     "nodes": 3,
     "runs": {
         "steady": {"invariant_violations": 0, "add_failed_no_address": 0},
-        "burst": {"time_to_address_p99_s": 4.5, "throttled_calls": 17},
+        "burst": {
+            "time_to_address_p99_s": 4.5,
+            "time_to_address_lower_bound_s": 3.0,
+            "time_to_address_p99_over_bound": 1.5,
+            "throttled_calls": 17,
+        },
     },
     "calls_per_node_hour": {
         "steady": {"DescribeNetworkInterfaces": 12.0, "AssignPrivateIpAddresses": 0.5},
@@ -23,6 +28,10 @@ CLUSTER = {
     "pool_series": {
         "ip": [[0, 0, 9], [60, 5, 14], [120, 2, 11]],
         "prefix": [[0, 0, 16], [60, 20, 48]],
+    },
+    "waiting_series": {
+        "burst": [[0, 0, 0], [1, 12, 9], [2, 30, 14], [3, 5, 0], [4, 0, 0]],
+        "steady": [[0, 0, 0], [60, 1, 0], [120, 0, 0]],
     },
 }
 CHAOS = {
@@ -46,11 +55,13 @@ def _draw_all(docs: Path) -> dict[str, str]:
         {25: {"DescribeNetworkInterfaces": 12.0}, 50: {"DescribeNetworkInterfaces": 12.1}},
         images / "c.png",
     )
+    plots.pods_waiting(CLUSTER["waiting_series"], {"burst": 3.0}, images / "w.png")  # type: ignore[arg-type]
     return {
         "add_latency": "benchmarks/a.png",
         "del_cost": "benchmarks/d.png",
         "pool_over_time": "benchmarks/p.png",
         "calls_by_cluster_size": "benchmarks/c.png",
+        "pods_waiting": "benchmarks/w.png",
     }
 
 
@@ -78,6 +89,10 @@ def test_report_links_real_plots_and_shows_every_figure(tmp_path: Path) -> None:
     assert "| other | 7 |  |" in page
     assert "| 86,400 | 0.270 |" in page
     assert "| time_to_address_p99_s | 4.500 |  |" in page  # columns: burst, then steady
+    assert "| time_to_address_lower_bound_s | 3 |  |" in page
+    assert "| time_to_address_p99_over_bound | 1.500 |  |" in page
+    assert "### The lower bound on time to address" in page
+    assert "Why it is a lower bound" in page
     assert "| DescribeNetworkInterfaces | 30 | 12 |" in page
     assert "| disk_full | 4 | 4 |" in page
     assert "| faults_survived | 8 |" in page
@@ -87,3 +102,4 @@ def test_a_missing_plot_is_said_not_linked(tmp_path: Path) -> None:
     page = markdown.render(markdown.Figures("m", {}, [], CLUSTER, {}, CHAOS, plots={}))
     assert "](" not in page
     assert "_Pool size against pods over time: no data in this run._" in page
+    assert "_Pods waiting over time against the lower bound: no data in this run._" in page
