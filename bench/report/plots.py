@@ -86,6 +86,7 @@ def pods_waiting(
         ax.set_ylabel("pods waiting")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
+    fig.tight_layout()
     _save(fig, path)
 
 
