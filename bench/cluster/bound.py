@@ -20,7 +20,7 @@ The model (docs/benchmarks.md, "The lower bound on time to address", says why it
   full at the start) and is answered `mutate_latency_s` later; a step is done when its last call
   is answered, and no sooner than its calls one after another.
 
-`lower_bound_s` finds the least `T` for which every step due in the window can be done by
+`lower_bound` finds the least `T` for which every step due in the window can be done by
 `due + T` (or has its relief sooner), with each node's steps done in order; tokens go to steps in
 order of deadline as soon as the buckets have them, which is the order that meets every deadline
 whenever any order does. The runtime retries an ADD every `retry_s`, so `T` is rounded up to a

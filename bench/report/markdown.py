@@ -109,7 +109,8 @@ def render(f: Figures) -> str:
         "# ipamd benchmarks\n",
         "Written by `make report` (do not edit by hand): `make bench`, then short runs of the "
         "cluster simulator (`make bench-cluster`) and of the chaos runner (`make chaos`). "
-        "The full-size runs print the same figures; this page shows the short ones.\n",
+        "The full-size runs print the same figures; this page shows the short ones, except "
+        "where a section names a full-size run (`make report CLUSTER_JSON=...`).\n",
         f"Machine: {f.machine}\n",
         _engine_section(f),
         _cluster_section(f),

@@ -63,6 +63,7 @@ def pool_over_time(series: Mapping[str, Sequence[Point]], path: Path) -> None:
         ax.set_ylabel("addresses")
         ax.grid(True, alpha=0.3)
         ax.legend()
+    fig.tight_layout()
     _save(fig, path)
 
 
@@ -86,6 +87,7 @@ def pods_waiting(
         ax.set_ylabel("pods waiting")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
+    fig.tight_layout()
     _save(fig, path)
 
 
