@@ -48,7 +48,6 @@ from cloud.ec2_answers import (
 from cloud.ec2_codes import error_for_code
 from cloud.errors import (
     CallTimeout,
-    CloudError,
     NotFound,
     Rejected,
     ServiceUnavailable,
@@ -169,6 +168,9 @@ class Boto3Ec2:
         security_groups: Sequence[str],
         description: str,
         tags: Mapping[str, str],
+        *,
+        kind: UnitKind = "ip",
+        count: int = 0,
     ) -> NetworkInterface:
         params: dict[str, Any] = {
             "SubnetId": subnet_id,
@@ -176,6 +178,10 @@ class Boto3Ec2:
             # One token per logical create: a repeat after a lost answer returns the same ENI.
             "ClientToken": str(uuid.uuid4()),
         }
+        if count > 0:
+            params["Ipv4PrefixCount" if kind == "prefix" else "SecondaryPrivateIpAddressCount"] = (
+                count
+            )
         if security_groups:
             params["Groups"] = list(security_groups)
         if tags:
@@ -195,18 +201,7 @@ class Boto3Ec2:
             "DeviceIndex": device_index,
         }
         answer = await self._call("AttachNetworkInterface", params, mutating=True, repeatable=False)
-        attachment_id = str(answer["AttachmentId"])
-        try:
-            await self.set_delete_on_termination(eni_id, attachment_id)
-        except CloudError:
-            # Attached without DeleteOnTermination, the ENI would outlive the instance. Undo the
-            # attach, so the caller, seeing a failed attach, finds a detached ENI it can delete.
-            try:
-                await self.detach_eni(attachment_id)
-            except CloudError as undo:
-                logger.warning("ec2.attach_undo_failed eni_id=%s error=%s", eni_id, undo)
-            raise
-        return attachment_id
+        return str(answer["AttachmentId"])
 
     async def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
         attribute = {"AttachmentId": attachment_id, "DeleteOnTermination": True}

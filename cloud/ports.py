@@ -46,10 +46,17 @@ class Ec2Api(Protocol):
         security_groups: Sequence[str],
         description: str,
         tags: Mapping[str, str],
-    ) -> NetworkInterface: ...
+        *,
+        kind: UnitKind = "ip",
+        count: int = 0,
+    ) -> NetworkInterface:
+        """A new ENI holding `count` units of `kind` besides its primary address, assigned in the
+        same call (one mutation fewer than an assign after the attach); the answer lists them."""
+        ...
 
     async def attach_eni(self, eni_id: str, instance_id: str, device_index: int) -> str:
-        """Attach with DeleteOnTermination set; returns the attachment ID."""
+        """Attach; returns the attachment ID. DeleteOnTermination starts false, as EC2 attaches:
+        `set_delete_on_termination` sets it."""
         ...
 
     async def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:

@@ -36,6 +36,9 @@ Whether a retryable error may be retried depends on the call:
   re-reads the ENI (DescribeNetworkInterfaces) before acting again, since the inventory changes only on
   evidence from EC2.
 
+Background work (`background_calls`) is not retried on a throttle: the pool manager holds it back
+itself while the account is throttled, so the calls a waiting pod needs get the tokens.
+
 Time is injected (`clock`, `sleep`) and so is the random source, so tests are exact and never sleep.
 This module knows nothing of boto3; it sees `CloudError`s only.
 """
@@ -43,11 +46,13 @@ This module knows nothing of boto3; it sees `CloudError`s only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -58,6 +63,8 @@ from cloud.errors import CloudError, Throttled
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_BACKGROUND: ContextVar[bool] = ContextVar("ipamd_background_calls", default=False)
 
 MonotonicClock = Callable[[], float]
 """Seconds from an arbitrary origin that never goes backwards (`time.monotonic`)."""
@@ -155,6 +162,19 @@ class TokenBucket:
         self._stamp = now
 
 
+@contextlib.contextmanager
+def background_calls() -> Iterator[None]:
+    """EC2 calls made inside are background work that no caller waits for (a warm pool's top-up,
+    addresses given back, DeleteOnTermination on an ENI in use): a throttled one is not retried
+    here. Its caller backs off instead, so the account's tokens go to the calls something waits on.
+    Every other retryable error is retried as ever."""
+    token = _BACKGROUND.set(True)
+    try:
+        yield
+    finally:
+        _BACKGROUND.reset(token)
+
+
 class AttemptFailed(Exception):
     """One attempt's translated error, and whether EC2 surely did not act on the request."""
 
@@ -223,6 +243,8 @@ class Retrier:
                 if isinstance(error, Throttled):
                     bucket.drain()
                 retry = may_retry(error, not_applied=failed.not_applied, repeatable=repeatable)
+                if isinstance(error, Throttled) and _BACKGROUND.get():
+                    retry = False
                 if not retry or n >= self.policy.max_attempts:
                     raise error from failed.__cause__
                 delay_s = self._backoff.delay_s(n)

@@ -26,7 +26,7 @@ OK = "ok"
 THROTTLED = "RequestLimitExceeded"
 
 NON_MUTATING = frozenset(
-    {"DescribeNetworkInterfaces", "DescribeInstances", "DescribeInstanceTypes"}
+    {"DescribeNetworkInterfaces", "DescribeInstances", "DescribeInstanceTypes", "DescribeSubnets"}
 )
 """The read-only actions ipamd calls; every other action counts as mutating."""
 

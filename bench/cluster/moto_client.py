@@ -221,6 +221,8 @@ class MotoEc2Client:
             list(params.get("Groups") or []),
             params.get("Description"),
             tags,
+            secondary_ips_count=int(params.get("SecondaryPrivateIpAddressCount") or 0),
+            ipv4_prefix_count=int(params.get("Ipv4PrefixCount") or 0),
         )
         if token:
             self._tokens[token] = eni.id

@@ -91,6 +91,8 @@ class Engine:
         """Set when the state file could not be trusted: every change is refused with this error."""
         self.pool_wanted = asyncio.Event()
         """Set when an ADD found no free address: the pool manager grows at once, not on its tick."""
+        self.starved_at = float("-inf")
+        """When an ADD last found no free address (the pool manager's demand, `pool_pace`)."""
         self.blocked_enis: dict[str, str] = {}
         """ENI ID → why none of its addresses may be handed out yet (its link is not set up on the
         host). Owned by the host-network owner, which fills it from a commit listener, so an ENI
@@ -184,6 +186,7 @@ class Engine:
                 )
             )
         except NoAddressAvailable:
+            self.starved_at = self._clock.now()
             self.pool_wanted.set()
             raise
 

@@ -1,7 +1,9 @@
 """The pool manager: applies the policy's plan through the EC2 port.
 
-Grow: fill existing ENIs, then create, tag and attach new ones; every unit enters the inventory from
-EC2's own answer. Shrink (`pool_release`): units are marked `releasing` (a committed change) before
+Grow: fill existing ENIs, then create new ones holding their units, tagged, attached and recorded
+(`pool_enis`); every unit enters the inventory from EC2's own answer. Which rounds go first and how
+they back off is `pool_pace`'s: a round an ADD waits for calls at once; warm-up and shrinking wait
+while the account is throttled. Shrink (`pool_release`): units are marked `releasing` (a committed change) before
 EC2 is called, so no ADD can take them; if they became needed meanwhile the release is aborted.
 The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
 sends growth to new ENIs in another subnet where discovery has one, else pauses growth for a
@@ -17,32 +19,25 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TypeVar
 
-from cloud.backoff import backoff_delay_s
 from cloud.errors import (
     AddressLimitExceeded,
     CloudError,
-    InUse,
-    NotFound,
     SubnetExhausted,
 )
-from cloud.models import NetworkInterface, UnitKind
+from cloud.models import UnitKind
 from cloud.ports import (
-    MANAGED_BY,
-    TAG_CLUSTER_NAME,
-    TAG_CREATED_AT,
-    TAG_INSTANCE_ID,
-    TAG_MANAGED_BY,
     Ec2Api,
     Instance,
 )
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
+from ipamd.engine.pool_enis import EniMaker
 from ipamd.engine.pool_mode import PoolMode, never_read
-from ipamd.engine.pool_release import Releaser, attached_here, timed
+from ipamd.engine.pool_pace import Pace
+from ipamd.engine.pool_release import Releaser, timed
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
 from ipamd.engine.stats import node_stats
 from ipamd.engine.subnets import SubnetCatalogue
@@ -79,20 +74,22 @@ class PoolManager:
         self._clock = clock
         self._rng = rng or random.Random()
         self.health = PoolHealth()
+        self.pace = Pace(engine, settings, self.health, clock, self._rng)
+        """Pods waiting first, background work held back while the account is throttled."""
         self.mode = PoolMode(settings.subnet_scarcity_threshold, subnet_free)
-        self.pending_enis: set[str] = set()
-        """ENIs created but not yet in the inventory: ENI GC must not touch them."""
         self.foreign_enis: set[str] = set()
         """Attached ENIs of others (EFA, trunk, `no_manage`): never touched, each takes a slot."""
         self.subnets = subnets
         """Where new ENIs go, and which subnets are closed to new pods."""
-        self._unattached: dict[str, NetworkInterface] = {}
-        """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer):
-        the next ENI the plan wants is this one, not another CreateNetworkInterface. Under an
-        account's exhausted API budget, creating anew on every tick would only add calls."""
+        self._enis = EniMaker(engine, ec2, instance, settings, subnets, clock, self.pace)
         self._releaser = Releaser(
             engine, ec2, instance.instance_id, settings.call_timeout_s, self._no_longer_excess
         )
+
+    @property
+    def pending_enis(self) -> set[str]:
+        """ENIs created but not yet in the inventory: ENI GC must not touch them."""
+        return self._enis.pending
 
     @property
     def releases_in_flight(self) -> set[str]:
@@ -157,6 +154,9 @@ class PoolManager:
         if now < self.health.backoff_until:
             return PoolPlan()
         self.mode.observe_subnets()
+        demand = self.pace.demand()
+        if not demand and self.pace.held():
+            return PoolPlan()
         plan = self.plan()
         if self._growth_paused(now) and (plan.assign or plan.new_enis):
             plan = replace(plan, assign=(), new_enis=(), replace_units=())
@@ -166,18 +166,20 @@ class PoolManager:
         elif shrinking:
             self.health.last_shrink_at = now
         if not plan.new_enis:
-            await self._drop_unattached()
+            await self._enis.drop_unattached()
         if plan.is_empty():
             return plan
         try:
-            await self._apply(plan)
+            with self.pace.calls(demand):
+                await self._apply(plan)
         except (CloudError, StoreWriteFailed) as err:
             # A full or failing disk is a failed tick like a failed EC2 call: the change was not
             # recorded, so memory is unchanged; what EC2 did meanwhile the drift reconciles.
-            self._failed(err)
+            self._failed(err, demand)
             return plan
         self.health.plans_applied += 1
-        self.health.consecutive_failures = 0
+        self.health.demand_rounds += demand
+        self.pace.succeeded()
         return plan
 
     async def refresh_subnets(self) -> None:
@@ -188,33 +190,21 @@ class PoolManager:
     def _growth_paused(self, now: float) -> bool:
         return now < self.health.subnet_exhausted_until and self._settings.fallback_strategy is None
 
-    def _failed(self, err: CloudError | StoreWriteFailed) -> None:
-        h = self.health
-        h.failures += 1
-        h.consecutive_failures += 1
-        h.errors_by_code[err.code] = h.errors_by_code.get(err.code, 0) + 1
-        h.last_error = str(err)
+    def _failed(self, err: CloudError | StoreWriteFailed, demand: bool) -> None:
         now = self._clock.now()
         if self.subnets.takes_over(err):
             logger.info("pool.subnet_full error=%s: new ENIs go to another subnet", err)
         elif isinstance(err, SubnetExhausted):
-            h.subnet_exhausted_until = now + self._settings.subnet_exhausted_cooldown_s
-            logger.warning(
-                "pool.subnet_exhausted error=%s cooldown_s=%s",
-                err,
-                self._settings.subnet_exhausted_cooldown_s,
-            )
-        # Full jitter: a fleet of nodes failing together does not retry together.
-        s = self._settings
-        delay = backoff_delay_s(
-            h.consecutive_failures, s.backoff_base_s, s.backoff_cap_s, self._rng
-        )
-        h.backoff_until = now + delay
+            cooldown_s = self._settings.subnet_exhausted_cooldown_s
+            self.health.subnet_exhausted_until = now + cooldown_s
+            logger.warning("pool.subnet_exhausted error=%s cooldown_s=%s", err, cooldown_s)
+        delay = self.pace.failed(err, demand)
         logger.warning(
-            "pool.failed error=%s retryable=%s backoff_s=%.2f",
+            "pool.failed error=%s retryable=%s demand=%s backoff_s=%.2f",
             err,
             err.retryable,
-            h.backoff_until - now,
+            demand,
+            delay,
         )
 
     async def _apply(self, plan: PoolPlan) -> None:
@@ -256,6 +246,7 @@ class PoolManager:
         if falls_back and cidrs:
             self.mode.prefixes_granted()
         await self._engine.add_units(eni_id, cidrs, kind)
+        self.pace.served()
         logger.info("pool.grow eni_id=%s kind=%s units=%d", eni_id, kind, len(cidrs))
 
     async def _prefixes_elsewhere(self, eni_id: str, err: SubnetExhausted, count: int) -> bool:
@@ -287,87 +278,12 @@ class PoolManager:
         return True
 
     async def _new_eni(self, count: int) -> None:
-        # EC2's view, not only the inventory: an ENI attached by a call whose answer was lost holds
-        # its device index until reconcile adopts it.
-        attached = await self._timed(
-            "describe", self._ec2.describe_enis(self._instance.instance_id)
-        )
-        for eni_id in {e.eni_id for e in attached} & set(self._unattached):
-            # Attached after all (an answer lost): the drift adopts it into the inventory.
-            del self._unattached[eni_id]
-            self.pending_enis.discard(eni_id)
-        index = self._free_device_index({e.device_index for e in attached})
-        if self._unattached:
-            eni = self._unattached.pop(next(iter(self._unattached)))
-        else:
-            eni = await self._create_eni()
-        self.pending_enis.add(eni.eni_id)
-        try:
-            await self._attach(eni, index)
-            await self._engine.add_eni(eni_record(eni, index, self._clock.now()))
-        finally:
-            if eni.eni_id not in self._unattached:
-                self.pending_enis.discard(eni.eni_id)
-        logger.info("pool.eni_attached eni_id=%s device_index=%d", eni.eni_id, index)
-        await self._grow_eni(eni.eni_id, count)
-
-    async def _create_eni(self) -> NetworkInterface:
-        now = self._clock.now()
-        tags = {
-            TAG_INSTANCE_ID: self._instance.instance_id,
-            TAG_CREATED_AT: datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            TAG_MANAGED_BY: MANAGED_BY,
-            **dict(self._settings.extra_tags),
-        }
-        if self._settings.cluster_name:
-            tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
-        description = f"ipamd: pod addresses for {self._instance.instance_id}"
-        prefixes = self.strategy.kind == "prefix"
-        return await self.subnets.create_eni(self._ec2, description, tags, prefixes=prefixes)
-
-    async def _attach(self, eni: NetworkInterface, index: int) -> None:
-        try:
-            await self._timed(
-                "attach", self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
-            )
-        except CloudError as err:
-            # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
-            attached = await self._attached_here(eni.eni_id)
-            if attached:
-                return  # EC2 did attach it
-            if attached is None or err.retryable:
-                # Cannot tell, or worth another try: the next ENI the plan wants is this one (if
-                # it was attached after all, the drift adopts it; if ipamd dies, ENI GC deletes it).
-                self._unattached[eni.eni_id] = eni
-                raise
-            # Refused, and not attached, so nothing can use it: delete it now.
-            try:
-                await self._timed("delete_eni", self._ec2.delete_eni(eni.eni_id))
-            except CloudError as cleanup:
-                logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
-            raise
-
-    async def _drop_unattached(self) -> None:
-        """The plan no longer wants an ENI: delete the ones kept for another attach."""
-        for eni_id in list(self._unattached):
-            try:
-                await self._timed("delete_eni", self._ec2.delete_eni(eni_id))
-            except (NotFound, InUse):
-                pass  # gone, or attached after all (the drift adopts it)
-            except CloudError as err:
-                logger.warning("pool.unattached_kept eni_id=%s error=%s", eni_id, err)
-                continue  # tried again on a later tick
-            del self._unattached[eni_id]
-            self.pending_enis.discard(eni_id)
-
-    def _free_device_index(self, also_used: set[int | None]) -> int:
-        used = {e.device_index for e in self._engine.state.enis().values()} | also_used
-        return next(i for i in range(1, len(used) + 2) if i not in used)
-
-    async def _attached_here(self, eni_id: str) -> bool | None:
-        return await attached_here(
-            self._ec2, self._instance.instance_id, eni_id, self._settings.call_timeout_s
-        )
+        eni_id, held, attachment_id = await self._enis.make(count, self.strategy.kind)
+        if held:
+            self.pace.served()
+        if count > held:
+            await self._grow_eni(eni_id, count - held)
+        await self._enis.bind(eni_id, attachment_id)
 
     async def _resync_eni(self, eni_id: str) -> None:
         enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))

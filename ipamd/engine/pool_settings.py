@@ -43,5 +43,12 @@ class PoolHealth:
     subnet_exhausted_until: float = 0.0
     backoff_until: float = 0.0
     last_shrink_at: float = float("-inf")
+    warm_hold_until: float = 0.0
+    """Background work (warm-up, shrinking) waits until then: a throttle answer was seen."""
+    throttle_streak: int = 0
+    """Throttle answers lately, less one per round that went through: the hold doubles with it."""
+    throttled_rounds: int = 0
+    demand_rounds: int = 0
+    """Rounds applied because an ADD was waiting."""
     last_error: str = ""
     errors_by_code: dict[str, int] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from cloud.errors import CloudError, SubnetExhausted
-from cloud.models import NetworkInterface, Subnet
+from cloud.models import NetworkInterface, Subnet, UnitKind
 from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
 from ipamd.engine.pool_release import timed
@@ -240,19 +240,34 @@ class SubnetCatalogue:
         return changed
 
     async def create_eni(
-        self, ec2: Ec2Api, description: str, tags: Mapping[str, str], *, prefixes: bool = False
+        self,
+        ec2: Ec2Api,
+        description: str,
+        tags: Mapping[str, str],
+        *,
+        kind: UnitKind = "ip",
+        count: int = 0,
     ) -> NetworkInterface:
-        """Create an ENI in the best candidate subnet (for `prefixes`, one that lately gave /28s
-        first); one found full is noted and the next one tried, as VPC CNI does. Raises
-        `SubnetExhausted` when none has room (or none may be used)."""
+        """Create an ENI holding `count` units of `kind` in the best candidate subnet (for
+        prefixes, one that lately gave /28s first); one without room is noted full and the next
+        one tried, as VPC CNI does. A subnet with addresses but no free /28 gets the bare ENI, whose
+        assign then meets the refusal where the pool handles fragmentation (another ENI, the
+        fallback). Raises `SubnetExhausted` when none has room (or none may be used)."""
         last = SubnetExhausted("CreateNetworkInterface", "NoSubnetForPods", "no subnet may be used")
-        for subnet_id in self.candidates(prefixes=prefixes):
-            call = ec2.create_eni(subnet_id, self.security_groups, description, tags)
-            try:
-                return await timed("create_eni", call, self._settings.call_timeout_s)
-            except SubnetExhausted as err:
-                self.full(subnet_id)
-                last = err
+        for subnet_id in self.candidates(prefixes=kind == "prefix"):
+            asked = count
+            while True:
+                call = ec2.create_eni(
+                    subnet_id, self.security_groups, description, tags, kind=kind, count=asked
+                )
+                try:
+                    return await timed("create_eni", call, self._settings.call_timeout_s)
+                except SubnetExhausted as err:
+                    last = err
+                    if not (asked and err.code == "InsufficientCidrBlocks"):
+                        break
+                    asked = 0
+            self.full(subnet_id, count if kind == "ip" and asked else 1)
         raise last
 
     def full(self, subnet_id: str, asked: int = 1) -> None:

@@ -334,8 +334,9 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
 ) -> None:
     """Deterministic replay of what the scenario above found (it counts such rounds): the pool
     creates and attaches an ENI for new pods, and the process dies before the attachment gets
-    DeleteOnTermination. After the restart, EC2's view decides, as ever — but an ENI attached to
-    the instance must be one that goes away with it, or it leaks (detached, tagged for an instance
+    DeleteOnTermination (the pool sets it once the ENI and its addresses are recorded, so that no
+    pod waits on it). After the restart, EC2's view decides, as ever — but an ENI attached to the
+    instance must be one that goes away with it, or it leaks (detached, tagged for an instance
     whose ENI GC never runs again) when the instance terminates. The restart drift gives it
     DeleteOnTermination."""
     with EmbeddedEc2() as host:
@@ -356,12 +357,15 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
             await node.reopen()
             drift = node.drift
             report = await drift.run_once()
-            assert len(report.enis_added) == 1, f"the attached ENI is adopted: {report}"
-            assert report.enis_bound_to_instance == report.enis_added, "and bound to the instance"
+            assert len(report.enis_bound_to_instance) == 1, f"the ENI is bound: {report}"
+            (bound,) = report.enis_bound_to_instance
+            assert bound in node.engine.state.enis(), "recorded before the kill, with its units"
+            assert node.engine.state.units_on(bound), "its addresses could be handed out at once"
+            assert not report.enis_added, "nothing to adopt: it was in the inventory already"
             await node.settle()
             node.check()
             attached = await node.ec2.describe_enis(node.world.instance_id)
-            assert report.enis_added[0] in {e.eni_id for e in attached}, "and kept, in use"
+            assert bound in {e.eni_id for e in attached}, "and kept, in use"
             outliving = [e.eni_id for e in attached if not e.delete_on_termination]
             assert not outliving, f"attached without DeleteOnTermination: {outliving}"
             again = await drift.run_once()

@@ -43,10 +43,15 @@ class PassThroughEc2:
         security_groups: Sequence[str],
         description: str,
         tags: Mapping[str, str],
+        *,
+        kind: UnitKind = "ip",
+        count: int = 0,
     ) -> NetworkInterface:
         return await self._around(
             "create_eni",
-            lambda: self.inner.create_eni(subnet_id, security_groups, description, tags),
+            lambda: self.inner.create_eni(
+                subnet_id, security_groups, description, tags, kind=kind, count=count
+            ),
         )
 
     async def attach_eni(self, eni_id: str, instance_id: str, device_index: int) -> str:

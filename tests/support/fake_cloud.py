@@ -74,6 +74,8 @@ class FakeEni:
     groups: tuple[str, ...] = ()
     """The security groups it was created with."""
     interface_type: str = "interface"
+    delete_on_termination: bool = False
+    """Of its attachment: false when attached, as EC2 attaches."""
 
 
 @dataclass(slots=True)
@@ -321,12 +323,27 @@ class FakeEc2:
         security_groups: Sequence[str],
         description: str,
         tags: Mapping[str, str],
+        *,
+        kind: UnitKind = "ip",
+        count: int = 0,
     ) -> NetworkInterface:
         self._fault("create_eni", after=False)
         self.calls["create_eni"] += 1
         if subnet_id not in self.subnets:
             raise NotFound("CreateNetworkInterface", "InvalidSubnetID.NotFound", subnet_id)
+        if count > 0 and 1 + count > self.ipv4_per_eni:
+            raise AddressLimitExceeded(
+                "CreateNetworkInterface", "PrivateIpAddressLimitExceeded", subnet_id
+            )
         eni = self._new_eni(subnet_id, description, dict(tags), tuple(security_groups))
+        if count > 0:
+            try:
+                self._draw_units("CreateNetworkInterface", eni, kind, count)
+            except SubnetExhausted:
+                # EC2 creates nothing when it cannot give the addresses asked for.
+                self.subnets[subnet_id].free(f"{eni.primary_ip}/32")
+                del self.enis[eni.eni_id]
+                raise
         self._fault("create_eni", after=True)
         return self._as_model(eni, list(eni.units), attached=False)
 
@@ -351,13 +368,15 @@ class FakeEc2:
         return eni.attachment_id
 
     async def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
-        # This fake attaches with DeleteOnTermination set in one step, so there is nothing to set.
+        self._fault("set_delete_on_termination", after=False)
         self.calls["set_delete_on_termination"] += 1
         eni = self._eni("ModifyNetworkInterfaceAttribute", eni_id)
         if eni.attachment_id != attachment_id:
             raise NotFound(
                 "ModifyNetworkInterfaceAttribute", "InvalidAttachmentID.NotFound", attachment_id
             )
+        eni.delete_on_termination = True
+        self._fault("set_delete_on_termination", after=True)
 
     async def detach_eni(self, attachment_id: str) -> None:
         self._fault("detach_eni", after=False)
@@ -366,6 +385,7 @@ class FakeEc2:
         if eni is None:
             raise NotFound("DetachNetworkInterface", "InvalidAttachmentID.NotFound", attachment_id)
         eni.device_index = eni.attachment_id = None
+        eni.delete_on_termination = False
         self._eni_view.changed(eni.eni_id, True, False, self.clock.now(), self._draw_lag())
         self._fault("detach_eni", after=True)
 
@@ -390,6 +410,14 @@ class FakeEc2:
             raise AddressLimitExceeded(
                 "AssignPrivateIpAddresses", "PrivateIpAddressLimitExceeded", eni_id
             )
+        new = self._draw_units("AssignPrivateIpAddresses", eni, kind, count)
+        self._fault("assign_units", after=True)
+        return new
+
+    def _draw_units(
+        self, operation: str, eni: FakeEni, kind: UnitKind, count: int
+    ) -> tuple[str, ...]:
+        """`count` units of `kind` from the ENI's subnet onto it, or none and `SubnetExhausted`."""
         subnet = self.subnets[eni.subnet_id]
         drawn = [subnet.draw(kind) for _ in range(count)]
         if None in drawn:
@@ -397,12 +425,11 @@ class FakeEc2:
                 if cidr is not None:
                     subnet.free(cidr)
             code = "InsufficientCidrBlocks" if kind == "prefix" else "InsufficientFreeAddresses"
-            raise SubnetExhausted("AssignPrivateIpAddresses", code, eni.subnet_id)
+            raise SubnetExhausted(operation, code, eni.subnet_id)
         new = tuple(c for c in drawn if c is not None)
         now = self.clock.now()
         for cidr in new:
             self._put_unit(eni, cidr, kind, now, self._draw_lag())
-        self._fault("assign_units", after=True)
         return new
 
     async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
@@ -541,7 +568,7 @@ class FakeEc2:
             secondary_ips=tuple(c.removesuffix("/32") for c in units if self._kind[c] == "ip"),
             prefixes=tuple(c for c in units if self._kind[c] == "prefix"),
             tags=dict(eni.tags),
-            delete_on_termination=attached,
+            delete_on_termination=attached and eni.delete_on_termination,
             interface_type=eni.interface_type,
         )
 

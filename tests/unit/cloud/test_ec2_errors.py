@@ -286,14 +286,23 @@ async def test_cancelled_call_is_recorded_and_propagates(
     assert calls.counts == {("DescribeSubnets", "Cancelled"): 1}
 
 
-async def test_attach_undone_when_delete_on_termination_cannot_be_set(
+async def test_attach_leaves_delete_on_termination_to_its_own_call(
     world: World, ec2: Boto3Ec2, scripts: Scripts
 ) -> None:
+    """AttachNetworkInterface starts the attachment with DeleteOnTermination false, as EC2 does;
+    a refused ModifyNetworkInterfaceAttribute leaves the ENI attached (the pool manager hands its
+    addresses out meanwhile, and the drift sets the flag later), and a later one sets it."""
     eni = await ec2.create_eni(world.subnet_id, [], "pods", {"t": "attach"})
-    refused = refusal(400, "InvalidParameterValue")
-    scripts(world.client, "ModifyNetworkInterfaceAttribute", [refused])
+    attachment = await ec2.attach_eni(eni.eni_id, world.instance_id, 1)
+    (_, attached) = await ec2.describe_enis(world.instance_id)
+    assert (attached.eni_id, attached.delete_on_termination) == (eni.eni_id, False)
+    scripts(
+        world.client, "ModifyNetworkInterfaceAttribute", [refusal(400, "InvalidParameterValue")]
+    )
     with pytest.raises(Rejected):
-        await ec2.attach_eni(eni.eni_id, world.instance_id, 1)
-    assert [e.eni_id for e in await ec2.describe_enis(world.instance_id)] == [world.primary_eni_id]
-    (found,) = await ec2.find_enis({"t": "attach"})
-    assert found.status == "available"
+        await ec2.set_delete_on_termination(eni.eni_id, attachment)
+    (_, still) = await ec2.describe_enis(world.instance_id)
+    assert (still.eni_id, still.delete_on_termination) == (eni.eni_id, False)
+    await ec2.set_delete_on_termination(eni.eni_id, attachment)
+    (_, bound) = await ec2.describe_enis(world.instance_id)
+    assert bound.delete_on_termination is True

@@ -49,18 +49,33 @@ async def test_create_eni_carries_tags_description_and_groups(ec2: Boto3Ec2, wor
     assert [g["GroupId"] for g in described["Groups"]] == [world.security_group_id]
 
 
-async def test_attach_sets_delete_on_termination_and_describe_orders_by_device_index(
+async def test_delete_on_termination_is_its_own_call_and_describe_orders_by_device_index(
     ec2: Boto3Ec2, world: World, calls: CallLog
 ) -> None:
-    second, _ = await _attached_eni(ec2, world, 2)
+    second, second_attachment = await _attached_eni(ec2, world, 2)
     first, attachment_id = await _attached_eni(ec2, world, 1)
     enis = await ec2.describe_enis(world.instance_id)
     assert [e.eni_id for e in enis] == [world.primary_eni_id, first, second]
     assert [e.device_index for e in enis] == [0, 1, 2]
     assert enis[1].attachment_id == attachment_id and enis[1].status == "in-use"
     assert dict(enis[1].tags) == {"k": "v"}
+    assert not enis[1].delete_on_termination and not enis[2].delete_on_termination
+    assert calls.count("ModifyNetworkInterfaceAttribute", "ok") == 0
+    await ec2.set_delete_on_termination(first, attachment_id)
+    await ec2.set_delete_on_termination(second, second_attachment)
+    enis = await ec2.describe_enis(world.instance_id)
     assert enis[1].delete_on_termination and enis[2].delete_on_termination
     assert calls.count("ModifyNetworkInterfaceAttribute", "ok") == 2
+
+
+async def test_an_eni_created_with_its_units_lists_them(ec2: Boto3Ec2, world: World) -> None:
+    """CreateNetworkInterface with SecondaryPrivateIpAddressCount: the answer lists the ENI's new
+    addresses, and a describe after the attach shows the same ones."""
+    eni = await ec2.create_eni(world.subnet_id, [], "pods", {"k": "v"}, kind="ip", count=4)
+    assert len(eni.secondary_ips) == 4 and eni.primary_ip not in eni.secondary_ips
+    await ec2.attach_eni(eni.eni_id, world.instance_id, 1)
+    (_, attached) = await ec2.describe_enis(world.instance_id)
+    assert set(attached.secondary_ips) == set(eni.secondary_ips)
 
 
 async def test_assign_ips_returns_only_the_new_addresses(ec2: Boto3Ec2, world: World) -> None:

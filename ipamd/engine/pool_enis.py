@@ -1,0 +1,168 @@
+"""The pool manager's new ENIs: created in the subnet the catalogue names holding the units the plan
+asked for (one assign fewer), attached at the lowest free device index, recorded with those units,
+and only then given DeleteOnTermination, which no pod waits for.
+
+An ENI being created or attached is in `pending`, so ENI GC leaves it alone. An attach whose outcome
+is unknown is checked against EC2; an ENI whose attach failed in a way worth retrying is kept and
+attached on the next round instead of creating another (under an account's exhausted API budget,
+creating anew every round would only add calls), and deleted once the plan no longer wants it.
+DeleteOnTermination left unset (refused, throttled, the answer lost) is set by the drift
+(`ipamd.reconcile.ec2_drift`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from cloud.errors import CloudError, InUse, NotFound, Throttled
+from cloud.models import NetworkInterface, UnitKind
+from cloud.ports import (
+    MANAGED_BY,
+    TAG_CLUSTER_NAME,
+    TAG_CREATED_AT,
+    TAG_INSTANCE_ID,
+    TAG_MANAGED_BY,
+    Ec2Api,
+    Instance,
+)
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
+from ipamd.engine.inventory import eni_record
+from ipamd.engine.pool_pace import Pace
+from ipamd.engine.pool_release import attached_here, timed
+from ipamd.engine.pool_settings import PoolSettings
+from ipamd.engine.subnets import SubnetCatalogue
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class EniMaker:
+    def __init__(
+        self,
+        engine: Engine,
+        ec2: Ec2Api,
+        instance: Instance,
+        settings: PoolSettings,
+        subnets: SubnetCatalogue,
+        clock: Clock,
+        pace: Pace,
+    ) -> None:
+        self._engine = engine
+        self._ec2 = ec2
+        self._instance = instance
+        self._settings = settings
+        self._subnets = subnets
+        self._clock = clock
+        self._pace = pace
+        self.pending: set[str] = set()
+        """ENIs created but not yet in the inventory: ENI GC must not touch them."""
+        self._unattached: dict[str, NetworkInterface] = {}
+        """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer)."""
+
+    async def make(self, count: int, kind: UnitKind) -> tuple[str, int, str | None]:
+        """A new ENI in the inventory: its ID, how many units it came with (they are recorded
+        too), and its attachment ID (None if EC2 attached it but the answer was lost)."""
+        # EC2's view, not only the inventory: an ENI attached by a call whose answer was lost holds
+        # its device index until reconcile adopts it.
+        attached = await self._timed(
+            "describe", self._ec2.describe_enis(self._instance.instance_id)
+        )
+        for eni_id in {e.eni_id for e in attached} & set(self._unattached):
+            # Attached after all (an answer lost): the drift adopts it into the inventory.
+            del self._unattached[eni_id]
+            self.pending.discard(eni_id)
+        index = self._free_device_index({e.device_index for e in attached})
+        if self._unattached:
+            eni = self._unattached.pop(next(iter(self._unattached)))
+        else:
+            eni = await self._create(count, kind)
+        held = eni.units(kind)
+        self.pending.add(eni.eni_id)
+        try:
+            attachment_id = await self._attach(eni, index)
+            await self._engine.add_eni(eni_record(eni, index, self._clock.now()))
+            if held:
+                await self._engine.add_units(eni.eni_id, held, kind)
+        finally:
+            if eni.eni_id not in self._unattached:
+                self.pending.discard(eni.eni_id)
+        logger.info(
+            "pool.eni_attached eni_id=%s device_index=%d units=%d", eni.eni_id, index, len(held)
+        )
+        return eni.eni_id, len(held), attachment_id
+
+    async def bind(self, eni_id: str, attachment_id: str | None) -> None:
+        """DeleteOnTermination, as background work; if it fails, the drift sets it."""
+        if attachment_id is None:
+            return
+        try:
+            with self._pace.calls(demand=False):
+                call = self._ec2.set_delete_on_termination(eni_id, attachment_id)
+                await self._timed("set_delete_on_termination", call)
+        except CloudError as err:
+            if isinstance(err, Throttled):
+                self._pace.throttle_seen()
+            logger.warning("pool.delete_on_termination_left eni_id=%s error=%s", eni_id, err)
+
+    async def drop_unattached(self) -> None:
+        """The plan no longer wants an ENI: delete the ones kept for another attach."""
+        for eni_id in list(self._unattached):
+            try:
+                await self._timed("delete_eni", self._ec2.delete_eni(eni_id))
+            except (NotFound, InUse):
+                pass  # gone, or attached after all (the drift adopts it)
+            except CloudError as err:
+                logger.warning("pool.unattached_kept eni_id=%s error=%s", eni_id, err)
+                continue  # tried again on a later tick
+            del self._unattached[eni_id]
+            self.pending.discard(eni_id)
+
+    async def _create(self, count: int, kind: UnitKind) -> NetworkInterface:
+        now = self._clock.now()
+        tags = {
+            TAG_INSTANCE_ID: self._instance.instance_id,
+            TAG_CREATED_AT: datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            TAG_MANAGED_BY: MANAGED_BY,
+            **dict(self._settings.extra_tags),
+        }
+        if self._settings.cluster_name:
+            tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
+        description = f"ipamd: pod addresses for {self._instance.instance_id}"
+        return await self._subnets.create_eni(self._ec2, description, tags, kind=kind, count=count)
+
+    async def _attach(self, eni: NetworkInterface, index: int) -> str | None:
+        """The attachment ID, or None when EC2 did attach it but the answer was lost."""
+        try:
+            return await self._timed(
+                "attach", self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
+            )
+        except CloudError as err:
+            # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
+            attached = await attached_here(
+                self._ec2, self._instance.instance_id, eni.eni_id, self._settings.call_timeout_s
+            )
+            if attached:
+                return None  # EC2 did attach it
+            if attached is None or err.retryable:
+                # Cannot tell, or worth another try: the next ENI the plan wants is this one (if
+                # it was attached after all, the drift adopts it; if ipamd dies, ENI GC deletes it).
+                self._unattached[eni.eni_id] = eni
+                raise
+            # Refused, and not attached, so nothing can use it: delete it now.
+            try:
+                await self._timed("delete_eni", self._ec2.delete_eni(eni.eni_id))
+            except CloudError as cleanup:
+                logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
+            raise
+
+    def _free_device_index(self, also_used: set[int | None]) -> int:
+        used = {e.device_index for e in self._engine.state.enis().values()} | also_used
+        return next(i for i in range(1, len(used) + 2) if i not in used)
+
+    async def _timed(self, operation: str, awaitable: Awaitable[T]) -> T:
+        return await timed(operation, awaitable, self._settings.call_timeout_s)

@@ -1,0 +1,108 @@
+"""When the pool manager calls EC2: pods that wait first, the warm pool after, and both slower when
+the account is throttled.
+
+Every node of a cluster draws on the same account buckets (docs/architecture.md §5.5), so in a burst
+the calls that serve a waiting ADD compete with every other node's calls that only top up a warm
+pool or give addresses back. A node cannot see the others, but it sees the throttle answers, and it
+knows which of its own rounds a pod is waiting for:
+
+- **Demand**: an ADD found no address since the pool last gained one (within `DEMAND_WINDOW_S`).
+  Such a round calls at once, even while warm-up is held, its calls are retried inside the adapter,
+  and when it is throttled all the same it is tried again within `DEMAND_THROTTLE_CAP_S`.
+- **Everything else** (warm targets, minimum targets, shrinking) is background work: its calls are
+  not retried on a throttle (`cloud.ratelimit.background_calls`), and each throttle answer the node
+  sees, in any round, holds that work back for a jittered, doubling while (`WARM_HOLD_BASE_S` up to
+  `WARM_HOLD_CAP_S`); each round that goes through unthrottled halves the next hold. So while the
+  account is throttled, the tokens it refills go to the nodes with pods waiting.
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import AbstractContextManager, nullcontext
+
+from cloud.backoff import backoff_delay_s
+from cloud.errors import CloudError, Throttled
+from cloud.ratelimit import background_calls
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
+from ipamd.engine.pool_settings import PoolHealth, PoolSettings
+from ipamd.errors import StoreWriteFailed
+
+DEMAND_WINDOW_S = 60.0
+"""An ADD that found no address this long ago no longer makes a round urgent."""
+DEMAND_THROTTLE_CAP_S = 4.0
+"""Most a round with pods waiting waits after it was throttled."""
+WARM_HOLD_BASE_S = 5.0
+"""Background work's first hold after a throttle answer."""
+WARM_HOLD_CAP_S = 300.0
+"""Background work's longest hold."""
+
+
+class Pace:
+    """The pool manager's pacing: which rounds are urgent, when background work may run, and how
+    long a failed round waits. Holds no lock and calls nothing; the pool manager asks it."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: PoolSettings,
+        health: PoolHealth,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._health = health
+        self._clock = clock
+        self._rng = rng
+        self._served_at = float("-inf")
+
+    def demand(self) -> bool:
+        """Whether an ADD is waiting for this round: one found no address since the pool last
+        gained some, and not long ago."""
+        starved = self._engine.starved_at
+        return starved > self._served_at and self._clock.now() - starved <= DEMAND_WINDOW_S
+
+    def served(self) -> None:
+        """The pool just gained addresses: the ADDs that found none may now find one."""
+        self._served_at = self._clock.now()
+
+    def held(self) -> bool:
+        """Whether background work waits (a throttle answer was seen lately)."""
+        return self._clock.now() < self._health.warm_hold_until
+
+    def calls(self, demand: bool) -> AbstractContextManager[None]:
+        """The context a round's EC2 calls run in: retried on throttles only when pods wait."""
+        return nullcontext() if demand else background_calls()
+
+    def throttle_seen(self) -> None:
+        """A throttle answer, in any round: background work holds off longer."""
+        h = self._health
+        h.throttled_rounds += 1
+        h.throttle_streak += 1
+        hold = backoff_delay_s(h.throttle_streak, WARM_HOLD_BASE_S, WARM_HOLD_CAP_S, self._rng)
+        h.warm_hold_until = max(h.warm_hold_until, self._clock.now() + max(hold, 1.0))
+
+    def succeeded(self) -> None:
+        """A round went through unthrottled: the next hold is half as long."""
+        h = self._health
+        h.consecutive_failures = 0
+        h.throttle_streak = max(0, h.throttle_streak - 1)
+
+    def failed(self, err: CloudError | StoreWriteFailed, demand: bool) -> float:
+        """Set when the next round may run after `err`; returns the wait. Full jitter, so a fleet
+        failing together does not retry together."""
+        h, s = self._health, self._settings
+        h.failures += 1
+        h.consecutive_failures += 1
+        h.errors_by_code[err.code] = h.errors_by_code.get(err.code, 0) + 1
+        h.last_error = str(err)
+        cap = s.backoff_cap_s
+        if isinstance(err, Throttled):
+            self.throttle_seen()
+            if demand:
+                cap = min(cap, DEMAND_THROTTLE_CAP_S)
+        delay = backoff_delay_s(h.consecutive_failures, s.backoff_base_s, cap, self._rng)
+        h.backoff_until = self._clock.now() + delay
+        return delay
