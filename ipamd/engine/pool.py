@@ -3,8 +3,9 @@
 Grow: fill existing ENIs, then create new ones holding their units, tagged, attached and recorded
 (`pool_enis`); every unit enters the inventory from EC2's own answer. Which rounds go first and how
 they back off is `pool_pace`'s: a round an ADD waits for calls at once; warm-up and shrinking wait
-while the account is throttled. Shrink (`pool_release`): units are marked `releasing` (a committed change) before
-EC2 is called, so no ADD can take them; if they became needed meanwhile the release is aborted.
+while the account is throttled. Shrink (`pool_release`): units are marked `releasing` (a committed
+change) before EC2 is called, so no ADD can take them; if they became needed meanwhile the release
+is aborted.
 The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
 sends growth to new ENIs in another subnet where discovery has one, else pauses growth for a
 cooldown, or in prefix mode with the fallback grows secondary IPs meanwhile; two shrinks are at
