@@ -110,11 +110,14 @@ class AccountFront:
     def throttled(self, since: Counter[tuple[str, str]] | None = None) -> int:
         return sum(n for (_, outcome), n in self._since(since).items() if outcome == THROTTLED)
 
-    def by_operation(self, since: Counter[tuple[str, str]] | None = None) -> Counter[str]:
-        """Requests per operation (every outcome) since the snapshot `since`."""
+    def by_operation(
+        self, since: Counter[tuple[str, str]] | None = None, outcome: str | None = None
+    ) -> Counter[str]:
+        """Requests per operation since the snapshot `since`: every outcome, or only `outcome`."""
         counts: Counter[str] = Counter()
-        for (operation, _), n in self._since(since).items():
-            counts[operation] += n
+        for (operation, answered), n in self._since(since).items():
+            if outcome is None or answered == outcome:
+                counts[operation] += n
         return counts
 
     def _since(self, since: Counter[tuple[str, str]] | None) -> Counter[tuple[str, str]]:

@@ -27,11 +27,13 @@ def percentile(values: Iterable[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def calls_per_node_hour(result: RunResult) -> dict[str, float]:
+def calls_per_node_hour(result: RunResult, throttled: bool = False) -> dict[str, float]:
+    """Requests per node-hour of the window by operation: all of them, or the throttled ones."""
     node_hours = result.spec.nodes * result.window_s / HOUR_S
     if node_hours <= 0:
         return {}
-    return {op: n / node_hours for op, n in sorted(result.calls.items())}
+    counts = result.throttled_by_operation if throttled else result.calls
+    return {op: n / node_hours for op, n in sorted(counts.items())}
 
 
 def measured(pods: Sequence[PodTrace], since_s: float, until_s: float) -> list[PodTrace]:
@@ -100,6 +102,10 @@ def lines(prefix: str, name: str, result: RunResult, wall_s: float) -> list[str]
         f"{prefix}_{name}_ec2_calls_per_node_hour_{op}: {value:.3f}"
         for op, value in calls_per_node_hour(result).items()
     ]
+    out += [
+        f"{prefix}_{name}_ec2_throttled_per_node_hour_{op}: {value:.3f}"
+        for op, value in calls_per_node_hour(result, throttled=True).items()
+    ]
     return out
 
 
@@ -113,6 +119,9 @@ def document(nodes: int, results: dict[str, tuple[RunResult, float]]) -> dict[st
         "nodes": nodes,
         "runs": {name: metrics(r, wall) for name, (r, wall) in results.items()},
         "calls_per_node_hour": {name: calls_per_node_hour(r) for name, (r, _) in results.items()},
+        "throttled_per_node_hour": {
+            name: calls_per_node_hour(r, throttled=True) for name, (r, _) in results.items()
+        },
         "add_errors": {name: dict(r.pods.add_errors) for name, (r, _) in results.items()},
         "problems": {name: r.problems for name, (r, _) in results.items()},
         "pool_series": series,

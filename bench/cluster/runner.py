@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bench.cluster.bound import lower_bound
-from bench.cluster.front import AccountFront
+from bench.cluster.front import THROTTLED, AccountFront
 from bench.cluster.moto_client import MotoEc2Client
 from bench.cluster.sim import Cluster, RunResult, RunSpec, install_executor, new_front
 from bench.cluster.vtime import VirtualClock, VirtualTimeLoop
@@ -159,6 +159,7 @@ def _close_window(
     result.until_s = clock.now()
     result.window_s = result.until_s - result.since_s
     result.calls = dict(front.by_operation(since))
+    result.throttled_by_operation = dict(front.by_operation(since, THROTTLED))
     result.throttled = front.throttled(since)
 
 

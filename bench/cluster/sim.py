@@ -79,6 +79,8 @@ class RunResult:
     spec: RunSpec
     window_s: float = 0.0
     calls: dict[str, int] = field(default_factory=dict)
+    throttled_by_operation: dict[str, int] = field(default_factory=dict)
+    """Of `calls`, the requests EC2 refused with RequestLimitExceeded."""
     """EC2 requests in the measured window, by operation (every outcome)."""
     throttled: int = 0
     throttled_total: int = 0

@@ -159,6 +159,10 @@ class PoolManager:
         if not demand and self.pace.held():
             return PoolPlan()
         plan = self.plan()
+        if demand:
+            # Only what the waiting pods need goes first: the assigns and one new ENI; the rest of
+            # the plan (more warm ENIs, releases) waits for a round of its own.
+            plan = replace(plan, new_enis=plan.new_enis[:1], release_units=(), release_enis=())
         if self._growth_paused(now) and (plan.assign or plan.new_enis):
             plan = replace(plan, assign=(), new_enis=(), replace_units=())
         shrinking = bool(plan.release_units or plan.release_enis)

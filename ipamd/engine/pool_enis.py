@@ -2,7 +2,10 @@
 asked for (one assign fewer), attached at the lowest free device index, recorded with those units,
 and only then given DeleteOnTermination, which no pod waits for.
 
-An ENI being created or attached is in `pending`, so ENI GC leaves it alone. An attach whose outcome
+An ENI being created or attached is in `pending`, so ENI GC leaves it alone. The device index is
+the lowest one free in the inventory, and in EC2's listing whenever the two may differ (at start,
+with an ENI kept unattached, after an attach refused or unanswered): a new ENI needs no describe
+first otherwise. An attach whose outcome
 is unknown is checked against EC2; an ENI whose attach failed in a way worth retrying is kept and
 attached on the next round instead of creating another (under an account's exhausted API budget,
 creating anew every round would only add calls), and deleted once the plan no longer wants it.
@@ -63,15 +66,22 @@ class EniMaker:
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
         self._unattached: dict[str, NetworkInterface] = {}
         """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer)."""
+        self._doubt = True
+        """Whether the device indexes in use may differ from the inventory's: at start, and after
+        an attach failed other than by a throttle. Otherwise a new ENI needs no describe first."""
 
     async def make(self, count: int, kind: UnitKind) -> tuple[str, int, str | None]:
         """A new ENI in the inventory: its ID, how many units it came with (they are recorded
         too), and its attachment ID (None if EC2 attached it but the answer was lost)."""
-        # EC2's view, not only the inventory: an ENI attached by a call whose answer was lost holds
+        # EC2's view, not only the inventory, whenever it may differ: an ENI attached by a call
+        # whose answer was lost (or before a restart, or by another user of the instance) holds
         # its device index until reconcile adopts it.
-        attached = await self._timed(
-            "describe", self._ec2.describe_enis(self._instance.instance_id)
-        )
+        attached: tuple[NetworkInterface, ...] = ()
+        if self._unattached or self._doubt:
+            attached = await self._timed(
+                "describe", self._ec2.describe_enis(self._instance.instance_id)
+            )
+            self._doubt = False
         for eni_id in {e.eni_id for e in attached} & set(self._unattached):
             # Attached after all (an answer lost): the drift adopts it into the inventory.
             del self._unattached[eni_id]
@@ -141,7 +151,12 @@ class EniMaker:
             return await self._timed(
                 "attach", self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
             )
+        except Throttled:
+            # EC2 refused it before acting: attach this one on the next round, no need to look.
+            self._unattached[eni.eni_id] = eni
+            raise
         except CloudError as err:
+            self._doubt = True
             # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
             attached = await attached_here(
                 self._ec2, self._instance.instance_id, eni.eni_id, self._settings.call_timeout_s

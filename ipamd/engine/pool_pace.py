@@ -11,8 +11,10 @@ knows which of its own rounds a pod is waiting for:
   and when it is throttled all the same it is tried again within `DEMAND_THROTTLE_CAP_S`.
 - **Everything else** (warm targets, minimum targets, shrinking) is background work: its calls are
   not retried on a throttle (`cloud.ratelimit.background_calls`), and each throttle answer the node
-  sees, in any round, holds that work back for a jittered, doubling while (`WARM_HOLD_BASE_S` up to
-  `WARM_HOLD_CAP_S`); each round that goes through unthrottled halves the next hold. So while the
+  sees, in any round, holds that work back for a jittered, doubling while (between half and all of
+  `WARM_HOLD_BASE_S` doubled per answer, up to `WARM_HOLD_CAP_S`); each round that goes through
+  unthrottled halves the next hold. A round with pods waiting applies the assigns and one new ENI,
+  and leaves the rest of its plan to a round of its own. So while the
   account is throttled, the tokens it refills go to the nodes with pods waiting.
 """
 
@@ -81,8 +83,10 @@ class Pace:
         h = self._health
         h.throttled_rounds += 1
         h.throttle_streak += 1
-        hold = backoff_delay_s(h.throttle_streak, WARM_HOLD_BASE_S, WARM_HOLD_CAP_S, self._rng)
-        h.warm_hold_until = max(h.warm_hold_until, self._clock.now() + max(hold, 1.0))
+        hold = backoff_delay_s(
+            h.throttle_streak, WARM_HOLD_BASE_S, WARM_HOLD_CAP_S, self._rng, floor=0.5
+        )
+        h.warm_hold_until = max(h.warm_hold_until, self._clock.now() + hold)
 
     def succeeded(self) -> None:
         """A round went through unthrottled: the next hold is half as long."""

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from cloud.errors import CallTimeout, CloudError, NotFound
+from cloud.errors import CallTimeout, CloudError, NotFound, Throttled
 from cloud.ports import Ec2Api
 from ipamd.engine.engine import Engine
 
@@ -114,9 +114,10 @@ class Releaser:
         logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
 
     async def _settle_release(self, eni_id: str, cidrs: list[str], err: CloudError) -> None:
-        """After a failed unassign: a refusal frees the units again; after an unknown outcome the
-        units EC2 no longer lists were released and the others stay `releasing`."""
-        if not err.retryable:
+        """After a failed unassign: a refusal (a throttle too: EC2 refuses before acting) frees
+        the units again; after an unknown outcome the units EC2 no longer lists were released and
+        the others stay `releasing`."""
+        if not err.retryable or isinstance(err, Throttled):
             await self._engine.abort_release(cidrs)
             return
         try:
@@ -156,10 +157,10 @@ class Releaser:
             raise
 
     async def _settle_detach(self, eni_id: str, marked: tuple[str, ...], err: CloudError) -> None:
-        """After a failed detach: a refusal frees the units again; after an unknown outcome the ENI
-        leaves the inventory if EC2 no longer lists it attached, else its units stay `releasing`
-        until the drift sees, past the grace window, what EC2 did."""
-        if not err.retryable:
+        """After a failed detach: a refusal (or a throttle) frees the units again; after an unknown
+        outcome the ENI leaves the inventory if EC2 no longer lists it attached, else its units stay
+        `releasing` until the drift sees, past the grace window, what EC2 did."""
+        if not err.retryable or isinstance(err, Throttled):
             await self._engine.abort_release(marked)
             return
         attached = await attached_here(self._ec2, self._instance_id, eni_id, self._timeout_s)

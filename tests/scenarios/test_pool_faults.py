@@ -72,7 +72,7 @@ async def test_s25_throttling_and_errors_during_churn(
     try:
         await node.settle()
         _inject_churn_faults(faults)
-        for step in range(300):
+        for step in range(200):
             # Waves: pods come (ENIs attach), then go (ENIs detach and are deleted).
             leaving = 0.3 if (step // 50) % 2 == 0 else 0.75
             if live and rng.random() < leaving:
@@ -87,11 +87,16 @@ async def test_s25_throttling_and_errors_during_churn(
                     assert free == 0, f"step {step}: {free} free addresses, yet refused"
                     refused += 1
             node.clock.advance(rng.uniform(0, 5))
-            if step % 5 == 4:
-                # Throttle answers hold background work (warm-up, shrinking) back for a while: a
-                # quiet spell that long now and then gives it its turn under the faults too.
-                node.clock.advance(max(0.0, node.pool.health.warm_hold_until - node.clock.now()))
             await node.pool.run_once()
+            if step % 50 == 49:
+                # Each wave ends in a quiet spell, still under the faults: throttle answers hold
+                # background work (warm-up, shrinking) back for a while, and freed addresses cool
+                # down; past both, the pool does what the wave left it to do.
+                for _ in range(6):
+                    health = node.pool.health
+                    quiet = max(health.warm_hold_until, health.backoff_until) - node.clock.now()
+                    node.clock.advance(max(quiet, 0.0) + 31.0)
+                    await node.pool.run_once()
             # EC2 and ipamd may disagree mid-churn (a partial failure); ipamd's own state may not.
             check_invariants(node.engine, node.path, node.clock.now())
         injected = faults.injected
