@@ -1,0 +1,164 @@
+"""Pods that wait first (`ipamd.engine.pool_pace`): while the account throttles, warm-up holds back
+and a round an ADD waits for does not; a new ENI comes holding its units, and DeleteOnTermination
+follows once its addresses can be handed out (docs/architecture.md §5.5, §5.6)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from cloud.errors import Throttled
+from ipamd.clock import FakeClock
+from ipamd.config import Config
+from ipamd.errors import NoAddressAvailable
+from ipamd.parts import Parts, Tuning, describe_node, open_parts
+from tests.support.ec2_doubles import PassThroughEc2
+from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
+from tests.support.node import key
+
+T = TypeVar("T")
+
+READS = frozenset({"describe_enis", "find_enis"})
+
+
+class ThrottledAccount(PassThroughEc2):
+    """EC2 whose mutating calls are refused with RequestLimitExceeded while `throttling`."""
+
+    def __init__(self, inner: FakeEc2) -> None:
+        super().__init__(inner)
+        self.throttling = False
+        self.asked: Counter[str] = Counter()
+        """Every call that reached EC2, by port method."""
+        self.refused: Counter[str] = Counter()
+
+    async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        self.asked[operation] += 1
+        if self.throttling and operation not in READS:
+            self.refused[operation] += 1
+            raise Throttled(operation, "RequestLimitExceeded", "Request limit exceeded.")
+        return await call()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def _open(
+    tmp_path: Path, clock: FakeClock, env: dict[str, str] | None = None
+) -> tuple[Parts, ThrottledAccount]:
+    # An m5.large with VPC CNI's defaults (WARM_ENI_TARGET=1): 3 ENIs of 9 pod addresses.
+    environ = {"IPAMD_STATE_DIR": str(tmp_path), "IPAMD_MIN_ENI_LIFETIME": "0", **(env or {})}
+    fake = FakeEc2(clock)
+    account = ThrottledAccount(fake)
+    facts = await describe_node(fake, fake.instance_id)
+    parts = await open_parts(
+        Config.from_env(environ),
+        facts,
+        ec2=account,
+        imds=FakeImds(fake),
+        runtime=FakeRuntime(clock),
+        clock=clock,
+        tuning=Tuning(),
+    )
+    return parts, account
+
+
+@pytest.fixture
+async def node(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[Parts, ThrottledAccount]]:
+    parts, account = await _open(tmp_path, clock)
+    yield parts, account
+    await parts.engine.close()
+
+
+async def _settle(parts: Parts, clock: FakeClock) -> None:
+    for _ in range(4):
+        clock.advance(max(parts.pool.health.backoff_until - clock.now(), 0.0) + 1.0)
+        await parts.pool.run_once()
+
+
+async def test_a_new_eni_comes_holding_its_units_and_is_bound_after_they_are_recorded(
+    node: tuple[Parts, ThrottledAccount], clock: FakeClock
+) -> None:
+    parts, account = node
+    await _settle(parts, clock)
+    before = set(parts.engine.state.enis())
+    for n in range(9):  # the pool's 9 addresses: the warm ENI is due
+        await parts.engine.assign(key(f"pod-{n}"))
+    account.asked.clear()
+    await parts.pool.run_once()
+    assert account.asked["create_eni"] == 1 and account.asked["assign_units"] == 0, (
+        "the units came with the create"
+    )
+    assert account.asked["set_delete_on_termination"] == 1
+    (new,) = set(parts.engine.state.enis()) - before
+    assert len(parts.engine.state.units_on(new)) == 9
+    listed = await account.describe_enis(parts.node.instance.instance_id)
+    (attached,) = [e for e in listed if e.eni_id == new]
+    assert attached.delete_on_termination
+
+
+async def test_warm_up_holds_back_while_throttled_and_a_waiting_add_goes_first(
+    node: tuple[Parts, ThrottledAccount], clock: FakeClock
+) -> None:
+    parts, account = node
+    pool, engine = parts.pool, parts.engine
+    await _settle(parts, clock)
+    for n in range(8):  # 1 of the pool's 9 addresses left: short of a warm ENI, none waits
+        await engine.assign(key(f"pod-{n}"))
+    account.throttling = True
+    await pool.run_once()
+    assert sum(account.refused.values()) == 1, "the warm-up round tried once"
+    assert pool.health.warm_hold_until > clock.now(), "and holds back after the throttle"
+    clock.advance(max(pool.health.backoff_until - clock.now(), 0.0))
+    assert clock.now() < pool.health.warm_hold_until
+    before = sum(account.asked.values())
+    assert (await pool.run_once()).is_empty()
+    assert sum(account.asked.values()) == before, "no call while held, no pod waiting"
+
+    await engine.assign(key("pod-8"))
+    with pytest.raises(NoAddressAvailable):
+        await engine.assign(key("pod-9"))  # this one waits
+    assert pool.pace.demand()
+    account.throttling = False
+    plan = await pool.run_once()
+    assert plan.new_enis == (9,), "the round the pod waits for ran, hold or not"
+    assert clock.now() < pool.health.warm_hold_until
+    assert (await engine.assign(key("pod-9"))).addresses, "and the pod has its address"
+    assert pool.health.demand_rounds == 1
+    assert not pool.pace.demand(), "served: what is left is warm-up"
+
+    # What the targets still want is background work: it waits out the hold, then goes.
+    assert not pool.plan().is_empty()
+    clock.advance(max(pool.health.backoff_until - clock.now(), 0.0))
+    before = sum(account.asked.values())
+    if clock.now() < pool.health.warm_hold_until:
+        assert (await pool.run_once()).is_empty()
+        assert sum(account.asked.values()) == before
+    clock.advance(max(pool.health.warm_hold_until - clock.now(), 0.0) + 0.1)
+    assert not (await pool.run_once()).is_empty()
+    assert sum(account.asked.values()) > before
+
+
+async def test_a_waiting_round_asks_one_new_eni_and_leaves_the_rest_to_its_own_round(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    parts, account = await _open(tmp_path, clock, {"WARM_IP_TARGET": "20"})
+    pool, engine = parts.pool, parts.engine
+    try:
+        with pytest.raises(NoAddressAvailable):
+            await engine.assign(key("pod-0"))  # a fresh node: the first pod waits
+        assert len(pool.plan().new_enis) >= 2, "the targets want more than one ENI"
+        account.asked.clear()
+        plan = await pool.run_once()
+        assert plan.new_enis == (9,) and account.asked["create_eni"] == 1
+        await engine.assign(key("pod-0"))
+        clock.advance(1.0)
+        await pool.run_once()
+        assert account.asked["create_eni"] > 1, "the rest in a round of its own"
+    finally:
+        await engine.close()
