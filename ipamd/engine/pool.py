@@ -158,18 +158,9 @@ class PoolManager:
         demand = self.pace.demand()
         if not demand and self.pace.held():
             return PoolPlan()
-        plan = self.plan()
-        if demand:
-            # Only what the waiting pods need goes first: the assigns and one new ENI; the rest of
-            # the plan (more warm ENIs, releases) waits for a round of its own.
-            plan = replace(plan, new_enis=plan.new_enis[:1], release_units=(), release_enis=())
-        if self._growth_paused(now) and (plan.assign or plan.new_enis):
-            plan = replace(plan, assign=(), new_enis=(), replace_units=())
-        shrinking = bool(plan.release_units or plan.release_enis)
-        if shrinking and now - self.health.last_shrink_at < self._settings.shrink_interval_s:
-            plan = replace(plan, release_units=(), release_enis=())
-        elif shrinking:
-            self.health.last_shrink_at = now
+        if not demand:
+            await self._enis.bind_waiting()
+        plan = self._round_plan(now, demand)
         if not plan.new_enis:
             await self._enis.drop_unattached()
         if plan.is_empty():
@@ -184,7 +175,23 @@ class PoolManager:
             return plan
         self.health.plans_applied += 1
         self.health.demand_rounds += demand
-        self.pace.succeeded()
+        self.pace.succeeded(demand)
+        return plan
+
+    def _round_plan(self, now: float, demand: bool) -> PoolPlan:
+        """The plan, less what this round may not do."""
+        plan = self.plan()
+        if demand:
+            # Only what the waiting pods need goes first: the assigns and one new ENI; the rest of
+            # the plan (more warm ENIs, releases) waits for a round of its own.
+            plan = replace(plan, new_enis=plan.new_enis[:1], release_units=(), release_enis=())
+        if self._growth_paused(now) and (plan.assign or plan.new_enis):
+            plan = replace(plan, assign=(), new_enis=(), replace_units=())
+        shrinking = bool(plan.release_units or plan.release_enis)
+        if shrinking and now - self.health.last_shrink_at < self._settings.shrink_interval_s:
+            plan = replace(plan, release_units=(), release_enis=())
+        elif shrinking:
+            self.health.last_shrink_at = now
         return plan
 
     async def refresh_subnets(self) -> None:

@@ -66,6 +66,8 @@ class EniMaker:
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
         self._unattached: dict[str, NetworkInterface] = {}
         """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer)."""
+        self._unbound: dict[str, str] = {}
+        """ENI → attachment whose DeleteOnTermination waits for background work's turn."""
         self._doubt = True
         """Whether the device indexes in use may differ from the inventory's: at start, and after
         an attach failed other than by a throttle. Otherwise a new ENI needs no describe first."""
@@ -107,9 +109,14 @@ class EniMaker:
         return eni.eni_id, len(held), attachment_id
 
     async def bind(self, eni_id: str, attachment_id: str | None) -> None:
-        """DeleteOnTermination, as background work; if it fails, the drift sets it."""
+        """DeleteOnTermination, as background work: while background work is held it waits for
+        `bind_waiting`; if it fails, the drift sets it."""
         if attachment_id is None:
             return
+        if self._pace.held():
+            self._unbound[eni_id] = attachment_id
+            return
+        self._unbound.pop(eni_id, None)
         try:
             with self._pace.calls(demand=False):
                 call = self._ec2.set_delete_on_termination(eni_id, attachment_id)
@@ -118,6 +125,14 @@ class EniMaker:
             if isinstance(err, Throttled):
                 self._pace.throttle_seen()
             logger.warning("pool.delete_on_termination_left eni_id=%s error=%s", eni_id, err)
+
+    async def bind_waiting(self) -> None:
+        """The DeleteOnTermination calls that waited for the hold to end."""
+        for eni_id, attachment_id in list(self._unbound.items()):
+            if eni_id in self._engine.state.enis():
+                await self.bind(eni_id, attachment_id)
+            else:
+                self._unbound.pop(eni_id, None)
 
     async def drop_unattached(self) -> None:
         """The plan no longer wants an ENI: delete the ones kept for another attach."""

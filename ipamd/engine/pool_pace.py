@@ -88,11 +88,14 @@ class Pace:
         )
         h.warm_hold_until = max(h.warm_hold_until, self._clock.now() + hold)
 
-    def succeeded(self) -> None:
-        """A round went through unthrottled: the next hold is half as long."""
+    def succeeded(self, demand: bool) -> None:
+        """A round went through. A background round tries each call once, so it went through
+        unthrottled: the next hold is half as long (a demand round may have been retried past
+        throttles, so it says nothing of the account)."""
         h = self._health
         h.consecutive_failures = 0
-        h.throttle_streak = max(0, h.throttle_streak - 1)
+        if not demand:
+            h.throttle_streak = max(0, h.throttle_streak - 1)
 
     def failed(self, err: CloudError | StoreWriteFailed, demand: bool) -> float:
         """Set when the next round may run after `err`; returns the wait. Full jitter, so a fleet
