@@ -230,10 +230,10 @@ class MotoEc2Client:
 
     def attach_network_interface(self, **params: Any) -> Response:
         def answer() -> Response:
-            attachment_id = self._backend.attach_network_interface(
+            attachment = self._backend.attach_network_interface(
                 params["NetworkInterfaceId"], params["InstanceId"], int(params["DeviceIndex"])
             )
-            return {"AttachmentId": attachment_id}
+            return {"AttachmentId": attachment.attachment_id}
 
         return self._serve("AttachNetworkInterface", answer)
 

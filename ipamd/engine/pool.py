@@ -293,8 +293,12 @@ class PoolManager:
         eni_id, held, attachment_id = await self._enis.make(count, self.strategy.kind)
         if held:
             self.pace.served()
-        if count > held:
-            await self._grow_eni(eni_id, count - held)
+        try:
+            if count > held:
+                await self._grow_eni(eni_id, count - held)
+        except BaseException:
+            self._enis.abandon(eni_id)
+            raise
         await self._enis.bind(eni_id, attachment_id)
 
     async def _resync_eni(self, eni_id: str) -> None:

@@ -100,9 +100,13 @@ class EniMaker:
             await self._engine.add_eni(eni_record(eni, index, self._clock.now()))
             if held:
                 await self._engine.add_units(eni.eni_id, held, kind)
-        finally:
+        except BaseException:
             if eni.eni_id not in self._unattached:
                 self.pending.discard(eni.eni_id)
+            raise
+        if attachment_id is None:
+            self.pending.discard(eni.eni_id)  # the drift sets DeleteOnTermination
+        # Otherwise it stays pending until `bind`: the drift leaves its DeleteOnTermination to us.
         logger.info(
             "pool.eni_attached eni_id=%s device_index=%d units=%d", eni.eni_id, index, len(held)
         )
@@ -125,6 +129,13 @@ class EniMaker:
             if isinstance(err, Throttled):
                 self._pace.throttle_seen()
             logger.warning("pool.delete_on_termination_left eni_id=%s error=%s", eni_id, err)
+        finally:
+            self.pending.discard(eni_id)
+
+    def abandon(self, eni_id: str) -> None:
+        """A new ENI whose round failed after it was recorded: the drift sets DeleteOnTermination."""
+        self._unbound.pop(eni_id, None)
+        self.pending.discard(eni_id)
 
     async def bind_waiting(self) -> None:
         """The DeleteOnTermination calls that waited for the hold to end."""
@@ -132,7 +143,7 @@ class EniMaker:
             if eni_id in self._engine.state.enis():
                 await self.bind(eni_id, attachment_id)
             else:
-                self._unbound.pop(eni_id, None)
+                self.abandon(eni_id)
 
     async def drop_unattached(self) -> None:
         """The plan no longer wants an ENI: delete the ones kept for another attach."""

@@ -90,6 +90,32 @@ def test_a_throttled_request_reaches_ipamd_as_request_limit_exceeded(
     assert virtual_s > 0.2  # two answers of 0.1 s each, plus the backoff between attempts
 
 
+def test_an_eni_made_through_the_simulated_account_holds_its_units_and_is_bound(
+    host: EmbeddedEc2,
+) -> None:
+    """Create with units, attach, DeleteOnTermination with the attachment ID the attach answered:
+    the simulated account speaks EC2's answers, so the adapter's calls succeed as they would."""
+    world: World = host.world("m5.large", seed=8)
+    loop = VirtualTimeLoop()
+    front = AccountFront(Ec2Budget(), loop.time)
+    loop.set_default_executor(LatencyExecutor(loop, lambda: front.last_latency_s))
+    instances = {i.id: i for i in world.backend().all_instances()}
+    adapter = Boto3Ec2(MotoEc2Client(front, world.backend(), instances), clock=loop.time)
+
+    async def make() -> tuple[int, bool]:
+        eni = await adapter.create_eni(world.subnet_id, [], "pods", {"k": "v"}, count=5)
+        attachment = await adapter.attach_eni(eni.eni_id, world.instance_id, 1)
+        await adapter.set_delete_on_termination(eni.eni_id, attachment)
+        listed = {e.eni_id: e for e in await adapter.describe_enis(world.instance_id)}
+        return len(listed[eni.eni_id].secondary_ips), listed[eni.eni_id].delete_on_termination
+
+    try:
+        assert loop.run_until_complete(make()) == (5, True)
+    finally:
+        loop.close()
+    assert front.calls["ModifyNetworkInterfaceAttribute", "ok"] == 1
+
+
 def test_virtual_time_passes_without_waiting() -> None:
     loop = VirtualTimeLoop()
     started = time.perf_counter()

@@ -1,6 +1,6 @@
 """Pods that wait first (`ipamd.engine.pool_pace`): while the account throttles, warm-up holds back
 and a round an ADD waits for does not; a new ENI comes holding its units, and DeleteOnTermination
-follows once its addresses can be handed out (docs/architecture.md §5.5, §5.6)."""
+follows once its addresses can be handed out (docs/architecture.md §5.5 and docs/architecture.md §5.6)."""
 
 from __future__ import annotations
 
