@@ -1,6 +1,10 @@
 """EC2 calls the pool costs, counted on the embedded EC2 (every attempt the adapter makes):
-to fill an m5.large from empty in each mode, and the mutations behind 1,000 pod churn events with
-WARM_IP_TARGET=5 and MINIMUM_IP_TARGET=10 (VPC CNI's docs warn these knobs drive EC2 call volume)."""
+to fill an m5.large from empty in each mode, to add one ENI with its addresses once pods used the
+pool up (`ec2_calls_per_new_eni`, `ec2_mutations_per_new_eni`: CreateNetworkInterface carrying the
+addresses, the attach and DeleteOnTermination, and for this first ENI since start-up one listing of
+the device indexes in use; no assign), and the mutations
+behind 1,000 pod churn events with WARM_IP_TARGET=5 and MINIMUM_IP_TARGET=10 (VPC CNI's docs warn
+these knobs drive EC2 call volume)."""
 
 from __future__ import annotations
 
@@ -31,10 +35,13 @@ async def run(workdir: Path) -> dict[str, float]:
     with EmbeddedEc2() as host:
         ip_fill = await _fill_calls(host, workdir / "ip", prefix_mode=False)
         prefix_fill = await _fill_calls(host, workdir / "prefix", prefix_mode=True)
+        eni_calls, eni_mutations = await _new_eni_calls(host, workdir / "eni")
         churn = await _churn_mutations(host, workdir / "churn")
     return {
         "ec2_calls_fill_m5large_ip_mode": ip_fill,
         "ec2_calls_fill_m5large_prefix_mode": prefix_fill,
+        "ec2_calls_per_new_eni": eni_calls,
+        "ec2_mutations_per_new_eni": eni_mutations,
         "ec2_mutations_per_1000_pod_churn": churn,
     }
 
@@ -46,6 +53,23 @@ async def _fill_calls(host: EmbeddedEc2, workdir: Path, prefix_mode: bool) -> fl
     try:
         await node.settle()
         return float(sum(node.calls.counts.values()))
+    finally:
+        await node.engine.close()
+
+
+async def _new_eni_calls(host: EmbeddedEc2, workdir: Path) -> tuple[float, float]:
+    """The round that adds the warm ENI once pods took the primary ENI's 9 addresses."""
+    node = await open_cloud_node(host, workdir, "m5.large")
+    try:
+        await node.settle()
+        for n in range(9):
+            await node.engine.assign(key(f"pod-{n}"))
+        enis = len(node.engine.state.enis())
+        calls, mutations = sum(node.calls.counts.values()), _mutations(node)
+        await node.pool.run_once()
+        if len(node.engine.state.enis()) != enis + 1:
+            raise RuntimeError("the round added no ENI")
+        return float(sum(node.calls.counts.values()) - calls), float(_mutations(node) - mutations)
     finally:
         await node.engine.close()
 
