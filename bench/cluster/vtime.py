@@ -46,6 +46,10 @@ class _VirtualSelector(selectors.DefaultSelector):
             raise SimulationStalled("every task waits and no timer is set")
         if timeout > 0:
             self._advance(timeout)
+        if len(self.get_map()) <= 1:
+            # Only the loop's own wake-up pipe: nothing to poll (no thread answers here, and a
+            # call from another thread is queued whether or not the pipe is read).
+            return []
         return super().select(0)
 
 
