@@ -180,10 +180,7 @@ class MotoEc2Client:
 
     def describe_subnets(self, **params: Any) -> Response:
         def answer() -> Response:
-            # Filters by vpc-id and availability-zone, as subnet discovery sends them (moto's scan
-            # over every subnet: discovery asks twice a node-hour).
-            wanted = {str(f["Name"]): list(f["Values"]) for f in params.get("Filters") or []}
-            subnets = self._backend.describe_subnets(params.get("SubnetIds") or None, wanted)
+            subnets = self._subnets(params)
             return {
                 "Subnets": [
                     {
@@ -202,6 +199,28 @@ class MotoEc2Client:
             }
 
         return self._serve("DescribeSubnets", answer)
+
+    def _subnets(self, params: Mapping[str, Any]) -> list[Any]:
+        """What moto's `describe_subnets` finds, in its order (zone by zone), for one subnet ID or
+        the vpc-id and availability-zone filters subnet discovery sends, without moto's copy and
+        filter of every subnet of the account; anything else goes to moto."""
+        ids: list[str] = list(params.get("SubnetIds") or [])
+        wanted = {str(f["Name"]): list(f["Values"]) for f in params.get("Filters") or []}
+        if len(ids) == 1 and not wanted:
+            return [self._backend.get_subnet(ids[0])]
+        if ids or not wanted or not set(wanted) <= {"vpc-id", "availability-zone"}:
+            return list(self._backend.describe_subnets(ids or None, wanted))
+        zones: dict[str, dict[str, Any]] = self._backend.subnets
+        if "availability-zone" in wanted:
+            zones = {z: zones[z] for z in zones if z in wanted["availability-zone"]}
+        vpcs = wanted.get("vpc-id")
+        return [
+            s
+            for in_zone in zones.values()
+            for s in in_zone.values()
+            if s.availability_zone in wanted.get("availability-zone", [s.availability_zone])
+            and (vpcs is None or s.vpc_id in vpcs)
+        ]
 
     # -- ENIs ----------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import asyncio
 import selectors
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -46,6 +46,10 @@ class _VirtualSelector(selectors.DefaultSelector):
             raise SimulationStalled("every task waits and no timer is set")
         if timeout > 0:
             self._advance(timeout)
+        if len(self.get_map()) <= 1:
+            # Only the loop's own wake-up pipe: nothing to poll (no thread answers here, and a
+            # call from another thread is queued whether or not the pipe is read).
+            return []
         return super().select(0)
 
 
@@ -86,6 +90,37 @@ def _run_into(future: Future[T], fn: Callable[P, T], *args: P.args, **kwargs: P.
         future.set_exception(exc)
 
 
+Outcome = tuple[bool, Any]
+"""(True, the call's result) or (False, the exception it raised)."""
+
+
+def _call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Outcome:
+    try:
+        return True, fn(*args, **kwargs)
+    except BaseException as exc:
+        return False, exc
+
+
+def _settle(answer: asyncio.Future[Any], outcome: Outcome) -> None:
+    """Hand the outcome to the waiting coroutine, unless it stopped waiting."""
+    if answer.cancelled():
+        return
+    ok, value = outcome
+    if ok:
+        answer.set_result(value)
+    else:
+        answer.set_exception(value)
+
+
+def _as_submitted(answer: asyncio.Future[T]) -> Future[T]:
+    """An asyncio future returned from `submit`: `run_in_executor` hands an asyncio future back as
+    it is (`asyncio.wrap_future`), so the answer reaches its caller without the two
+    `concurrent.futures.Future`s (a lock each), the chaining and the self-pipe write that a
+    thread's answer needs. It is settled through `call_soon`, the one loop turn later at which
+    `call_soon_threadsafe` would have settled a wrapped future: the order of events is the same."""
+    return cast("Future[T]", answer)
+
+
 class InlineExecutor(ThreadPoolExecutor):
     """Runs each call at once, on the caller's thread; it starts no thread."""
 
@@ -93,9 +128,15 @@ class InlineExecutor(ThreadPoolExecutor):
         super().__init__(max_workers=1)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        future: Future[T] = Future()
-        _run_into(future, fn, *args, **kwargs)
-        return future
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not from a coroutine: a plain future, done
+            future: Future[T] = Future()
+            _run_into(future, fn, *args, **kwargs)
+            return future
+        answer: asyncio.Future[T] = loop.create_future()
+        loop.call_soon(_settle, answer, _call(fn, *args, **kwargs))
+        return _as_submitted(answer)
 
 
 class LatencyExecutor(ThreadPoolExecutor):
@@ -108,22 +149,11 @@ class LatencyExecutor(ThreadPoolExecutor):
         self._latency_s = latency_s
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        done: Future[T] = Future()
-        _run_into(done, fn, *args, **kwargs)
-        answer: Future[T] = Future()
+        answer: asyncio.Future[T] = self._loop.create_future()
+        outcome = _call(fn, *args, **kwargs)
         delay_s = self._latency_s()
         if delay_s <= 0:
-            _copy(done, answer)
+            self._loop.call_soon(_settle, answer, outcome)
         else:
-            self._loop.call_later(delay_s, _copy, done, answer)
-        return answer
-
-
-def _copy(source: Future[T], target: Future[T]) -> None:
-    if not target.set_running_or_notify_cancel():
-        return
-    error = source.exception()
-    if error is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(source.result())
+            self._loop.call_later(delay_s, self._loop.call_soon, _settle, answer, outcome)
+        return _as_submitted(answer)

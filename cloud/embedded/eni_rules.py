@@ -11,7 +11,7 @@ import ipaddress
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from moto.ec2.exceptions import EC2ClientError
@@ -101,11 +101,19 @@ def slot_limit(eni: Any) -> int:
     return unattached_ipv4_limit()
 
 
+@lru_cache(maxsize=1 << 20)
 def _as_int(address: str) -> int | None:
+    """The address as an integer (memoised: every assign reads every address of its subnet, and
+    parsing one costs far more than looking it up)."""
     try:
         return int(ipaddress.IPv4Address(address))
     except ValueError:
         return None  # moto's VPC endpoints and IPv6-only resources store other strings
+
+
+@lru_cache(maxsize=1 << 16)
+def _prefix_range(prefix: str) -> range:
+    return prefix_addresses(ipaddress.IPv4Network(prefix))
 
 
 def _ints(addresses: Iterable[str]) -> set[int]:
@@ -119,7 +127,7 @@ def subnet_space(subnet: Any) -> SubnetSpace:
     for eni in subnet_enis(subnet):
         occupied |= _ints(eni_addresses(eni))
         for prefix in eni_prefixes(eni):
-            occupied.update(prefix_addresses(ipaddress.IPv4Network(prefix)))
+            occupied.update(_prefix_range(prefix))
     occupied |= _ints(subnet._subnet_ips)
     return SubnetSpace(ipaddress.IPv4Network(subnet.cidr_block), occupied)
 

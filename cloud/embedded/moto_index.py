@@ -14,7 +14,7 @@ faster:
 - `NetworkInterface.status` becomes a property over the same attribute that tells the table when
   it changes (moto sets it on creation, and on attach and detach after the attachment ID);
 - `get_network_interface` reads the dict instead of scanning it, and `detach_network_interface`
-  finds the attachment in the index (moto's own scan for an ID the index lacks);
+  finds the attachment in the index (and refuses an ID the index lacks with moto's own error);
 - `get_instance` keeps instances by ID once found (moto never removes an instance from its
   reservation, terminated ones included), scanning as moto does only for an ID it has not seen.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from moto.ec2.exceptions import LastEniDetachError
+from moto.ec2.exceptions import InvalidNetworkAttachmentIdError, LastEniDetachError
 from moto.ec2.models.elastic_network_interfaces import NetworkInterface, NetworkInterfaceBackend
 from moto.ec2.models.instances import InstanceBackend
 
@@ -180,9 +180,9 @@ def attached_eni(backend: Any, attachment_id: str) -> Any | None:
     """The ENI `attachment_id` attaches, as a scan of the backend's ENIs would find it."""
     indexed = table(backend)
     if indexed is not None:
-        found = indexed.attached_by(attachment_id)
-        if found is not None:
-            return found
+        # Complete: moto sets an attachment ID in one place (`Instance.attach_eni`), just before
+        # the status the table hears of.
+        return indexed.attached_by(attachment_id)
     return next((e for e in list(backend.enis.values()) if e.attachment_id == attachment_id), None)
 
 
@@ -234,8 +234,10 @@ def _detach_network_interface(original: Callable[..., None]) -> Callable[..., No
 
     def detach_network_interface(backend: Any, attachment_id: str) -> None:
         eni = attached_eni(backend, attachment_id)
+        if eni is None and table(backend) is not None:
+            raise InvalidNetworkAttachmentIdError(attachment_id)  # moto's own, without its scan
         if eni is None or eni.instance is None:
-            original(backend, attachment_id)  # raises moto's own not-found error
+            original(backend, attachment_id)
             return
         if len(eni.instance.nics) == 1:
             raise LastEniDetachError

@@ -72,7 +72,8 @@ class SubnetSpace:
         )
 
     def free_count(self) -> int:
-        taken = sum(1 for a in self.occupied if self.first_usable <= a <= self.last_usable)
+        first, last = self.first_usable, self.last_usable
+        taken = sum(1 for a in self.occupied if first <= a <= last)
         return self.usable_count - taken
 
     def claim(self, addresses: Iterable[int]) -> None:
@@ -86,17 +87,16 @@ class SubnetSpace:
         if count > free:
             raise SpaceExhausted(f"{free} free addresses in {self.network}, {count} requested")
         picked: list[int] = []
+        first, last = self.first_usable, self.last_usable
         if free >= 4 * count:
             # Plenty of room: random probes find free addresses quickly without listing the subnet.
             while len(picked) < count:
-                candidate = rng.randint(self.first_usable, self.last_usable)
+                candidate = rng.randint(first, last)
                 if candidate not in self.occupied:
                     self.occupied.add(candidate)
                     picked.append(candidate)
         else:
-            candidates = [
-                a for a in range(self.first_usable, self.last_usable + 1) if a not in self.occupied
-            ]
+            candidates = [a for a in range(first, last + 1) if a not in self.occupied]
             picked = rng.sample(candidates, count)
             self.occupied.update(picked)
         return [ipaddress.IPv4Address(a) for a in picked]
