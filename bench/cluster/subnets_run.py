@@ -20,7 +20,7 @@ Besides the figures of every run (`bench.cluster.report`), this one reports (`Ru
 
 - `nodes`: its cluster size (at most `DEFAULT_NODES`, whatever `--nodes` says);
 - `node_subnet_free_min`: the fewest free addresses the node subnet had (DescribeSubnets' count),
-  read every sample and every check;
+  read before the first node joins, every `READ_EVERY_S` from then on, and every sample and check;
 - `primaries_short`: nodes whose primary ENI holds fewer addresses than it has room for, at the end;
 - `pod_subnet_enis`: ENIs in the pod subnet at the end, and `pod_subnet_enis_after_dry`: how many
   more than at the first reading that found the node subnet dry (too few free addresses to fill a
@@ -30,10 +30,13 @@ Besides the figures of every run (`bench.cluster.report`), this one reports (`Ru
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bench.cluster.moto_client import MotoEc2Client
 from bench.cluster.runner import Progress, run_spec
 from bench.cluster.sim import Cluster, RunResult, RunSpec
 from cloud.embedded.subnet_space import RESERVED_AT_END, RESERVED_AT_START
@@ -51,6 +54,9 @@ ADDRESSES_PER_PRIMARY = 10
 """An m5.large ENI holds 10 addresses: its own and 9 secondaries."""
 DRY_BELOW = ADDRESSES_PER_PRIMARY - 1
 """The node subnet is dry with fewer free addresses than a primary ENI's secondaries."""
+READ_EVERY_S = 5.0
+"""How often the node subnet's free count is read from the first join on (besides every sample and
+check): new ENIs may go to the pod subnet within seconds of the nodes joining."""
 NODE_SUBNET_SHARE = 0.6
 """The node subnet has fewer usable addresses than this share of what the nodes' primary ENIs hold
 when full."""
@@ -135,6 +141,24 @@ class TakeoverCluster(Cluster):
             )["GroupId"]
         )
         self.figures = TakeoverFigures(spec.nodes)
+        self._reader: asyncio.Task[None] | None = None
+
+    def join(self, instance_ids: Sequence[str], spread_s: float, client: MotoEc2Client) -> None:
+        if self._reader is None:
+            self._read()  # before any node joined: the node subnet is not dry yet
+            self._reader = asyncio.get_running_loop().create_task(self._read_every())
+        super().join(instance_ids, spread_s, client)
+
+    async def _read_every(self) -> None:
+        while True:
+            await asyncio.sleep(READ_EVERY_S)
+            self._read()
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        await super().close()
 
     def _subnet_for(self, index: int) -> tuple[str, str]:
         return self.node_subnet, self._group
