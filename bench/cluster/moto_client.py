@@ -26,12 +26,23 @@ from cloud.embedded import eni_rules, moto_index
 Response = dict[str, Any]
 
 
+class _SimulatedClientError(ClientError):  # type: ignore[misc]  # botocore ships no types
+    """botocore's `ClientError` with the same `response` and `operation_name`, built without the
+    message formatting and retry-info parsing botocore does: the simulated account refuses tens of
+    thousands of requests a run, and the adapter reads only `response`."""
+
+    def __init__(self, body: Any, operation: str) -> None:
+        Exception.__init__(self, f"{operation}: {body['Error']['Code']}")
+        self.response = body
+        self.operation_name = operation
+
+
 def _client_error(operation: str, code: str, message: str) -> ClientError:
     body: Any = {
         "Error": {"Code": code, "Message": message},
         "ResponseMetadata": {"HTTPStatusCode": 503 if code == THROTTLED else 400},
     }
-    return ClientError(body, operation)
+    return _SimulatedClientError(body, operation)
 
 
 def _moto_error(exc: Exception) -> tuple[str, str] | None:

@@ -42,6 +42,10 @@ class EngineSettings:
     units it holds (the pool gives its free ones back)."""
 
 
+OTHER_REFUSALS = (DeleteIntentActive, MaxPodsReached, NodeFull)
+"""What `plan_assign` raises besides `NoAddressAvailable`."""
+
+
 def plan_assign(
     state: NodeState,
     key: AllocationKey,

@@ -13,14 +13,14 @@ the batch applied to `state` and each caller answered. No decision ever meets an
 is no `await` between deciding a batch and sealing it, and a single batch is in flight at a time. A
 change cancelled while still queued is withdrawn and does nothing; once sealed, it is written (the
 write cannot be recalled). A failed write fails its whole batch and `_decided` is rebuilt from `state`.
-A lone change (still alone after a couple of loop turns) is written on the loop's own thread: its
-commit takes a fraction of a millisecond, less than the two thread hand-offs it would otherwise cost;
-a batch of several goes to the store's thread, so the loop keeps taking requests meanwhile.
+A lone change (still alone after a couple of loop turns) is written on the loop's own thread (less
+than the two thread hand-offs it would cost); a batch goes to the store's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +40,7 @@ from datastore.store import Store
 from ipamd.clock import Clock
 from ipamd.engine import inventory
 from ipamd.engine.allocator import (
+    OTHER_REFUSALS,
     EngineSettings,
     plan_assign,
     plan_pruning,
@@ -95,14 +96,11 @@ class Engine:
         """When an ADD last found no free address (the pool manager's demand, `pool_pace`)."""
         self.blocked_enis: dict[str, str] = {}
         """ENI ID → why none of its addresses may be handed out yet (its link is not set up on the
-        host). Owned by the host-network owner, which fills it from a commit listener, so an ENI
-        is blocked from the very commit that brings it in."""
+        host): filled by the host-network owner's commit listener, from the ENI's first commit."""
         self.closed_subnets: frozenset[str] = frozenset()
-        """Subnets whose ENIs take no new pods (excluded from subnet discovery): set by the pool
-        manager from its subnet catalogue, which also returns those ENIs once they are empty."""
+        """Subnets whose ENIs take no new pods (set by the pool manager's subnet catalogue)."""
         self.listeners: list[CommitListener] = []
-        """Called after each commit has been applied to memory, with the mutation and the
-        allocations it removed (read before they left memory). Synchronous and non-raising."""
+        """Called after each commit is applied (mutation, allocations removed); must not raise."""
 
     @property
     def settings(self) -> EngineSettings:
@@ -178,13 +176,18 @@ class Engine:
         self, key: AllocationKey, pod: PodRef | None = None, count: int = 1
     ) -> AllocationRecord:
         """ADD: the allocation for `key`, existing or new. Raises `DeleteIntentActive`,
-        `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`."""
+        `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`. With nothing queued, an
+        ADD that finds no address is refused at once (it changes nothing: no turn, no write)."""
+
+        def decide(state: NodeState, now: float) -> tuple[Mutation, AllocationRecord]:
+            held = self._held_back(state)
+            return plan_assign(state, key, pod or PodRef(), count, now, self.settings, held)
+
         try:
-            return await self._mutate(
-                lambda state, now: plan_assign(
-                    state, key, pod or PodRef(), count, now, self.settings, self._held_back(state)
-                )
-            )
+            if not self._queue and self.unavailable is None and self._store is not None:
+                with contextlib.suppress(*OTHER_REFUSALS):
+                    decide(self._decided, self._clock.now())  # raises NoAddressAvailable
+            return await self._mutate(decide)
         except NoAddressAvailable:
             self.starved_at = self._clock.now()
             self.pool_wanted.set()
