@@ -148,6 +148,11 @@ def _cluster_section(f: Figures) -> str:
     calls = c.get("calls_per_node_hour", {})
     ops = sorted({op for per in calls.values() for op in per})
     call_rows = [(op, *(_num(calls[r].get(op)) for r in sorted(calls))) for op in ops]
+    refused = c.get("throttled_per_node_hour", {})
+    refused_ops = sorted({op for per in refused.values() for op in per})
+    refused_rows = [
+        (op, *(_num(refused[r].get(op)) for r in sorted(refused))) for op in refused_ops
+    ]
     size_ops = sorted({op for per in f.cluster_sizes.values() for op in per})
     sizes = sorted(f.cluster_sizes)
     size_rows = [(op, *(_num(f.cluster_sizes[n].get(op)) for n in sizes)) for op in size_ops]
@@ -162,6 +167,15 @@ def _cluster_section(f: Figures) -> str:
             "EC2 calls per node-hour by operation:\n",
             _table(("operation", *sorted(calls)), call_rows),
             "",
+            *(
+                [
+                    "Of those, the requests EC2 refused (RequestLimitExceeded), per node-hour:\n",
+                    _table(("operation", *sorted(refused)), refused_rows),
+                    "",
+                ]
+                if refused_rows
+                else []
+            ),
             _image(f, "pool_over_time", "Pool size against pods over time"),
             "",
             "Pods waiting for an address in each run's measured window, and under the schedule "
