@@ -6,7 +6,8 @@ the calls that serve a waiting ADD compete with every other node's calls that on
 pool or give addresses back. A node cannot see the others, but it sees the throttle answers, and it
 knows which of its own rounds a pod is waiting for:
 
-- **Demand**: an ADD found no address since the pool last gained one (within `DEMAND_WINDOW_S`).
+- **Demand**: an ADD found no address since the pool last gained one (within `DEMAND_WINDOW_S`),
+  and none is free now.
   Such a round calls at once, even while warm-up is held, its calls are retried inside the adapter,
   and when it is throttled all the same it is tried again within `DEMAND_THROTTLE_CAP_S`.
 - **Everything else** (warm targets, minimum targets, shrinking) is background work: its calls are
@@ -27,6 +28,7 @@ from cloud.backoff import backoff_delay_s
 from cloud.errors import CloudError, Throttled
 from cloud.ratelimit import background_calls
 from ipamd.clock import Clock
+from ipamd.engine.allocator import pick_addresses
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
 from ipamd.errors import StoreWriteFailed
@@ -62,9 +64,16 @@ class Pace:
 
     def demand(self) -> bool:
         """Whether an ADD is waiting for this round: one found no address since the pool last
-        gained some, and not long ago."""
-        starved = self._engine.starved_at
-        return starved > self._served_at and self._clock.now() - starved <= DEMAND_WINDOW_S
+        gained some, not long ago, and none is free now (pods may have left meanwhile)."""
+        engine, now = self._engine, self._clock.now()
+        starved = engine.starved_at
+        if starved <= self._served_at or now - starved > DEMAND_WINDOW_S:
+            return False
+        settings = engine.settings
+        held = set(engine.blocked_enis) | engine.closed_enis()
+        skip_primary = not settings.pods_on_primary
+        free = pick_addresses(engine.state, 1, now, settings.cooldown_s, held, skip_primary)
+        return free is None
 
     def served(self) -> None:
         """The pool just gained addresses: the ADDs that found none may now find one."""
