@@ -176,15 +176,15 @@ class Engine:
         self, key: AllocationKey, pod: PodRef | None = None, count: int = 1
     ) -> AllocationRecord:
         """ADD: the allocation for `key`, existing or new. Raises `DeleteIntentActive`,
-        `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`. With nothing queued, an
-        ADD that finds no address is refused at once (it changes nothing: no turn, no write)."""
+        `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`. With nothing queued or being
+        written, an ADD that finds no address is refused at once (it changes nothing)."""
 
         def decide(state: NodeState, now: float) -> tuple[Mutation, AllocationRecord]:
             held = self._held_back(state)
             return plan_assign(state, key, pod or PodRef(), count, now, self.settings, held)
 
         try:
-            if not self._queue and self.unavailable is None and self._store is not None:
+            if not (self._queue or self._turn.locked() or self.unavailable or self._store is None):
                 with contextlib.suppress(*OTHER_REFUSALS):
                     decide(self._decided, self._clock.now())  # raises NoAddressAvailable
             return await self._mutate(decide)

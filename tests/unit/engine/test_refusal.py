@@ -1,5 +1,5 @@
-"""An ADD that finds no address changes nothing: with nothing queued it is refused at once, without
-the engine's turn or a write; with changes queued it is decided in its turn, after them
+"""An ADD that finds no address changes nothing: with nothing queued or being written it is refused
+at once, without a write; otherwise it is decided in its turn, after the changes ahead of it
 (docs/architecture.md §2.1)."""
 
 from __future__ import annotations
