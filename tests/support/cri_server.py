@@ -145,6 +145,13 @@ class FakeCriServer:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace=None)
+            # grpc's tasks for the cancelled calls may still be unwinding once `stop` returns (on
+            # a busy machine, a loop turn or more later): wait for them, so none outlives it.
+            unwinding = [
+                t for t in asyncio.all_tasks() if t.get_name() == "rpc_task" and not t.done()
+            ]
+            if unwinding:
+                await asyncio.wait(unwinding, timeout=5.0)
         if self._path is not None:
             self._path.unlink(missing_ok=True)
 
