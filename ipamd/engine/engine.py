@@ -93,6 +93,7 @@ class Engine:
         self.pool_wanted = asyncio.Event()
         """Set when an ADD found no free address: the pool manager grows at once, not on its tick."""
         self.starved_at = float("-inf")
+        self._refusing = False  # the last ADD found no address, and nothing has committed since
         """When an ADD last found no free address (the pool manager's demand, `pool_pace`)."""
         self.blocked_enis: dict[str, str] = {}
         """ENI ID → why none of its addresses may be handed out yet (its link is not set up on the
@@ -176,19 +177,20 @@ class Engine:
         self, key: AllocationKey, pod: PodRef | None = None, count: int = 1
     ) -> AllocationRecord:
         """ADD: the allocation for `key`, existing or new. Raises `DeleteIntentActive`,
-        `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`. With nothing queued or being
-        written, an ADD that finds no address is refused at once (it changes nothing)."""
+        `NoAddressAvailable`, `StoreWriteFailed` or `StateUnavailable`. While ADDs are refused, one
+        with nothing queued or being written is decided at once, and refused without a write."""
 
         def decide(state: NodeState, now: float) -> tuple[Mutation, AllocationRecord]:
-            held = self._held_back(state)
+            held = self.held_back(state)
             return plan_assign(state, key, pod or PodRef(), count, now, self.settings, held)
 
         try:
-            if not (self._queue or self._turn.locked() or self.unavailable or self._store is None):
+            if self._refusing and not (self._queue or self._turn.locked() or self._store is None):
                 with contextlib.suppress(*OTHER_REFUSALS):
                     decide(self._decided, self._clock.now())  # raises NoAddressAvailable
             return await self._mutate(decide)
         except NoAddressAvailable:
+            self._refusing = True
             self.starved_at = self._clock.now()
             self.pool_wanted.set()
             raise
@@ -200,21 +202,19 @@ class Engine:
         enis = (state or self.state).enis()
         return {e for e, r in enis.items() if r.subnet_id in self.closed_subnets}
 
-    def _held_back(self, state: NodeState) -> Collection[str]:
+    def held_back(self, state: NodeState | None = None) -> Collection[str]:
         """ENIs none of whose addresses may go to a new pod: blocked ones, and closed ones."""
         if not self.closed_subnets:
             return self.blocked_enis
         return self.closed_enis(state) | self.blocked_enis.keys()
 
     async def retract(self, record: AllocationRecord) -> bool:
-        """Undo an ADD that was never acknowledged (its pod's datapath could not be made): the
-        allocation goes, with no delete intent (the runtime may retry the same ADD) and no
-        cooldown (no pod ever used the address). Only while the allocation is still `record`."""
+        """Undo an ADD never acknowledged (its pod's datapath could not be made): no delete intent
+        (the runtime may retry it), no cooldown (no pod used the address). Only if still `record`."""
         return await self._mutate(lambda state, now: plan_retract(state, record))
 
     async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
-        """DEL: release every allocation of `key.container_id` and record its delete intent.
-        Succeeds for an unknown container. Returns what was released."""
+        """DEL: release `key.container_id`'s allocations (if any: returned) and record its intent."""
         return await self._mutate(
             lambda state, now: plan_release(state, key.container_id, now, self.settings)
         )
@@ -261,8 +261,7 @@ class Engine:
         )
 
     async def commit_repair(self, mutation: Mutation) -> None:
-        """Repair's changes to quarantine, decided from EC2's and the runtime's evidence; refused if
-        an address it restores was taken meanwhile (the UNIQUE index is the last word)."""
+        """Repair's quarantine changes; refused if an address it restores was taken meanwhile."""
         await self._mutate(lambda state, now: (mutation, None))
 
     async def eni_gone(self, eni_id: str) -> None:
@@ -391,6 +390,7 @@ class Engine:
             if (alloc := self.state.allocation(k)) is not None
         )
         self.state.apply(mutation)
+        self._refusing = False
         for listener in self.listeners:
             listener(mutation, removed)
 

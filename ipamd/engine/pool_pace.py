@@ -69,8 +69,7 @@ class Pace:
         starved = engine.starved_at
         if starved <= self._served_at or now - starved > DEMAND_WINDOW_S:
             return False
-        settings = engine.settings
-        held = set(engine.blocked_enis) | engine.closed_enis()
+        settings, held = engine.settings, engine.held_back()
         skip_primary = not settings.pods_on_primary
         free = pick_addresses(engine.state, 1, now, settings.cooldown_s, held, skip_primary)
         return free is None
