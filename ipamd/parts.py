@@ -249,7 +249,7 @@ async def open_parts(
         kinds,
         config.reconcile_grace_s,
         clock,
-        lambda: pool.releases_in_flight | pending,
+        lambda: pool.releases_in_flight | pending | pool.unbound_enis,
         foreign,
     )
     drift_wanted = asyncio.Event()

@@ -93,6 +93,11 @@ class PoolManager:
         return self._enis.pending
 
     @property
+    def unbound_enis(self) -> set[str]:
+        """New ENIs whose DeleteOnTermination the pool manager sets later: the drift leaves it."""
+        return self._enis.unbound
+
+    @property
     def releases_in_flight(self) -> set[str]:
         """Units whose unassign (or whose ENI's detach) is being called right now: reconcile leaves
         them to this call instead of judging a half-done release."""
@@ -158,9 +163,9 @@ class PoolManager:
         demand = self.pace.demand()
         if not demand and self.pace.held():
             return PoolPlan()
-        if not demand:
-            await self._enis.bind_waiting()
         plan = self._round_plan(now, demand)
+        if not demand:
+            await self._enis.bind_waiting(growing=bool(plan.assign or plan.new_enis))
         if not plan.new_enis:
             await self._enis.drop_unattached()
         if plan.is_empty():
@@ -290,7 +295,7 @@ class PoolManager:
         return True
 
     async def _new_eni(self, count: int) -> None:
-        eni_id, held, attachment_id = await self._enis.make(count, self.strategy.kind)
+        eni_id, held = await self._enis.make(count, self.strategy.kind)
         if held:
             self.pace.served()
         try:
@@ -299,7 +304,6 @@ class PoolManager:
         except BaseException:
             self._enis.abandon(eni_id)
             raise
-        await self._enis.bind(eni_id, attachment_id)
 
     async def _resync_eni(self, eni_id: str) -> None:
         enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))

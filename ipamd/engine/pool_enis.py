@@ -1,16 +1,20 @@
 """The pool manager's new ENIs: created in the subnet the catalogue names holding the units the plan
 asked for (one assign fewer), attached at the lowest free device index, recorded with those units,
-and only then given DeleteOnTermination, which no pod waits for.
+and only later given DeleteOnTermination, which no pod waits for.
 
 An ENI being created or attached is in `pending`, so ENI GC leaves it alone. The device index is
 the lowest one free in the inventory, and in EC2's listing whenever the two may differ (at start,
-with an ENI kept unattached, after an attach refused or unanswered): a new ENI needs no describe
-first otherwise. An attach whose outcome
+after an attach refused other than by a throttle, or unanswered): a new ENI needs no describe first
+otherwise (a throttled attach was refused before EC2 acted). An attach whose outcome
 is unknown is checked against EC2; an ENI whose attach failed in a way worth retrying is kept and
 attached on the next round instead of creating another (under an account's exhausted API budget,
 creating anew every round would only add calls), and deleted once the plan no longer wants it.
-DeleteOnTermination left unset (refused, throttled, the answer lost) is set by the drift
-(`ipamd.reconcile.ec2_drift`).
+
+DeleteOnTermination is background work that waits (`unbound`, which the drift leaves alone): at
+least `BIND_SETTLE_S`, and while the pool still grows up to `BIND_WAIT_CAP_S`, and while background
+work is held. In a burst the account's tokens go to the ENIs pods wait for; an instance terminated
+meanwhile leaves the ENI detached, for ENI GC. Left unset (refused, throttled, the answer lost), it
+is set by the drift (`ipamd.reconcile.ec2_drift`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+BIND_SETTLE_S = 60.0
+"""Least a new ENI's DeleteOnTermination waits: a burst's first minute of tokens goes to ENIs."""
+BIND_WAIT_CAP_S = 300.0
+"""Longest a new ENI's DeleteOnTermination waits for the pool to stop growing."""
+
 
 class EniMaker:
     def __init__(
@@ -66,20 +75,21 @@ class EniMaker:
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
         self._unattached: dict[str, NetworkInterface] = {}
         """ENIs created whose attach failed in a way worth retrying (throttled, a 5xx, no answer)."""
-        self._unbound: dict[str, str] = {}
-        """ENI → attachment whose DeleteOnTermination waits for background work's turn."""
+        self._unbound: dict[str, tuple[str, float]] = {}
+        """ENI → its attachment and since when its DeleteOnTermination waits for its turn."""
         self._doubt = True
         """Whether the device indexes in use may differ from the inventory's: at start, and after
         an attach failed other than by a throttle. Otherwise a new ENI needs no describe first."""
 
-    async def make(self, count: int, kind: UnitKind) -> tuple[str, int, str | None]:
-        """A new ENI in the inventory: its ID, how many units it came with (they are recorded
-        too), and its attachment ID (None if EC2 attached it but the answer was lost)."""
+    async def make(self, count: int, kind: UnitKind) -> tuple[str, int]:
+        """A new ENI in the inventory: its ID and how many units it came with (they are recorded
+        too). Its DeleteOnTermination is left to `bind_waiting` (to the drift if EC2 attached it
+        but the answer, with its attachment ID, was lost)."""
         # EC2's view, not only the inventory, whenever it may differ: an ENI attached by a call
         # whose answer was lost (or before a restart, or by another user of the instance) holds
         # its device index until reconcile adopts it.
         attached: tuple[NetworkInterface, ...] = ()
-        if self._unattached or self._doubt:
+        if self._doubt:
             attached = await self._timed(
                 "describe", self._ec2.describe_enis(self._instance.instance_id)
             )
@@ -104,21 +114,29 @@ class EniMaker:
             if eni.eni_id not in self._unattached:
                 self.pending.discard(eni.eni_id)
             raise
-        if attachment_id is None:
-            self.pending.discard(eni.eni_id)  # the drift sets DeleteOnTermination
-        # Otherwise it stays pending until `bind`: the drift leaves its DeleteOnTermination to us.
+        self.bind_later(eni.eni_id, attachment_id)
+        self.pending.discard(eni.eni_id)
         logger.info(
             "pool.eni_attached eni_id=%s device_index=%d units=%d", eni.eni_id, index, len(held)
         )
-        return eni.eni_id, len(held), attachment_id
+        return eni.eni_id, len(held)
 
-    async def bind(self, eni_id: str, attachment_id: str | None) -> None:
+    @property
+    def unbound(self) -> set[str]:
+        """ENIs whose DeleteOnTermination waits for `bind_waiting`: the drift leaves it to us."""
+        return set(self._unbound)
+
+    def bind_later(self, eni_id: str, attachment_id: str | None) -> None:
+        """DeleteOnTermination for a new ENI, as background work once the pool has nothing more to
+        grow (`bind_waiting`): a burst's tokens go to the ENIs pods wait for first. If no attachment
+        ID came back, the drift sets it."""
+        if attachment_id is not None:
+            self._unbound[eni_id] = (attachment_id, self._clock.now())
+
+    async def bind(self, eni_id: str, attachment_id: str) -> None:
         """DeleteOnTermination, as background work: while background work is held it waits for
         `bind_waiting`; if it fails, the drift sets it."""
-        if attachment_id is None:
-            return
         if self._pace.held():
-            self._unbound[eni_id] = attachment_id
             return
         self._unbound.pop(eni_id, None)
         try:
@@ -129,21 +147,21 @@ class EniMaker:
             if isinstance(err, Throttled):
                 self._pace.throttle_seen()
             logger.warning("pool.delete_on_termination_left eni_id=%s error=%s", eni_id, err)
-        finally:
-            self.pending.discard(eni_id)
 
     def abandon(self, eni_id: str) -> None:
         """A new ENI whose round failed after it was recorded: the drift sets DeleteOnTermination."""
         self._unbound.pop(eni_id, None)
         self.pending.discard(eni_id)
 
-    async def bind_waiting(self) -> None:
-        """The DeleteOnTermination calls that waited for the hold to end."""
-        for eni_id, attachment_id in list(self._unbound.items()):
-            if eni_id in self._engine.state.enis():
-                await self.bind(eni_id, attachment_id)
-            else:
+    async def bind_waiting(self, growing: bool) -> None:
+        """The DeleteOnTermination calls that have waited `BIND_SETTLE_S` while the pool is not
+        `growing`, or `BIND_WAIT_CAP_S` while it is."""
+        now = self._clock.now()
+        for eni_id, (attachment_id, since) in list(self._unbound.items()):
+            if eni_id not in self._engine.state.enis():
                 self.abandon(eni_id)
+            elif now - since >= (BIND_WAIT_CAP_S if growing else BIND_SETTLE_S):
+                await self.bind(eni_id, attachment_id)
 
     async def drop_unattached(self) -> None:
         """The plan no longer wants an ENI: delete the ones kept for another attach."""

@@ -37,7 +37,7 @@ DEMAND_WINDOW_S = 60.0
 """An ADD that found no address this long ago no longer makes a round urgent."""
 DEMAND_THROTTLE_CAP_S = 4.0
 """Most a round with pods waiting waits after it was throttled."""
-WARM_HOLD_BASE_S = 15.0
+WARM_HOLD_BASE_S = 120.0
 """Background work's first hold after a throttle answer."""
 WARM_HOLD_CAP_S = 300.0
 """Background work's longest hold."""

@@ -59,6 +59,7 @@ from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Instance
 from ipamd.engine.engine import Engine
+from ipamd.engine.pool_enis import BIND_SETTLE_S
 from ipamd.parts import NodeFacts, Parts
 from ipamd.policy.model import NodeLimits
 from ipamd.reconcile.ec2_drift import DriftReport
@@ -193,7 +194,12 @@ class Parent:
             f"{where}: EC2 lists {ec2}, ipamd holds {ipamd_view(engine)}"
         )
         check_owned_on_ec2(engine, self.model, ec2, where)
-        self.clock.advance(worker.JUMP_S)
+        self.clock.advance(max(worker.JUMP_S, BIND_SETTLE_S))
+        # Past the pool's settling time too: it sets the DeleteOnTermination of the ENIs it made.
+        assert (await pool.run_once()).is_empty(), f"{where}: the pool planned after settling"
+        assert not pool.unbound_enis, (
+            f"{where}: DeleteOnTermination still waits: {pool.unbound_enis}"
+        )
         report = await drift.run_once()
         assert not report.changed(), f"{where}: a drift past the grace window changed {report}"
         await self.loose_ends(where)
@@ -334,8 +340,8 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
 ) -> None:
     """Deterministic replay of what the scenario above found (it counts such rounds): the pool
     creates and attaches an ENI for new pods, and the process dies before the attachment gets
-    DeleteOnTermination (the pool sets it once the ENI and its addresses are recorded, so that no
-    pod waits on it). After the restart, EC2's view decides, as ever — but an ENI attached to the
+    DeleteOnTermination (the pool sets it a while after the ENI and its addresses are recorded, so
+    that no pod waits on it). After the restart, EC2's view decides, as ever — but an ENI attached to the
     instance must be one that goes away with it, or it leaks (detached, tagged for an instance
     whose ENI GC never runs again) when the instance terminates. The restart drift gives it
     DeleteOnTermination."""
@@ -350,6 +356,9 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
                 KilledBeforeDeleteOnTermination(node.world.client(client_config())), limits=FAST
             )
             await node.reopen(api=dying)
+            await node.pool.run_once()  # the ENI, recorded with its addresses
+            assert node.pool.unbound_enis, "its DeleteOnTermination waits for a quiet round"
+            node.clock.advance(BIND_SETTLE_S)
             with pytest.raises(Killed):
                 await node.pool.run_once()
             await node.engine.close()  # nothing was being committed: as good as a kill

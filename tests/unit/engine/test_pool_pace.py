@@ -11,9 +11,10 @@ from typing import TypeVar
 
 import pytest
 
-from cloud.errors import Throttled
+from cloud.errors import ServiceUnavailable, Throttled
 from ipamd.clock import FakeClock
 from ipamd.config import Config
+from ipamd.engine.pool_enis import BIND_SETTLE_S, BIND_WAIT_CAP_S
 from ipamd.errors import NoAddressAvailable
 from ipamd.parts import Parts, Tuning, describe_node, open_parts
 from tests.support.ec2_doubles import PassThroughEc2
@@ -34,9 +35,13 @@ class ThrottledAccount(PassThroughEc2):
         self.asked: Counter[str] = Counter()
         """Every call that reached EC2, by port method."""
         self.refused: Counter[str] = Counter()
+        self.failing: set[str] = set()
+        """Port methods refused as if EC2 were out of capacity, throttling or not."""
 
     async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         self.asked[operation] += 1
+        if operation in self.failing:
+            raise ServiceUnavailable(operation, "Unavailable", "The service is unavailable.")
         if self.throttling and operation not in READS:
             self.refused[operation] += 1
             raise Throttled(operation, "RequestLimitExceeded", "Request limit exceeded.")
@@ -76,9 +81,11 @@ async def node(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[Parts, T
 
 
 async def _settle(parts: Parts, clock: FakeClock) -> None:
-    for _ in range(4):
-        clock.advance(max(parts.pool.health.backoff_until - clock.now(), 0.0) + 1.0)
+    """The targets met and every new ENI's DeleteOnTermination set."""
+    for wait_s in (1.0, 1.0, 1.0, 1.0, BIND_SETTLE_S):
+        clock.advance(max(parts.pool.health.backoff_until - clock.now(), 0.0) + wait_s)
         await parts.pool.run_once()
+    assert parts.pool.plan().is_empty() and not parts.pool.unbound_enis
 
 
 async def test_a_new_eni_comes_holding_its_units_and_is_bound_after_they_are_recorded(
@@ -94,12 +101,45 @@ async def test_a_new_eni_comes_holding_its_units_and_is_bound_after_they_are_rec
     assert account.asked["create_eni"] == 1 and account.asked["assign_units"] == 0, (
         "the units came with the create"
     )
-    assert account.asked["set_delete_on_termination"] == 1
     (new,) = set(parts.engine.state.enis()) - before
-    assert len(parts.engine.state.units_on(new)) == 9
+    assert len(parts.engine.state.units_on(new)) == 9, "recorded with its units"
+    assert account.asked["set_delete_on_termination"] == 0, "no pod waits on DeleteOnTermination"
+    assert parts.pool.unbound_enis == {new} and not parts.pool.pending_enis
+
+    clock.advance(BIND_SETTLE_S - 1.0)
+    await parts.pool.run_once()
+    assert account.asked["set_delete_on_termination"] == 0, "it waits out the settling time"
+    clock.advance(1.0)
+    assert (await parts.pool.run_once()).is_empty(), "the pool grows no more"
+    assert account.asked["set_delete_on_termination"] == 1
+    assert not parts.pool.unbound_enis
     listed = await account.describe_enis(parts.node.instance.instance_id)
     (attached,) = [e for e in listed if e.eni_id == new]
     assert attached.delete_on_termination
+
+
+async def test_delete_on_termination_waits_while_the_pool_grows_but_not_past_its_cap(
+    node: tuple[Parts, ThrottledAccount], clock: FakeClock
+) -> None:
+    parts, account = node
+    pool, engine = parts.pool, parts.engine
+    await _settle(parts, clock)
+    for n in range(9):
+        await engine.assign(key(f"pod-{n}"))
+    account.asked.clear()
+    await pool.run_once()
+    (first,) = pool.unbound_enis
+    for n in range(9, 11):  # the new ENI in use: the last warm ENI is due, and cannot be made
+        await engine.assign(key(f"pod-{n}"))
+    account.failing = {"create_eni"}
+    clock.advance(BIND_SETTLE_S)
+    await pool.run_once()
+    assert pool.plan().new_enis, "the pool still grows"
+    assert account.asked["set_delete_on_termination"] == 0, "so DeleteOnTermination waits"
+    clock.advance(BIND_WAIT_CAP_S - BIND_SETTLE_S + max(pool.health.backoff_until - clock.now(), 0))
+    await pool.run_once()
+    assert account.asked["set_delete_on_termination"] == 1, "but not past its cap"
+    assert first not in pool.unbound_enis
 
 
 async def test_warm_up_holds_back_while_throttled_and_a_waiting_add_goes_first(
