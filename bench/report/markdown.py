@@ -85,7 +85,8 @@ for them (with the default targets each is one ENI or one prefix, and the earlie
 more); arrivals and departures are the run's; reads (Describe*), client-side buckets, refused \
 requests, backoff, releases and the IP cooldown cost the policy nothing. The bound leaves out \
 what ipamd adds for safety (ModifyNetworkInterfaceAttribute for DeleteOnTermination, which ipamd \
-sets as background work once the ENI's addresses can be handed out) and the requests EC2 refused, \
+sets as background work a minute or more after the ENI's addresses can be handed out) and the \
+requests EC2 refused, \
 which is why ipamd's own calls can be several times the bound's.
 """
 
