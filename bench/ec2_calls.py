@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 
 from cloud.embedded.world import EmbeddedEc2
+from ipamd.engine.pool_enis import BIND_SETTLE_S
 from ipamd.errors import NoAddressAvailable
 from ipamd.policy.model import PoolTargets
 from tests.support.cloudnode import CloudNode, open_cloud_node
@@ -58,7 +59,8 @@ async def _fill_calls(host: EmbeddedEc2, workdir: Path, prefix_mode: bool) -> fl
 
 
 async def _new_eni_calls(host: EmbeddedEc2, workdir: Path) -> tuple[float, float]:
-    """The round that adds the warm ENI once pods took the primary ENI's 9 addresses."""
+    """The round that adds the warm ENI once pods took the primary ENI's 9 addresses, and the
+    later round that sets its DeleteOnTermination."""
     node = await open_cloud_node(host, workdir, "m5.large")
     try:
         await node.settle()
@@ -69,6 +71,10 @@ async def _new_eni_calls(host: EmbeddedEc2, workdir: Path) -> tuple[float, float
         await node.pool.run_once()
         if len(node.engine.state.enis()) != enis + 1:
             raise RuntimeError("the round added no ENI")
+        node.clock.advance(BIND_SETTLE_S)  # its DeleteOnTermination goes in a later, quiet round
+        await node.pool.run_once()
+        if node.pool.unbound_enis:
+            raise RuntimeError("DeleteOnTermination was not set")
         return float(sum(node.calls.counts.values()) - calls), float(_mutations(node) - mutations)
     finally:
         await node.engine.close()
