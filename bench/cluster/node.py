@@ -13,6 +13,7 @@ ENIs from moto as they are: it never lags EC2 here, so the hint triggers no drif
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,38 @@ from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.fake_cloud import FakeRuntime
 
 STATE_FILE = "ipamd.db"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An ADD refused for want of an address, and what its engine decided it on: an ADD of another
+    new pod is refused the same way until the engine commits, the ENIs held back change, or an
+    address comes out of its cooldown."""
+
+    at_s: float
+    commits: int
+    held: frozenset[str]
+    free_at_s: float
+    """When the first address cooling then comes out of its cooldown (infinite if none)."""
+
+    @classmethod
+    def of(cls, node: SimNode, now: float) -> Refusal:
+        engine = node.engine
+        cooldown_s = engine.settings.cooldown_s
+        free_at = next(
+            (t + cooldown_s for t in engine.state.cooldowns().values() if t + cooldown_s > now),
+            math.inf,
+        )
+        return cls(now, node.commits, frozenset(engine.held_back()), free_at)
+
+    def stands(self, node: SimNode, now: float, within_s: float) -> bool:
+        """Whether an ADD now would be refused just as this one (and this one is recent)."""
+        return (
+            now - self.at_s < within_s
+            and now < self.free_at_s
+            and node.commits == self.commits
+            and frozenset(node.engine.held_back()) == self.held
+        )
 
 
 class MotoImds:
@@ -101,7 +134,14 @@ class SimNode:
     """The cluster whose detached ENIs this node's ENI GC sweeps ("" = only its own instance's)."""
     pods: set[str] = field(default_factory=set)
     """Container IDs of the pods scheduled here and not yet deleted."""
+    commits: int = 0
+    """Mutations the node's engine has committed (counted by its listener)."""
+    refusal: Refusal | None = None
+    """The node's last ADD refused for want of an address (`bench.cluster.workload`)."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def counted_commit(self) -> None:
+        self.commits += 1
 
     def pool_addresses(self) -> int:
         """Addresses in the node's inventory, whatever their state."""
@@ -157,7 +197,7 @@ async def build_node(
     assert daemon.datapath is not None
     max_pods = daemon.engine.settings.max_pods
     assert max_pods is not None, "build_daemon sets the node's pod limit"
-    return SimNode(
+    node = SimNode(
         daemon=daemon,
         datapath=daemon.datapath,
         eni_gc_cluster=config.cluster_name,
@@ -174,6 +214,8 @@ async def build_node(
         adapter=adapter,
         max_pods=max_pods,
     )
+    daemon.engine.listeners.append(lambda _mutation, _removed: node.counted_commit())
+    return node
 
 
 async def start_node(node: SimNode, config: Config, jobs: Jobs, rng: random.Random) -> None:

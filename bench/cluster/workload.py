@@ -6,9 +6,14 @@ the DEL goes missing, which leaves the address to the runtime leak GC.
 An ADD refused with `NoAddressAvailable` has already woken the node's pool manager (the engine sets
 `pool_wanted`); the runtime retries the ADD every `retry_s` virtual seconds, as kubelet retries a pod
 sandbox that failed to start, until it gets an address or `deadline_s` has passed: that pod counts as
-an ADD failed for want of an address. Time to address runs from the first ADD to the one that got
-an address. When a node is terminated, its pods are scheduled again elsewhere (a controller replaces
-them); any waiting pod task of the old node ends on its own.
+an ADD failed for want of an address. A retry within `retry_s` of the node's last refusal, with
+nothing since that could change the engine's answer (`node.Refusal`: no commit, the same ENIs held
+back, no address out of its cooldown), is refused without asking the engine: the answer would be
+the same, and each node's engine still hears a refused ADD every `retry_s` while pods wait. In a
+ramp at the account's limit thousands of pods wait at once, and their retries were most of a run.
+Time to address runs from the first ADD to the one that got an address. When a node is terminated,
+its pods are scheduled again elsewhere (a controller replaces them); any waiting pod task of the old
+node ends on its own.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bench.cluster.bound import PodTrace
-from bench.cluster.node import SimNode
+from bench.cluster.node import Refusal, SimNode
 from datastore.records import AllocationKey
 from ipamd.clock import Clock
 from ipamd.errors import IpamdError, NoAddressAvailable
@@ -144,10 +149,18 @@ class Workload:
         self._live[key.container_id] = trace
         pod = PodRef("default", key.container_id[:12], key.container_id[:32])
         waiting = False
+        retry_s = self._settings.retry_s
         try:
             while not node.gone:
                 try:
-                    await node.datapath.add(key, pod)
+                    refusal = node.refusal
+                    if refusal is not None and refusal.stands(node, self._clock.now(), retry_s):
+                        raise NoAddressAvailable("refused as the node's last ADD")
+                    try:
+                        await node.datapath.add(key, pod)
+                    except NoAddressAvailable:
+                        node.refusal = Refusal.of(node, self._clock.now())
+                        raise
                 except NoAddressAvailable:
                     if self._clock.now() - started >= self._settings.deadline_s:
                         self.stats.failed_no_address += 1
@@ -156,7 +169,7 @@ class Workload:
                     if not waiting:
                         waiting = True
                         self.stats.waiting += 1
-                    await asyncio.sleep(self._settings.retry_s)
+                    await asyncio.sleep(retry_s)
                     continue
                 except IpamdError as err:
                     self.stats.add_errors[type(err).__name__] += 1

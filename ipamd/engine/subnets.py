@@ -92,6 +92,8 @@ class SubnetCatalogue:
         self._full: dict[str, int] = {}
         """Subnets a call found without room -> the addresses it asked for; each is full until a
         view shows that many free (`ipamd.policy.subnets.still_full`)."""
+        self._ranked: tuple[str, ...] | None = None
+        """`rank_subnets` of the view and the full subnets, until either changes."""
         self.reads = 0
         self.failures = 0
 
@@ -125,7 +127,9 @@ class SubnetCatalogue:
         if not self.discovering or self._view is None:
             return (self._instance.subnet_id,)
         node, cluster = self._instance.subnet_id, self._settings.cluster_name
-        ranked = rank_subnets(self._view, node, cluster, self._full)
+        ranked = self._ranked
+        if ranked is None:
+            ranked = self._ranked = rank_subnets(self._view, node, cluster, self._full)
         if not prefixes:
             return ranked
         avoided = self._avoided()
@@ -230,6 +234,7 @@ class SubnetCatalogue:
         self._due = now + s.refresh_s
         self._view = _facts(subnets)
         self._full = still_full(self._full, self._view)
+        self._ranked = None
         closed = excluded_subnets(self._view, s.cluster_name)
         changed, self.closed = closed != self.closed, closed
         logger.info(
@@ -276,6 +281,7 @@ class SubnetCatalogue:
         count was stale)."""
         if self.discovering:
             self._full[subnet_id] = max(asked, self._full.get(subnet_id, 0))
+            self._ranked = None
             self._due = min(self._due, self._last_read + self._settings.retry_s)
             logger.info("subnets.full subnet_id=%s asked=%d", subnet_id, asked)
 

@@ -202,3 +202,35 @@ async def test_a_waiting_round_asks_one_new_eni_and_leaves_the_rest_to_its_own_r
         assert account.asked["create_eni"] > 1, "the rest in a round of its own"
     finally:
         await engine.close()
+
+
+async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_ends(
+    node: tuple[Parts, ThrottledAccount], clock: FakeClock
+) -> None:
+    parts, account = node
+    pool, engine = parts.pool, parts.engine
+    await _settle(parts, clock)
+    interval_s = 5.0
+    assert pool.next_wait_s(interval_s) == interval_s, "a quiet pool waits for its next tick"
+    for n in range(9):
+        await engine.assign(key(f"pod-{n}"))
+    with pytest.raises(NoAddressAvailable):
+        await engine.assign(key("pod-9"))
+    account.throttling = True
+    await pool.run_once()
+    left = pool.health.backoff_until - clock.now()
+    assert 0 < left < interval_s
+    assert pool.next_wait_s(interval_s) == left, "tried again when the backoff ends, no ADD asked"
+    clock.advance(left)
+    account.throttling = False
+    assert (await pool.run_once()).new_enis == (9,)
+    assert pool.next_wait_s(interval_s) == interval_s, "served: back to the tick"
+
+    account.throttling = True  # a background round that fails waits for the tick as before
+    clock.advance(pool.health.warm_hold_until - clock.now() + 1.0)
+    for n in range(10, 12):
+        await engine.assign(key(f"pod-{n}"))
+    assert not pool.pace.demand() and pool.plan().new_enis
+    await pool.run_once()
+    assert pool.health.backoff_until > clock.now()
+    assert pool.next_wait_s(interval_s) >= interval_s
