@@ -51,7 +51,9 @@ What is counted:
 
 - **The workload as it happened.** Each pod wants an address on its node from its first ADD \
 until it left (its DEL, its ADD given up, or its node terminated), as in the run; nodes join \
-when their ipamd started. The runtime retries a refused ADD every second.
+when their ipamd started. The runtime retries a refused ADD every second (one within a second \
+of its node's last refusal, with no commit, no change in the ENIs held back and no address out \
+of its cooldown since, is refused without asking the engine, whose answer would be the same).
 - **Steps, from the targets.** A policy obeying the targets asks for addresses only when the \
 targets (WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET, WARM_PREFIX_TARGET, MAX_ENI, max \
 pods, the instance type's limits, read by ipamd's own planner `ipamd.policy.plan_pool`) find the \

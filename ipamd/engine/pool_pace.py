@@ -39,8 +39,8 @@ DEMAND_THROTTLE_CAP_S = 4.0
 """Most a round with pods waiting waits after it was throttled."""
 WARM_HOLD_BASE_S = 120.0
 """Background work's first hold after a throttle answer. Long: a token the account refills while
-the nodes hold their warm-up waits in its bucket for the first pod that waits (docs/architecture.md
-§5.6)."""
+the nodes hold their warm-up waits in its bucket for the first pod that waits (see
+docs/architecture.md §5.6)."""
 WARM_HOLD_CAP_S = 300.0
 """Background work's longest hold."""
 
