@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.cluster.vtime import InlineExecutor
 from cloud.ec2 import Boto3Ec2
@@ -44,6 +44,16 @@ from tests.support.fake_cloud import FakeRuntime
 STATE_FILE = "ipamd.db"
 
 
+class Counted(Protocol):
+    """A node as `Refusal` reads it: its engine, and the commits its listener counted."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def commits(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """An ADD refused for want of an address, and what its engine decided it on: an ADD of another
@@ -57,7 +67,7 @@ class Refusal:
     """When the first address cooling then comes out of its cooldown (infinite if none)."""
 
     @classmethod
-    def of(cls, node: SimNode, now: float) -> Refusal:
+    def of(cls, node: Counted, now: float) -> Refusal:
         engine = node.engine
         cooldown_s = engine.settings.cooldown_s
         free_at = next(
@@ -66,7 +76,7 @@ class Refusal:
         )
         return cls(now, node.commits, frozenset(engine.held_back()), free_at)
 
-    def stands(self, node: SimNode, now: float, within_s: float) -> bool:
+    def stands(self, node: Counted, now: float, within_s: float) -> bool:
         """Whether an ADD now would be refused just as this one (and this one is recent)."""
         return (
             now - self.at_s < within_s
