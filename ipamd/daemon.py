@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,7 +225,9 @@ async def build_daemon(
         catalog=ec2,
     )
     datapath = (
-        _datapath(config, parts.engine, ec2, node.instance, hostnet, clock, rng)
+        _datapath(
+            config, parts.engine, ec2, node.instance, parts.pool.subnets.cidrs, hostnet, clock, rng
+        )
         if hostnet is not None
         else None
     )
@@ -247,15 +249,19 @@ def _datapath(
     engine: Engine,
     ec2: Ec2,
     instance: Instance,
+    cidrs: Mapping[str, str],
     adapters: HostNetAdapters,
     clock: Clock,
     rng: random.Random | None,
 ) -> Datapath:
     """The datapath owner on the adapters `main` made. The primary ENI's MAC (to find its link and
-    read the VPC's CIDRs) comes from the state, filled from EC2 by the first drift."""
+    read the VPC's CIDRs) comes from the state, filled from EC2 by the first drift; a subnet's CIDR
+    comes from `cidrs` (the subnet catalogue's) when it has it, else from DescribeSubnets."""
 
     async def subnet_cidr(subnet_id: str) -> str:
-        return (await ec2.subnet(subnet_id)).cidr
+        # From the subnet catalogue's view if it showed the subnet (a CIDR never changes).
+        known = cidrs.get(subnet_id)
+        return known if known is not None else (await ec2.subnet(subnet_id)).cidr
 
     return Datapath(
         engine,

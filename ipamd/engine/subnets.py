@@ -94,6 +94,9 @@ class SubnetCatalogue:
         view shows that many free (`ipamd.policy.subnets.still_full`)."""
         self._ranked: tuple[str, ...] | None = None
         """`rank_subnets` of the view and the full subnets, until either changes."""
+        self.cidrs: dict[str, str] = {}
+        """The CIDR of every subnet a view showed: it never changes, so the datapath needs no
+        DescribeSubnets of its own for an ENI in one of them."""
         self.reads = 0
         self.failures = 0
 
@@ -233,6 +236,7 @@ class SubnetCatalogue:
             return False
         self._due = now + s.refresh_s
         self._view = _facts(subnets)
+        self.cidrs.update((subnet.subnet_id, subnet.cidr) for subnet in subnets)
         self._full = still_full(self._full, self._view)
         self._ranked = None
         closed = excluded_subnets(self._view, s.cluster_name)
