@@ -138,7 +138,6 @@ class EniMaker:
         `bind_waiting`; if it fails, the drift sets it."""
         if self._pace.held():
             return
-        self._unbound.pop(eni_id, None)
         try:
             with self._pace.calls(demand=False):
                 call = self._ec2.set_delete_on_termination(eni_id, attachment_id)
@@ -147,6 +146,9 @@ class EniMaker:
             if isinstance(err, Throttled):
                 self._pace.throttle_seen()
             logger.warning("pool.delete_on_termination_left eni_id=%s error=%s", eni_id, err)
+        finally:
+            # Only now: while the call is out, the drift must not make it a second time.
+            self._unbound.pop(eni_id, None)
 
     def abandon(self, eni_id: str) -> None:
         """A new ENI whose round failed after it was recorded: the drift sets DeleteOnTermination."""
