@@ -75,8 +75,6 @@ class PoolManager:
         self._clock = clock
         self._rng = rng or random.Random()
         self.health = PoolHealth()
-        self._demand_failed = False
-        """Whether the last round applied was one pods wait for, and failed."""
         self.pace = Pace(engine, settings, self.health, clock, self._rng)
         """Pods waiting first, background work held back while the account is throttled."""
         self.mode = PoolMode(settings.subnet_scarcity_threshold, subnet_free)
@@ -161,7 +159,6 @@ class PoolManager:
         now = self._clock.now()
         if now < self.health.backoff_until:
             return PoolPlan()
-        self._demand_failed = False
         self.mode.observe_subnets()
         demand = self.pace.demand()
         if not demand and self.pace.held():
@@ -180,7 +177,6 @@ class PoolManager:
             # A full or failing disk is a failed tick like a failed EC2 call: the change was not
             # recorded, so memory is unchanged; what EC2 did meanwhile the drift reconciles.
             self._failed(err, demand)
-            self._demand_failed = demand
             return plan
         self.health.plans_applied += 1
         self.health.demand_rounds += demand
@@ -325,19 +321,13 @@ class PoolManager:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def next_wait_s(self, interval_s: float) -> float:
-        """Until the next tick: a round pods wait for that failed is tried again as soon as its
-        backoff ends, without waiting for another ADD to ask; any other one on the next tick."""
-        left = self.health.backoff_until - self._clock.now()
-        return max(0.0, left) if self._demand_failed else max(interval_s, left)
-
     async def run(self, interval_s: float) -> None:
         """Tick every `interval_s`, and at once when an ADD found the pool empty."""
         wanted = self._engine.pool_wanted
         while True:
             wanted.clear()
             await self.run_once()
-            delay = self.next_wait_s(interval_s)
+            delay = self.pace.next_wait_s(interval_s)
             try:
                 async with asyncio.timeout(delay):
                     await wanted.wait()

@@ -136,7 +136,7 @@ class EniMaker:
     async def bind(self, eni_id: str, attachment_id: str) -> None:
         """DeleteOnTermination, as background work: while background work is held it waits for
         `bind_waiting`; if it fails, the drift sets it."""
-        if self._pace.held():
+        if self._pace.held():  # a throttle on an earlier call of this sweep holds the rest
             return
         try:
             with self._pace.calls(demand=False):

@@ -63,6 +63,8 @@ class Pace:
         self._clock = clock
         self._rng = rng
         self._served_at = float("-inf")
+        self._demand_failed = False
+        """Whether the round that set the backoff was one pods wait for."""
 
     def demand(self) -> bool:
         """Whether an ADD is waiting for this round: one found no address since the pool last
@@ -79,6 +81,15 @@ class Pace:
     def served(self) -> None:
         """The pool just gained addresses: the ADDs that found none may now find one."""
         self._served_at = self._clock.now()
+
+    def next_wait_s(self, interval_s: float) -> float:
+        """Until the pool manager's next tick: a round pods wait for that failed is tried again as
+        soon as its backoff ends, without waiting for another ADD to ask; else on the next tick
+        (and never inside a backoff)."""
+        left = self._health.backoff_until - self._clock.now()
+        if self._demand_failed and left > 0:
+            return left
+        return max(interval_s, left)
 
     def held(self) -> bool:
         """Whether background work waits (a throttle answer was seen lately)."""
@@ -114,6 +125,7 @@ class Pace:
         h.failures += 1
         h.consecutive_failures += 1
         h.errors_by_code[err.code] = h.errors_by_code.get(err.code, 0) + 1
+        self._demand_failed = demand
         h.last_error = str(err)
         cap = s.backoff_cap_s
         if isinstance(err, Throttled):

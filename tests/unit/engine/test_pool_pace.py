@@ -211,7 +211,7 @@ async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_e
     pool, engine = parts.pool, parts.engine
     await _settle(parts, clock)
     interval_s = 5.0
-    assert pool.next_wait_s(interval_s) == interval_s, "a quiet pool waits for its next tick"
+    assert pool.pace.next_wait_s(interval_s) == interval_s, "a quiet pool waits for its next tick"
     for n in range(9):
         await engine.assign(key(f"pod-{n}"))
     with pytest.raises(NoAddressAvailable):
@@ -220,11 +220,13 @@ async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_e
     await pool.run_once()
     left = pool.health.backoff_until - clock.now()
     assert 0 < left < interval_s
-    assert pool.next_wait_s(interval_s) == left, "tried again when the backoff ends, no ADD asked"
+    assert pool.pace.next_wait_s(interval_s) == left, (
+        "tried again when the backoff ends, no ADD asked"
+    )
     clock.advance(left)
     account.throttling = False
     assert (await pool.run_once()).new_enis == (9,)
-    assert pool.next_wait_s(interval_s) == interval_s, "served: back to the tick"
+    assert pool.pace.next_wait_s(interval_s) == interval_s, "served: back to the tick"
 
     account.throttling = True  # a background round that fails waits for the tick as before
     clock.advance(pool.health.warm_hold_until - clock.now() + 1.0)
@@ -233,4 +235,4 @@ async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_e
     assert not pool.pace.demand() and pool.plan().new_enis
     await pool.run_once()
     assert pool.health.backoff_until > clock.now()
-    assert pool.next_wait_s(interval_s) >= interval_s
+    assert pool.pace.next_wait_s(interval_s) >= interval_s
