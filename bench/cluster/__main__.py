@@ -17,6 +17,10 @@ budget; `--runs` picks some):
 
 Up to 500 nodes the default is all five; above, `steady` and `burst` (how the one account's budget
 bears a larger cluster; the others are measured at 500 or fewer).
+
+The runs are independent (each has an account, an event loop and nodes of its own), so they run in
+`--jobs` worker processes at once, one per CPU by default; each run's figures are printed as it ends,
+and the `wall_s` of each is its own.
 """
 
 from __future__ import annotations
@@ -30,11 +34,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.cluster.front import Ec2Budget
+from bench.cluster.parallel import run_all, say
 from bench.cluster.report import document, lines, write_json
-from bench.cluster.runner import run_spec
 from bench.cluster.sim import RunResult, RunSpec
-from bench.cluster.subnets_run import run_takeover, takeover_spec
-from cloud.embedded.world import EmbeddedEc2
+from bench.cluster.subnets_run import takeover_spec
 
 NODES_ENV = "IPAMD_BENCH_NODES"
 DEFAULT_NODES = 500
@@ -65,10 +68,6 @@ def specs(
     }
 
 
-RUNNERS = {"subnet_takeover": run_takeover}
-"""Runs on a network of their own; the others run on `run_spec`'s."""
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.cluster",
@@ -97,6 +96,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-throttling", action="store_true", help="an unlimited EC2 account")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs at once, each in a worker process (default: one per CPU, at most one per run; "
+        "1: one after another in this process)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.runs is None:
@@ -104,11 +110,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.runs.split(",")) - set(RUN_KINDS)
     if unknown:
         parser.error(f"unknown runs: {', '.join(sorted(unknown))}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be at least 1: {args.jobs}")
     return args
-
-
-def say(message: str) -> None:
-    print(f"bench.cluster: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -116,22 +120,19 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     budget = Ec2Budget(throttling=not args.no_throttling)
     burst_pods = args.burst_pods if args.burst_pods is not None else 10 * args.nodes
-    chosen = specs(args.nodes, args.hours, burst_pods, args.seed, budget)
+    every = specs(args.nodes, args.hours, burst_pods, args.seed, budget)
+    chosen = {kind: every[kind] for kind in args.runs.split(",")}
+    jobs = args.jobs or min(os.cpu_count() or 1, len(chosen))
     prefix = f"bench_cluster_{args.nodes}_nodes"
-    results: dict[str, tuple[RunResult, float]] = {}
+    done: dict[str, tuple[RunResult, float]] = {}
     started = time.perf_counter()
-    with EmbeddedEc2() as host:
-        for kind in args.runs.split(","):
-            spec = chosen[kind]
-            say(f"{spec.name}: {spec.nodes} nodes ...")
-            t0 = time.perf_counter()
-            result = RUNNERS.get(kind, run_spec)(spec, host, say)
-            wall_s = time.perf_counter() - t0
-            results[spec.name] = (result, wall_s)
-            for line in lines(prefix, spec.name, result, wall_s):
-                print(line, flush=True)
-            for problem in result.problems:
-                say(f"{spec.name}: VIOLATION {problem}")
+    for name, result, wall_s in run_all(chosen, jobs):
+        done[name] = (result, wall_s)
+        for line in lines(prefix, name, result, wall_s):
+            print(line, flush=True)
+        for problem in result.problems:
+            say(f"{name}: VIOLATION {problem}")
+    results = {spec.name: done[spec.name] for spec in chosen.values()}
     total_violations = sum(r.violations for r, _ in results.values())
     print(f"{prefix}_invariant_violations: {total_violations:.3f}")
     print(f"{prefix}_throttled_calls: {sum(r.throttled_total for r, _ in results.values()):.3f}")
