@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.cluster.vtime import InlineExecutor
+from bench.cluster.waiting import Waiting, WatchedEngine
 from cloud.ec2 import Boto3Ec2
 from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
@@ -78,12 +79,14 @@ class Refusal:
 
     def stands(self, node: Counted, now: float, within_s: float) -> bool:
         """Whether an ADD now would be refused just as this one (and this one is recent)."""
-        return (
-            now - self.at_s < within_s
-            and now < self.free_at_s
-            and node.commits == self.commits
-            and frozenset(node.engine.held_back()) == self.held
-        )
+        return now < self.until(node, within_s)
+
+    def until(self, node: Counted, within_s: float) -> float:
+        """Until when it stands if nothing changes: `within_s` after it, or when an address leaves
+        its cooldown; -inf if the engine committed or the ENIs held back changed since."""
+        if node.commits != self.commits or frozenset(node.engine.held_back()) != self.held:
+            return -math.inf
+        return min(self.at_s + within_s, self.free_at_s)
 
 
 class MotoImds:
@@ -148,10 +151,19 @@ class SimNode:
     """Mutations the node's engine has committed (counted by its listener)."""
     refusal: Refusal | None = None
     """The node's last ADD refused for want of an address (`bench.cluster.workload`)."""
+    waiting: Waiting | None = None
+    """Its pods waiting for an address, once one has waited (`bench.cluster.workload`)."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def counted_commit(self) -> None:
         self.commits += 1
+        self.changed()
+
+    def changed(self) -> None:
+        """A commit, a change of the ENIs held back, or the node gone: an ADD may be answered
+        differently now."""
+        if self.waiting is not None:
+            self.waiting.changed()
 
     def pool_addresses(self) -> int:
         """Addresses in the node's inventory, whatever their state."""
@@ -161,6 +173,7 @@ class SimNode:
     async def stop(self) -> None:
         self.gone = True
         self.ready = False
+        self.changed()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -172,7 +185,8 @@ async def open_inline_engine(path: Path, clock: Clock, settings: EngineSettings)
     """A fresh engine on `path`, its store used on the loop's thread (see the module docstring)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     store = Store.open(path)
-    return Engine(store, NodeState.from_image(store.load()), clock, settings, InlineExecutor())
+    state = NodeState.from_image(store.load())
+    return WatchedEngine(store, state, clock, settings, InlineExecutor())
 
 
 class _NoSandboxAddresses:
@@ -225,6 +239,8 @@ async def build_node(
         max_pods=max_pods,
     )
     daemon.engine.listeners.append(lambda _mutation, _removed: node.counted_commit())
+    if isinstance(daemon.engine, WatchedEngine):
+        daemon.engine.on_held_change = node.changed
     return node
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 from bench.cluster.bound import PodTrace
 from bench.cluster.node import Refusal, SimNode
+from bench.cluster.waiting import EPS_S, Waiting
 from datastore.records import AllocationKey
 from ipamd.clock import Clock
 from ipamd.errors import IpamdError, NoAddressAvailable
@@ -59,6 +61,18 @@ class PodStats:
     rescheduled: int = 0
     waiting: int = 0
     """Pods whose ADD is being retried right now."""
+
+
+def _standing(node: SimNode, retry_s: float) -> Callable[[], float]:
+    """Until when the node's last refusal stands if nothing changes (-inf: not now)."""
+
+    def until() -> float:
+        refusal = node.refusal
+        if node.gone or refusal is None:
+            return -math.inf
+        return refusal.until(node, retry_s)
+
+    return until
 
 
 class Workload:
@@ -160,16 +174,17 @@ class Workload:
                         await node.datapath.add(key, pod)
                     except NoAddressAvailable:
                         node.refusal = Refusal.of(node, self._clock.now())
+                        node.changed()
                         raise
                 except NoAddressAvailable:
-                    if self._clock.now() - started >= self._settings.deadline_s:
+                    if self._clock.now() - started >= self._settings.deadline_s - EPS_S:
                         self.stats.failed_no_address += 1
                         self._released(key.container_id)
                         return False
                     if not waiting:
                         waiting = True
                         self.stats.waiting += 1
-                    await asyncio.sleep(retry_s)
+                    await self._waiting(node).turn(started)
                     continue
                 except IpamdError as err:
                     self.stats.add_errors[type(err).__name__] += 1
@@ -182,6 +197,13 @@ class Workload:
         finally:
             if waiting:
                 self.stats.waiting -= 1
+
+    def _waiting(self, node: SimNode) -> Waiting:
+        if node.waiting is None:
+            s = self._settings
+            standing = _standing(node, s.retry_s)
+            node.waiting = Waiting(self._clock, s.retry_s, s.deadline_s, standing)
+        return node.waiting
 
     async def _delete(self, node: SimNode, key: AllocationKey) -> None:
         node.runtime.stop(key.container_id)

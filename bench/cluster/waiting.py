@@ -1,0 +1,179 @@
+"""The pods of one simulated node that wait for an address, and when each retries its ADD.
+
+A waiting pod retries every `retry_s` from its first ADD, as kubelet retries a sandbox that failed to
+start. A retry whose answer could not differ from the node's last refusal (`node.Refusal`) is
+refused without the engine, so it changes nothing but the clock; in a ramp at the account's limit
+thousands of pods wait at once, and one timer per pod a second was most of a large run. So the node
+wakes a waiting pod only at the first of its own retry instants at which the answer may differ:
+once the last refusal is `retry_s` old or an address leaves its cooldown (both known in advance),
+after a commit or a change of the ENIs held back (`changed`: the node's commit listener and
+`WatchedEngine` call it), at the pod's deadline, and when the node goes. It wakes the earliest such
+pod alone: what that pod's ADD does (a new refusal, a commit) decides when the next one wakes. One
+timer per node, and the pods' instants are those they would retry at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
+
+EPS_S = 1e-6
+"""Instants this close are one: the node's clock reads the loop's time plus an epoch, and the sum
+is not exact."""
+
+
+def instant_at_or_after(started: float, retry_s: float, t: float) -> float:
+    """The first of `started + k * retry_s` (k = 0, 1, ...) that is not before `t`."""
+    if t == math.inf:
+        return t
+    k = max(0, math.ceil((t - started) / retry_s - EPS_S))
+    return started + k * retry_s
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    started: float
+    earliest: float
+    """Its next instant is not before this (the one after the instant it was refused at)."""
+    deadline: float
+    """Its first instant past the deadline: it is woken there to fail."""
+    woken: asyncio.Future[None] = field(repr=False)
+    due: float = math.inf
+
+
+class Waiting:
+    """A node's waiting pods; `stands_until` says until when the node's last refusal stands if
+    nothing changes (-inf: it does not stand now)."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        retry_s: float,
+        deadline_s: float,
+        stands_until: Callable[[], float],
+    ) -> None:
+        self._clock = clock
+        self._retry_s = retry_s
+        self._deadline_s = deadline_s
+        self._stands_until = stands_until
+        self._waiters: set[_Waiter] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def __len__(self) -> int:
+        return len(self._waiters)
+
+    async def turn(self, started: float) -> None:
+        """Until the next retry instant of the pod first refused at `started` (the clock reads one
+        of its instants now) at which its ADD may be answered differently."""
+        now, r = self._clock.now(), self._retry_s
+        deadline = instant_at_or_after(started, r, started + self._deadline_s)
+        waiter = _Waiter(
+            started,
+            now + r - EPS_S,
+            deadline,
+            asyncio.get_running_loop().create_future(),
+        )
+        self._waiters.add(waiter)
+        try:
+            self._plan()
+            await waiter.woken
+        finally:
+            if waiter in self._waiters:  # cancelled while it waited
+                self._waiters.discard(waiter)
+                self._plan()
+
+    def changed(self) -> None:
+        """Something an ADD's answer depends on changed (or the node went): plan the next wake."""
+        if self._waiters:
+            self._plan()
+
+    def _plan(self) -> None:
+        standing = self._stands_until()
+        now = self._clock.now() - EPS_S
+        first = math.inf
+        for w in self._waiters:
+            not_before = max(w.earliest, now)  # an instant gone by is gone
+            at = instant_at_or_after(w.started, self._retry_s, max(standing, not_before))
+            w.due = max(
+                min(at, w.deadline), instant_at_or_after(w.started, self._retry_s, not_before)
+            )
+            first = min(first, w.due)
+        if first == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = first
+        if first < math.inf:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(max(0.0, first - self._clock.now()), self._wake)
+
+    def _wake(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        now = self._clock.now()
+        for w in [w for w in self._waiters if w.due <= now + EPS_S]:
+            self._waiters.discard(w)
+            if not w.woken.done():
+                w.woken.set_result(None)
+        self._plan()
+
+
+class _WatchedDict(dict[str, str]):
+    """`Engine.blocked_enis` that calls `on_change` after every change."""
+
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_change = on_change
+
+    def __setitem__(self, key: str, value: str) -> None:
+        super().__setitem__(key, value)
+        self._on_change()
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._on_change()
+
+    def pop(self, key: str, *default: str | None) -> str | None:  # type: ignore[override]
+        found = super().pop(key, *default)
+        self._on_change()
+        return found
+
+    def clear(self) -> None:
+        super().clear()
+        self._on_change()
+
+
+class WatchedEngine(Engine):
+    """The engine, telling `on_held_change` whenever the ENIs it holds back (`Engine.held_back`) may
+    have changed: its blocked ENIs or its closed subnets."""
+
+    on_held_change: Callable[[], None] = staticmethod(lambda: None)
+
+    @property
+    def blocked_enis(self) -> dict[str, str]:
+        return self._blocked
+
+    @blocked_enis.setter
+    def blocked_enis(self, value: dict[str, str]) -> None:
+        self._blocked = _WatchedDict(self._held_changed)
+        self._blocked.update(value)
+
+    @property
+    def closed_subnets(self) -> frozenset[str]:
+        return self._closed
+
+    @closed_subnets.setter
+    def closed_subnets(self, value: frozenset[str]) -> None:
+        changed = value != getattr(self, "_closed", frozenset())
+        self._closed = value
+        if changed:
+            self._held_changed()
+
+    def _held_changed(self) -> None:
+        self.on_held_change()  # looked up each time: it is set after the engine is made
