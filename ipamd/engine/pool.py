@@ -40,7 +40,7 @@ from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_pace import Pace
 from ipamd.engine.pool_release import Releaser, timed
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
-from ipamd.engine.stats import node_stats
+from ipamd.engine.stats import StatsMemo
 from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats
@@ -86,6 +86,7 @@ class PoolManager:
         self._releaser = Releaser(
             engine, ec2, instance.instance_id, settings.call_timeout_s, self._no_longer_excess
         )
+        self._stats = StatsMemo()
 
     @property
     def pending_enis(self) -> set[str]:
@@ -111,7 +112,7 @@ class PoolManager:
         return self._settings.strategy
 
     def stats(self) -> NodeStats:
-        return node_stats(self._engine.state, self._clock.now(), self._engine.settings.cooldown_s)
+        return self._stats(self._engine.state, self._clock.now(), self._engine.settings.cooldown_s)
 
     def plan(self) -> PoolPlan:
         return self._plan_on(self.stats())

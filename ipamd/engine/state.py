@@ -39,6 +39,9 @@ def unit_addresses(cidr: str) -> tuple[str, ...]:
 class NodeState:
     def __init__(self) -> None:
         self.instance_id: str | None = None
+        self.revision = 0
+        """Mutations applied to this state: two reads of one state at one revision read the same
+        contents (a reader may keep what it derived from them)."""
         self._enis: dict[str, EniRecord] = {}
         self._units: dict[str, UnitRecord] = {}
         self._addresses_of: dict[str, tuple[str, ...]] = {}
@@ -106,6 +109,7 @@ class NodeState:
         for key in m.delete_quarantine:
             self._quarantine.pop(key, None)
         self._put(m)
+        self.revision += 1
 
     def _put(self, m: Mutation) -> None:
         if m.instance_id is not None:

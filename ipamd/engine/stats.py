@@ -3,16 +3,46 @@ cooling, or free — counted from one state at one instant."""
 
 from __future__ import annotations
 
+from datastore.records import EniRecord
 from ipamd.engine.state import NodeState
 from ipamd.policy.model import EniStats, NodeStats, UnitStats
 
+Counted = tuple[tuple[EniRecord, tuple[UnitStats, ...]], ...]
+"""Each ENI (in device order) with the counts of its units: all of `NodeStats` but the ages."""
+
 
 def node_stats(state: NodeState, now: float, cooldown_s: float) -> NodeStats:
-    units_by_cidr = state.units()
+    return _aged(_count(state, _cooling(state, now, cooldown_s)), now)
+
+
+class StatsMemo:
+    """`node_stats` for one reader that asks again and again (the pool manager, every round): the
+    counts are kept while the state's revision and the addresses in their cooldown stay the same,
+    which is most rounds; only the ENIs' ages are worked out afresh."""
+
+    def __init__(self) -> None:
+        self._state: NodeState | None = None
+        self._revision = -1
+        self._cooling: frozenset[str] = frozenset()
+        self._counted: Counted = ()
+
+    def __call__(self, state: NodeState, now: float, cooldown_s: float) -> NodeStats:
+        cooling = frozenset(_cooling(state, now, cooldown_s))
+        if state is not self._state or state.revision != self._revision or cooling != self._cooling:
+            self._counted = _count(state, cooling)
+            self._state, self._revision, self._cooling = state, state.revision, cooling
+        return _aged(self._counted, now)
+
+
+def _cooling(state: NodeState, now: float, cooldown_s: float) -> set[str]:
     # The addresses in their cooldown, found once: most rounds have none, and then no unit's
     # addresses need looking at.
-    cooling = {a for a, at in state.cooldowns().items() if now < at + cooldown_s}
-    enis: list[EniStats] = []
+    return {a for a, at in state.cooldowns().items() if now < at + cooldown_s}
+
+
+def _count(state: NodeState, cooling: set[str] | frozenset[str]) -> Counted:
+    units_by_cidr = state.units()
+    counted: list[tuple[EniRecord, tuple[UnitStats, ...]]] = []
     for eni in sorted(state.enis().values(), key=lambda e: (e.device_index, e.eni_id)):
         units: list[UnitStats] = []
         for cidr in state.units_on(eni.eni_id):
@@ -30,7 +60,14 @@ def node_stats(state: NodeState, now: float, cooldown_s: float) -> NodeStats:
                     cidr, len(addresses), state.owned_in(cidr), cool, unit.state == "releasing"
                 )
             )
-        enis.append(
-            EniStats(eni.eni_id, eni.device_index, eni.is_primary, now - eni.added_at, tuple(units))
+        counted.append((eni, tuple(units)))
+    return tuple(counted)
+
+
+def _aged(counted: Counted, now: float) -> NodeStats:
+    return NodeStats(
+        tuple(
+            EniStats(eni.eni_id, eni.device_index, eni.is_primary, now - eni.added_at, units)
+            for eni, units in counted
         )
-    return NodeStats(tuple(enis))
+    )

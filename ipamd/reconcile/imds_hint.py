@@ -91,13 +91,21 @@ class ImdsHint:
         self._foreign = foreign
         """Attached ENIs of others (the pool manager's set, kept by the drift): not disagreements."""
         self._last_trigger = float("-inf")
+        self._agreed: tuple[NodeState, int, tuple[ImdsInterface, ...], frozenset[str]] | None = None
+        """The last state (at its revision), IMDS answer and foreign ENIs that agreed outright,
+        grace windows aside: while all three are the same they agree, at any time."""
         self.disagreements = 0
         self.triggers = 0
 
     async def run_once(self) -> list[str]:
         interfaces = await self._imds.interfaces()
-        now = self._clock.now()
-        found = diff_imds(self._state(), interfaces, self._kinds, now, self._grace_s, self._foreign)
+        now, state, foreign = self._clock.now(), self._state(), frozenset(self._foreign)
+        seen = (state, state.revision, interfaces, foreign)
+        if seen == self._agreed:
+            return []
+        found = diff_imds(state, interfaces, self._kinds, now, self._grace_s, foreign)
+        if not found and not diff_imds(state, interfaces, self._kinds, now, 0.0, foreign):
+            self._agreed = seen
         if found:
             self.disagreements += 1
             if now - self._last_trigger >= self._min_interval_s:

@@ -5,11 +5,17 @@ DescribeNetworkInterfaces call; the same disagreement once the window is over do
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ipamd.clock import FakeClock
 from ipamd.config import Config
 from ipamd.daemon import Daemon
+from ipamd.reconcile import imds_hint
+from ipamd.reconcile.imds_hint import diff_imds
 from tests.support.fake_cloud import FakeEc2, FakeImds, fake_daemon
+from tests.support.node import key
 
 
 async def _hint_tick(daemon: Daemon) -> list[str]:
@@ -48,5 +54,45 @@ async def test_an_imds_hint_inside_the_grace_window_costs_no_describe(tmp_path: 
         assert await _hint_tick(daemon), "the window over, the same lag is a disagreement"
         assert daemon.hint.triggers == 1
         assert ec2.calls["describe_enis"] == describes + 1, "which EC2's listing settles"
+    finally:
+        await daemon.close()
+
+
+async def test_an_agreeing_imds_is_compared_again_only_once_something_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    ec2 = FakeEc2(clock)
+    env = {"IPAMD_STATE_DIR": str(tmp_path), "WARM_IP_TARGET": "2", "WARM_ENI_TARGET": "0"}
+    config = Config.from_env(env)
+    daemon = await fake_daemon(config, ec2, clock)
+    imds = daemon.imds
+    assert isinstance(imds, FakeImds)
+    compared: list[float] = []
+
+    def counting(*args: Any, **kwargs: Any) -> list[str]:
+        compared.append(clock.now())
+        return diff_imds(*args, **kwargs)
+
+    monkeypatch.setattr(imds_hint, "diff_imds", counting)
+    try:
+        await daemon.start()
+        await daemon.pool.run_once()
+        clock.advance(config.reconcile_grace_s)
+        assert await daemon.hint.run_once() == []
+        assert compared, "compared the first time"
+        compared.clear()
+        clock.advance(5)
+        assert await daemon.hint.run_once() == []
+        assert compared == [], "the same state and the same answer agree as they did"
+
+        await daemon.engine.assign(key("a"))  # a commit: the state's revision moves on
+        assert await daemon.hint.run_once() == []
+        assert compared, "a changed state is compared again"
+        compared.clear()
+        imds.hidden |= {c for units in ec2.truth().values() for c in units}
+        clock.advance(5)
+        assert await daemon.hint.run_once(), "a changed answer is compared, and disagrees"
+        assert compared
     finally:
         await daemon.close()
