@@ -53,7 +53,9 @@ What is counted:
 until it left (its DEL, its ADD given up, or its node terminated), as in the run; nodes join \
 when their ipamd started. The runtime retries a refused ADD every second (one within a second \
 of its node's last refusal, with no commit, no change in the ENIs held back and no address out \
-of its cooldown since, is refused without asking the engine, whose answer would be the same).
+of its cooldown since, is refused without asking the engine, whose answer would be the same, \
+and the node wakes a waiting pod only at the first of its own retry instants at which the answer \
+may differ: `bench/cluster/waiting.py`).
 - **Steps, from the targets.** A policy obeying the targets asks for addresses only when the \
 targets (WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET, WARM_PREFIX_TARGET, MAX_ENI, max \
 pods, the instance type's limits, read by ipamd's own planner `ipamd.policy.plan_pool`) find the \
