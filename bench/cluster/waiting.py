@@ -15,6 +15,8 @@ timer per node, and the pods' instants are those they would retry at.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,12 +45,18 @@ class _Waiter:
     deadline: float
     """Its first instant past the deadline: it is woken there to fail."""
     woken: asyncio.Future[None] = field(repr=False)
-    due: float = math.inf
+    key: tuple[float, int] = (0.0, 0)
+    """Its place among the node's waiters: its instants' phase within `retry_s`, then its turn."""
 
 
 class Waiting:
     """A node's waiting pods; `stands_until` says until when the node's last refusal stands if
-    nothing changes (-inf: it does not stand now)."""
+    nothing changes (-inf: it does not stand now).
+
+    Every pod retries every `retry_s`, so whose instant comes first after a time is a matter of
+    phase: the waiters are kept in phase order, and the next one found by bisection (a heap holds
+    their deadlines), so a node with hundreds of pods waiting plans its next wake as cheaply as one
+    with a single pod."""
 
     def __init__(
         self,
@@ -61,7 +69,12 @@ class Waiting:
         self._retry_s = retry_s
         self._deadline_s = deadline_s
         self._stands_until = stands_until
-        self._waiters: set[_Waiter] = set()
+        self._keys: list[tuple[float, int]] = []
+        """The waiters' keys, in order."""
+        self._waiters: dict[tuple[float, int], _Waiter] = {}
+        self._deadlines: list[tuple[float, tuple[float, int]]] = []
+        """(deadline, key) of every waiter, a heap; entries of waiters gone are dropped lazily."""
+        self._serial = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
@@ -73,19 +86,23 @@ class Waiting:
         of its instants now) at which its ADD may be answered differently."""
         now, r = self._clock.now(), self._retry_s
         deadline = instant_at_or_after(started, r, started + self._deadline_s)
+        self._serial += 1
         waiter = _Waiter(
             started,
             now + r - EPS_S,
             deadline,
             asyncio.get_running_loop().create_future(),
+            (math.fmod(started, r), self._serial),
         )
-        self._waiters.add(waiter)
+        bisect.insort(self._keys, waiter.key)
+        self._waiters[waiter.key] = waiter
+        heapq.heappush(self._deadlines, (deadline, waiter.key))
         try:
             self._plan()
             await waiter.woken
         finally:
-            if waiter in self._waiters:  # cancelled while it waited
-                self._waiters.discard(waiter)
+            if waiter.key in self._waiters:  # cancelled while it waited
+                self._remove(waiter)
                 self._plan()
 
     def changed(self) -> None:
@@ -93,17 +110,42 @@ class Waiting:
         if self._waiters:
             self._plan()
 
+    def _remove(self, waiter: _Waiter) -> None:
+        del self._waiters[waiter.key]
+        del self._keys[bisect.bisect_left(self._keys, waiter.key)]
+
+    def _due(self, waiter: _Waiter, not_before: float) -> float:
+        return instant_at_or_after(waiter.started, self._retry_s, max(waiter.earliest, not_before))
+
+    def _next(self) -> tuple[float, _Waiter | None]:
+        """The first wake: its time and the waiter it is for (by its instants, or its deadline)."""
+        first, chosen = math.inf, None
+        now = self._clock.now() - EPS_S  # an instant gone by is gone
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1] not in self._waiters:
+            heapq.heappop(deadlines)
+        if deadlines:
+            chosen = self._waiters[deadlines[0][1]]
+            first = max(deadlines[0][0], self._due(chosen, now))
+        standing = max(self._stands_until(), now)
+        if standing == math.inf or not self._keys:
+            return first, chosen
+        # The phases from `standing`'s on, then round again: the first waiter whose instant there
+        # is not before its own earliest has the first instant; one passed over (refused at this
+        # very instant) is due a whole retry later, after every phase in between.
+        keys, n = self._keys, len(self._keys)
+        start = bisect.bisect_left(keys, (math.fmod(standing, self._retry_s) - 2 * EPS_S, 0))
+        for i in range(n):
+            waiter = self._waiters[keys[(start + i) % n]]
+            due = self._due(waiter, standing)
+            if due < first:
+                first, chosen = due, waiter
+            if waiter.earliest <= instant_at_or_after(waiter.started, self._retry_s, standing):
+                break
+        return first, chosen
+
     def _plan(self) -> None:
-        standing = self._stands_until()
-        now = self._clock.now() - EPS_S
-        first = math.inf
-        for w in self._waiters:
-            not_before = max(w.earliest, now)  # an instant gone by is gone
-            at = instant_at_or_after(w.started, self._retry_s, max(standing, not_before))
-            w.due = max(
-                min(at, w.deadline), instant_at_or_after(w.started, self._retry_s, not_before)
-            )
-            first = min(first, w.due)
+        first, _ = self._next()
         if first == self._timer_at:
             return
         if self._timer is not None:
@@ -117,10 +159,13 @@ class Waiting:
     def _wake(self) -> None:
         self._timer, self._timer_at = None, math.inf
         now = self._clock.now()
-        for w in [w for w in self._waiters if w.due <= now + EPS_S]:
-            self._waiters.discard(w)
-            if not w.woken.done():
-                w.woken.set_result(None)
+        while self._waiters:
+            due, waiter = self._next()
+            if waiter is None or due > now + EPS_S:
+                break
+            self._remove(waiter)
+            if not waiter.woken.done():
+                waiter.woken.set_result(None)
         self._plan()
 
 
