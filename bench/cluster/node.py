@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.cluster.vtime import InlineExecutor
-from bench.cluster.waiting import Waiting, WatchedEngine
+from bench.cluster.waiting import EPS_S, Waiting, WatchedEngine
 from cloud.ec2 import Boto3Ec2
 from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
@@ -78,8 +78,10 @@ class Refusal:
         return cls(now, node.commits, frozenset(engine.held_back()), free_at)
 
     def stands(self, node: Counted, now: float, within_s: float) -> bool:
-        """Whether an ADD now would be refused just as this one (and this one is recent)."""
-        return now < self.until(node, within_s)
+        """Whether an ADD now would be refused just as this one (and this one is recent). An instant
+        within `EPS_S` of its end is its end: the clock adds the loop's time to an epoch, and a
+        retry `within_s` after the refusal must not read as a hair too early."""
+        return now < self.until(node, within_s) - EPS_S
 
     def until(self, node: Counted, within_s: float) -> float:
         """Until when it stands if nothing changes: `within_s` after it, or when an address leaves

@@ -29,17 +29,18 @@ EPS_S = 1e-6
 is not exact."""
 
 
-def instant_at_or_after(started: float, retry_s: float, t: float) -> float:
-    """The first of `started + k * retry_s` (k = 0, 1, ...) that is not before `t`."""
+def instant_at_or_after(anchor: float, retry_s: float, t: float) -> float:
+    """The first of `anchor + k * retry_s` (k = 0, 1, ...) that is not before `t`."""
     if t == math.inf:
         return t
-    k = max(0, math.ceil((t - started) / retry_s - EPS_S))
-    return started + k * retry_s
+    k = max(0, math.ceil((t - anchor) / retry_s - EPS_S))
+    return anchor + k * retry_s
 
 
 @dataclass(eq=False, slots=True)
 class _Waiter:
-    started: float
+    anchor: float
+    """Its instants are this plus whole retries: when its last ADD was refused."""
     earliest: float
     """Its next instant is not before this (the one after the instant it was refused at)."""
     deadline: float
@@ -77,22 +78,32 @@ class Waiting:
         self._serial = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._epoch_s = 0.0
+        """The node's clock less the loop's time: the waiters' instants are the loop's own times,
+        as a pod's sleep would have made them (the node's clock, an epoch added, rounds them)."""
 
     def __len__(self) -> int:
         return len(self._waiters)
 
     async def turn(self, started: float) -> None:
-        """Until the next retry instant of the pod first refused at `started` (the clock reads one
-        of its instants now) at which its ADD may be answered differently."""
-        now, r = self._clock.now(), self._retry_s
-        deadline = instant_at_or_after(started, r, started + self._deadline_s)
+        """Until the next retry instant, at which its ADD may be answered differently, of a pod
+        whose first ADD was at `started` and whose last was refused now: its instants are whole
+        retries from now, as kubelet retries a sandbox `retry_s` after it last failed (an ADD the
+        node refused without the engine took no time, so the instants stay those of its last ADD
+        the engine refused)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._epoch_s = self._clock.now() - self._loop.time()
+        now, r = self._loop.time(), self._retry_s
+        deadline = instant_at_or_after(now, r, started - self._epoch_s + self._deadline_s)
         self._serial += 1
         waiter = _Waiter(
-            started,
+            now,
             now + r - EPS_S,
             deadline,
-            asyncio.get_running_loop().create_future(),
-            (math.fmod(started, r), self._serial),
+            self._loop.create_future(),
+            (math.fmod(now, r), self._serial),
         )
         bisect.insort(self._keys, waiter.key)
         self._waiters[waiter.key] = waiter
@@ -115,19 +126,20 @@ class Waiting:
         del self._keys[bisect.bisect_left(self._keys, waiter.key)]
 
     def _due(self, waiter: _Waiter, not_before: float) -> float:
-        return instant_at_or_after(waiter.started, self._retry_s, max(waiter.earliest, not_before))
+        return instant_at_or_after(waiter.anchor, self._retry_s, max(waiter.earliest, not_before))
 
     def _next(self) -> tuple[float, _Waiter | None]:
         """The first wake: its time and the waiter it is for (by its instants, or its deadline)."""
         first, chosen = math.inf, None
-        now = self._clock.now() - EPS_S  # an instant gone by is gone
+        assert self._loop is not None, "a waiter came first"
+        now = self._loop.time() - EPS_S  # an instant gone by is gone
         deadlines = self._deadlines
         while deadlines and deadlines[0][1] not in self._waiters:
             heapq.heappop(deadlines)
         if deadlines:
             chosen = self._waiters[deadlines[0][1]]
             first = max(deadlines[0][0], self._due(chosen, now))
-        standing = max(self._stands_until(), now)
+        standing = max(self._stands_until() - self._epoch_s, now)
         if standing == math.inf or not self._keys:
             return first, chosen
         # The phases from `standing`'s on, then round again: the first waiter whose instant there
@@ -140,7 +152,7 @@ class Waiting:
             due = self._due(waiter, standing)
             if due < first:
                 first, chosen = due, waiter
-            if waiter.earliest <= instant_at_or_after(waiter.started, self._retry_s, standing):
+            if waiter.earliest <= instant_at_or_after(waiter.anchor, self._retry_s, standing):
                 break
         return first, chosen
 
@@ -153,12 +165,13 @@ class Waiting:
             self._timer = None
         self._timer_at = first
         if first < math.inf:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(max(0.0, first - self._clock.now()), self._wake)
+            assert self._loop is not None
+            self._timer = self._loop.call_at(first, self._wake)
 
     def _wake(self) -> None:
         self._timer, self._timer_at = None, math.inf
-        now = self._clock.now()
+        assert self._loop is not None
+        now = self._loop.time()
         while self._waiters:
             due, waiter = self._next()
             if waiter is None or due > now + EPS_S:

@@ -79,3 +79,17 @@ async def test_an_eni_held_back_ends_it(node: NodeFixture) -> None:
     eni_id = next(iter(counted.engine.state.enis()))
     counted.engine.closed_subnets = frozenset({counted.engine.state.enis()[eni_id].subnet_id})
     assert not refusal.stands(counted, node.clock.now(), RETRY_S)
+
+
+async def test_one_retry_interval_later_it_no_longer_stands_however_the_clock_rounds(
+    node: NodeFixture,
+) -> None:
+    counted = await _full_node(node)
+    refusal = await _refused(counted, node)
+    epoch = 1_700_000_000.0
+    for t in (0.1, 0.3, 0.7, 12.9, 1234.567):
+        at = epoch + t
+        shifted = Refusal(at, refusal.commits, refusal.held, refusal.free_at_s)
+        # The simulated clock reads epoch + the loop's time: one retry later may read a hair early.
+        assert not shifted.stands(counted, epoch + (t + RETRY_S), RETRY_S)
+        assert shifted.stands(counted, epoch + (t + RETRY_S / 2), RETRY_S)
