@@ -103,9 +103,13 @@ class ImdsHint:
         seen = (state, state.revision, interfaces, foreign)
         if seen == self._agreed:
             return []
-        found = diff_imds(state, interfaces, self._kinds, now, self._grace_s, foreign)
-        if not found and not diff_imds(state, interfaces, self._kinds, now, 0.0, foreign):
+        # Outright first (no grace window): the grace window only leaves disagreements out, so
+        # when there are none outright there are none, and nothing is compared twice.
+        found = diff_imds(state, interfaces, self._kinds, now, 0.0, foreign)
+        if not found:
             self._agreed = seen
+        else:
+            found = diff_imds(state, interfaces, self._kinds, now, self._grace_s, foreign)
         if found:
             self.disagreements += 1
             if now - self._last_trigger >= self._min_interval_s:

@@ -27,14 +27,19 @@ async def _hint_tick(daemon: Daemon) -> list[str]:
     return found
 
 
-async def test_an_imds_hint_inside_the_grace_window_costs_no_describe(tmp_path: Path) -> None:
+async def _daemon(tmp_path: Path) -> tuple[Daemon, FakeEc2, FakeImds, FakeClock, Config]:
+    """A daemon on fake EC2 and IMDS, two warm addresses, no warm ENI."""
     clock = FakeClock()
     ec2 = FakeEc2(clock)
     env = {"IPAMD_STATE_DIR": str(tmp_path), "WARM_IP_TARGET": "2", "WARM_ENI_TARGET": "0"}
     config = Config.from_env(env)
     daemon = await fake_daemon(config, ec2, clock)
-    imds = daemon.imds
-    assert isinstance(imds, FakeImds)
+    assert isinstance(daemon.imds, FakeImds)
+    return daemon, ec2, daemon.imds, clock, config
+
+
+async def test_an_imds_hint_inside_the_grace_window_costs_no_describe(tmp_path: Path) -> None:
+    daemon, ec2, imds, clock, config = await _daemon(tmp_path)
     try:
         await daemon.start()
         grown = ec2.calls["assign_units"]
@@ -61,13 +66,7 @@ async def test_an_imds_hint_inside_the_grace_window_costs_no_describe(tmp_path: 
 async def test_an_agreeing_imds_is_compared_again_only_once_something_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = FakeClock()
-    ec2 = FakeEc2(clock)
-    env = {"IPAMD_STATE_DIR": str(tmp_path), "WARM_IP_TARGET": "2", "WARM_ENI_TARGET": "0"}
-    config = Config.from_env(env)
-    daemon = await fake_daemon(config, ec2, clock)
-    imds = daemon.imds
-    assert isinstance(imds, FakeImds)
+    daemon, ec2, imds, clock, config = await _daemon(tmp_path)
     compared: list[float] = []
 
     def counting(*args: Any, **kwargs: Any) -> list[str]:
