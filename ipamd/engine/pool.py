@@ -40,7 +40,7 @@ from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_pace import Pace
 from ipamd.engine.pool_release import Releaser, timed
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
-from ipamd.engine.stats import StatsMemo
+from ipamd.engine.stats import StatsMemo, mature_enis
 from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats
@@ -87,6 +87,8 @@ class PoolManager:
             engine, ec2, instance.instance_id, settings.call_timeout_s, self._no_longer_excess
         )
         self._stats = StatsMemo()
+        self._planned: PoolPlan | None = None
+        self._planned_for: tuple[object, ...] = ()
 
     @property
     def pending_enis(self) -> set[str]:
@@ -115,7 +117,24 @@ class PoolManager:
         return self._stats(self._engine.state, self._clock.now(), self._engine.settings.cooldown_s)
 
     def plan(self) -> PoolPlan:
-        return self._plan_on(self.stats())
+        """The plan for the node as it is now. Worked out again only when something it is made
+        from changed (most rounds nothing has): the counts, which ENIs are old enough to go, the
+        subnets and ENIs closed, the foreign ENIs, the mode and the strategy."""
+        stats = self.stats()
+        inputs = (
+            self._stats.counted,
+            mature_enis(stats, self._settings.targets.min_eni_lifetime_s),
+            self.subnets.growth_closed(),
+            self._engine.closed_enis(),
+            len(self.foreign_enis),
+            self.mode.scarce,
+            self.strategy,
+            self._settings.targets,
+            self._limits,
+        )
+        if self._planned is None or inputs != self._planned_for:
+            self._planned, self._planned_for = self._plan_on(stats), inputs
+        return self._planned
 
     def _plan_on(self, stats: NodeStats) -> PoolPlan:
         """The plan for `stats`: the targets met on the ENIs that take pods (at their minimum while

@@ -26,12 +26,22 @@ class StatsMemo:
         self._cooling: frozenset[str] = frozenset()
         self._counted: Counted = ()
 
+    @property
+    def counted(self) -> Counted:
+        """The counts of the last call (the same object for as long as they are kept)."""
+        return self._counted
+
     def __call__(self, state: NodeState, now: float, cooldown_s: float) -> NodeStats:
         cooling = frozenset(_cooling(state, now, cooldown_s))
         if state is not self._state or state.revision != self._revision or cooling != self._cooling:
             self._counted = _count(state, cooling)
             self._state, self._revision, self._cooling = state, state.revision, cooling
         return _aged(self._counted, now)
+
+
+def mature_enis(stats: NodeStats, min_lifetime_s: float) -> frozenset[str]:
+    """The ENIs old enough to be released: all the pool policy reads of the ENIs' ages."""
+    return frozenset(e.eni_id for e in stats.enis if e.age_s >= min_lifetime_s)
 
 
 def _cooling(state: NodeState, now: float, cooldown_s: float) -> set[str]:
