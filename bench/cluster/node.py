@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import operator
 import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 from bench.cluster.vtime import InlineExecutor
 from bench.cluster.waiting import EPS_S, Waiting, WatchedEngine
 from cloud.ec2 import Boto3Ec2
+from cloud.embedded import eni_rules
 from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
 from ipamd.clock import Clock
@@ -92,11 +94,14 @@ class Refusal:
 
 
 class MotoImds:
-    """`cloud.ports.Imds` for one instance, read from moto's live state (no lag)."""
+    """`cloud.ports.Imds` for one instance, read from moto's live state (no lag). The interfaces are
+    built again only when what they show changed (the hint asks every 5 s, and they seldom do)."""
 
     def __init__(self, instance: Any, region: str) -> None:
         self._instance = instance
         self._region = region
+        self._shown: tuple[object, ...] | None = None
+        self._interfaces: tuple[ImdsInterface, ...] = ()
 
     async def identity(self) -> ImdsIdentity:
         i = self._instance
@@ -105,10 +110,33 @@ class MotoImds:
         return ImdsIdentity(i.id, str(i.instance_type), self._region, zone, macs)
 
     async def interfaces(self) -> tuple[ImdsInterface, ...]:
-        return tuple(_interface(index, nic) for index, nic in sorted(self._instance.nics.items()))
+        nics = sorted(self._instance.nics.items())
+        shown = tuple(_shown(index, nic) for index, nic in nics)
+        if shown != self._shown:
+            self._shown = shown
+            self._interfaces = tuple(_interface(index, nic) for index, nic in nics)
+        return self._interfaces
 
     async def vpc_cidrs(self, mac: str) -> tuple[str, ...]:
         return (str(self._instance.nics[0].subnet.vpc.cidr_block),)
+
+
+_ADDRESS = operator.itemgetter("PrivateIpAddress")
+_PRIMARY = operator.methodcaller("get", "Primary")
+
+
+def _shown(index: int, nic: Any) -> tuple[object, ...]:
+    """Everything of `nic` that its `ImdsInterface` is made of."""
+    return (
+        index,
+        nic.id,
+        nic.mac_address,
+        nic.subnet.id,
+        nic.private_ip_address,
+        tuple(map(_ADDRESS, nic.private_ip_addresses)),
+        tuple(map(_PRIMARY, nic.private_ip_addresses)),
+        tuple(eni_rules.eni_prefixes(nic)),
+    )
 
 
 def _interface(index: int, nic: Any) -> ImdsInterface:
