@@ -40,7 +40,7 @@ from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_pace import Pace
 from ipamd.engine.pool_release import Releaser, timed
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
-from ipamd.engine.stats import StatsMemo, mature_enis
+from ipamd.engine.stats import StatsMemo, aged, mature_enis
 from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats
@@ -120,20 +120,22 @@ class PoolManager:
         """The plan for the node as it is now. Worked out again only when something it is made
         from changed (most rounds nothing has): the counts, which ENIs are old enough to go, the
         subnets and ENIs closed, the foreign ENIs, the mode and the strategy."""
-        stats = self.stats()
+        now = self._clock.now()
+        counted = self._stats.counts(self._engine.state, now, self._engine.settings.cooldown_s)
+        targets = self._settings.targets
         inputs = (
-            self._stats.counted,
-            mature_enis(stats, self._settings.targets.min_eni_lifetime_s),
+            counted,
+            mature_enis(counted, now, targets.min_eni_lifetime_s),
             self.subnets.growth_closed(),
             self._engine.closed_enis(),
             len(self.foreign_enis),
             self.mode.scarce,
             self.strategy,
-            self._settings.targets,
+            targets,
             self._limits,
         )
         if self._planned is None or inputs != self._planned_for:
-            self._planned, self._planned_for = self._plan_on(stats), inputs
+            self._planned, self._planned_for = self._plan_on(aged(counted, now)), inputs
         return self._planned
 
     def _plan_on(self, stats: NodeStats) -> PoolPlan:

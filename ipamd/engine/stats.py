@@ -12,7 +12,7 @@ Counted = tuple[tuple[EniRecord, tuple[UnitStats, ...]], ...]
 
 
 def node_stats(state: NodeState, now: float, cooldown_s: float) -> NodeStats:
-    return _aged(_count(state, _cooling(state, now, cooldown_s)), now)
+    return aged(_count(state, _cooling(state, now, cooldown_s)), now)
 
 
 class StatsMemo:
@@ -26,22 +26,21 @@ class StatsMemo:
         self._cooling: frozenset[str] = frozenset()
         self._counted: Counted = ()
 
-    @property
-    def counted(self) -> Counted:
-        """The counts of the last call (the same object for as long as they are kept)."""
-        return self._counted
-
     def __call__(self, state: NodeState, now: float, cooldown_s: float) -> NodeStats:
+        return aged(self.counts(state, now, cooldown_s), now)
+
+    def counts(self, state: NodeState, now: float, cooldown_s: float) -> Counted:
+        """All of `node_stats` but the ages: the same object for as long as they are kept."""
         cooling = frozenset(_cooling(state, now, cooldown_s))
         if state is not self._state or state.revision != self._revision or cooling != self._cooling:
             self._counted = _count(state, cooling)
             self._state, self._revision, self._cooling = state, state.revision, cooling
-        return _aged(self._counted, now)
+        return self._counted
 
 
-def mature_enis(stats: NodeStats, min_lifetime_s: float) -> frozenset[str]:
-    """The ENIs old enough to be released: all the pool policy reads of the ENIs' ages."""
-    return frozenset(e.eni_id for e in stats.enis if e.age_s >= min_lifetime_s)
+def mature_enis(counted: Counted, now: float, min_lifetime_s: float) -> frozenset[str]:
+    """The ENIs old enough to be released at `now`: all the pool policy reads of their ages."""
+    return frozenset(eni.eni_id for eni, _ in counted if now - eni.added_at >= min_lifetime_s)
 
 
 def _cooling(state: NodeState, now: float, cooldown_s: float) -> set[str]:
@@ -74,7 +73,8 @@ def _count(state: NodeState, cooling: set[str] | frozenset[str]) -> Counted:
     return tuple(counted)
 
 
-def _aged(counted: Counted, now: float) -> NodeStats:
+def aged(counted: Counted, now: float) -> NodeStats:
+    """`counted` with the ENIs' ages at `now`."""
     return NodeStats(
         tuple(
             EniStats(eni.eni_id, eni.device_index, eni.is_primary, now - eni.added_at, units)
