@@ -10,10 +10,19 @@ knows which of its own rounds a pod is waiting for:
   and none is free now.
   Such a round calls at once, even while warm-up is held, its calls are retried inside the adapter,
   and when it is throttled all the same it is tried again within `DEMAND_THROTTLE_CAP_S`.
+  While the account has been throttling this node for longer than `DEMAND_RETRY_AFTER_S` (one
+  throttle episode: throttle answers no more than `EPISODE_GAP_S` apart), a round makes one
+  attempt per call and waits up to `DEMAND_EPISODE_SHARE` of the episode's length instead: a
+  saturated account admits the same calls a second however often the nodes ask, so asking less
+  often spares it (and the nodes) most of the refused calls and costs a pod a bounded share of the
+  time the account has been short. The episode, not the pod's own wait, sets the pace, so every
+  node of a saturated cluster asks at about the same rate, and one that starts to wait late does
+  not overtake those that waited long.
 - **Everything else** (warm targets, minimum targets, shrinking) is background work: its calls are
   not retried on a throttle (`cloud.ratelimit.background_calls`), and each throttle answer the node
   sees, in any round, holds that work back for a jittered, doubling while (between half and all of
-  `WARM_HOLD_BASE_S` doubled per answer, up to `WARM_HOLD_CAP_S`); each round that goes through
+  `WARM_HOLD_BASE_S` doubled per answer, up to `WARM_HOLD_CAP_S`, or up to the episode's length
+  in a longer episode, at most `WARM_HOLD_EPISODE_CAP_S`); each round that goes through
   unthrottled halves the next hold. A round with pods waiting applies the assigns and one new ENI,
   and leaves the rest of its plan to a round of its own. So while the
   account is throttled, the tokens it refills go to the nodes with pods waiting.
@@ -36,13 +45,25 @@ from ipamd.errors import StoreWriteFailed
 DEMAND_WINDOW_S = 60.0
 """An ADD that found no address this long ago no longer makes a round urgent."""
 DEMAND_THROTTLE_CAP_S = 4.0
-"""Most a round with pods waiting waits after it was throttled."""
+"""Most a round with pods waiting waits after it was throttled, early in a throttle episode."""
+DEMAND_RETRY_AFTER_S = 80.0
+"""The episode's length from which rounds with pods waiting stop retrying in the adapter."""
+DEMAND_EPISODE_SHARE = 0.025
+"""Later in the episode, most a throttled round with pods waiting waits, as a share of the episode's
+length so far (and never past the pool's backoff cap)."""
 WARM_HOLD_BASE_S = 120.0
 """Background work's first hold after a throttle answer. Long: a token the account refills while
 the nodes hold their warm-up waits in its bucket for the first pod that waits (see
 docs/architecture.md §5.6)."""
 WARM_HOLD_CAP_S = 300.0
-"""Background work's longest hold."""
+"""Background work's longest hold, early in a throttle episode; later, as long as the episode has
+lasted, up to `WARM_HOLD_EPISODE_CAP_S`: the demand rounds ask less often then, and warm-up must
+not take the share of the refill they leave."""
+WARM_HOLD_EPISODE_CAP_S = 900.0
+"""Background work's longest hold in a long throttle episode."""
+EPISODE_GAP_S = 1200.0
+"""Throttle answers further apart than this belong to two episodes. Longer than the longest hold,
+so a node that only tries its warm-up now and then stays in the episode."""
 
 
 class Pace:
@@ -65,6 +86,9 @@ class Pace:
         self._served_at = float("-inf")
         self._demand_failed = False
         """Whether the round that set the backoff was one pods wait for."""
+        self._episode_began = float("-inf")
+        self._last_throttle = float("-inf")
+        """The first and the last throttle answer of the current (or last) throttle episode."""
 
     def demand(self) -> bool:
         """Whether an ADD is waiting for this round: one found no address since the pool last
@@ -96,18 +120,35 @@ class Pace:
         return self._clock.now() < self._health.warm_hold_until
 
     def calls(self, demand: bool) -> AbstractContextManager[None]:
-        """The context a round's EC2 calls run in: retried on throttles only when pods wait."""
-        return nullcontext() if demand else background_calls()
+        """The context a round's EC2 calls run in: retried on throttles only when pods wait, and
+        the throttle episode is still short (`DEMAND_RETRY_AFTER_S`)."""
+        if demand and self.episode_s() < DEMAND_RETRY_AFTER_S:
+            return nullcontext()
+        return background_calls()
+
+    def episode_s(self) -> float:
+        """How long the account has been throttling this node: since the first of its throttle
+        answers no more than `EPISODE_GAP_S` apart up to now (0 outside an episode)."""
+        now = self._clock.now()
+        if now - self._last_throttle > EPISODE_GAP_S:
+            return 0.0
+        return now - self._episode_began
+
+    def demand_cap_s(self) -> float:
+        """Most a throttled round with pods waiting waits before it is tried again."""
+        return max(DEMAND_THROTTLE_CAP_S, DEMAND_EPISODE_SHARE * self.episode_s())
 
     def throttle_seen(self) -> None:
         """A throttle answer, in any round: background work holds off longer."""
-        h = self._health
+        h, now = self._health, self._clock.now()
+        if now - self._last_throttle > EPISODE_GAP_S:
+            self._episode_began = now
+        self._last_throttle = now
         h.throttled_rounds += 1
         h.throttle_streak += 1
-        hold = backoff_delay_s(
-            h.throttle_streak, WARM_HOLD_BASE_S, WARM_HOLD_CAP_S, self._rng, floor=0.5
-        )
-        h.warm_hold_until = max(h.warm_hold_until, self._clock.now() + hold)
+        cap_s = min(max(WARM_HOLD_CAP_S, self.episode_s()), WARM_HOLD_EPISODE_CAP_S)
+        hold = backoff_delay_s(h.throttle_streak, WARM_HOLD_BASE_S, cap_s, self._rng, floor=0.5)
+        h.warm_hold_until = max(h.warm_hold_until, now + hold)
 
     def succeeded(self, demand: bool) -> None:
         """A round went through. A background round tries each call once, so it went through
@@ -131,7 +172,7 @@ class Pace:
         if isinstance(err, Throttled):
             self.throttle_seen()
             if demand:
-                cap = min(cap, DEMAND_THROTTLE_CAP_S)
+                cap = min(cap, self.demand_cap_s())
         delay = backoff_delay_s(h.consecutive_failures, s.backoff_base_s, cap, self._rng)
         h.backoff_until = self._clock.now() + delay
         return delay

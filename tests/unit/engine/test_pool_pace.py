@@ -4,17 +4,27 @@ follows once its addresses can be handed out (docs/architecture.md §5.5 and doc
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
+from cloud.calls import CallLog
 from cloud.errors import ServiceUnavailable, Throttled
+from cloud.ratelimit import AttemptFailed, Retrier, RetryPolicy
 from ipamd.clock import FakeClock
 from ipamd.config import Config
 from ipamd.engine.pool_enis import BIND_SETTLE_S, BIND_WAIT_CAP_S
+from ipamd.engine.pool_pace import (
+    DEMAND_EPISODE_SHARE,
+    DEMAND_RETRY_AFTER_S,
+    DEMAND_THROTTLE_CAP_S,
+    EPISODE_GAP_S,
+)
 from ipamd.errors import NoAddressAvailable
 from ipamd.parts import Parts, Tuning, describe_node, open_parts
 from tests.support.ec2_doubles import PassThroughEc2
@@ -236,3 +246,58 @@ async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_e
     await pool.run_once()
     assert pool.health.backoff_until > clock.now()
     assert pool.pace.next_wait_s(interval_s) >= interval_s
+
+
+async def _attempts_in(context: AbstractContextManager[None]) -> int:
+    """Attempts a real `Retrier` makes at one call EC2 keeps throttling, inside `context`."""
+    made = 0
+
+    async def attempt() -> None:
+        nonlocal made
+        made += 1
+        raise AttemptFailed(Throttled("Op", "RequestLimitExceeded"), not_applied=True)
+
+    async def no_sleep(_s: float) -> None:
+        return None
+
+    retrier = Retrier(CallLog(), clock=lambda: 0.0, sleep=no_sleep, rng=random.Random(1))
+    with context, pytest.raises(Throttled):
+        await retrier.run("Op", attempt, mutating=True, repeatable=True)
+    return made
+
+
+async def test_a_long_throttle_episode_paces_waiting_rounds_by_its_length(
+    node: tuple[Parts, ThrottledAccount], clock: FakeClock
+) -> None:
+    parts, account = node
+    pool, engine, pace = parts.pool, parts.engine, parts.pool.pace
+    await _settle(parts, clock)
+    for n in range(9):
+        await engine.assign(key(f"pod-{n}"))
+    retried = await _attempts_in(pace.calls(demand=True))
+    assert retried == RetryPolicy().max_attempts, "a waiting round retries in the adapter"
+    account.throttling = True
+    began, waits = clock.now(), []
+    while clock.now() - began < 4 * DEMAND_RETRY_AFTER_S:
+        with pytest.raises(NoAddressAvailable):
+            await engine.assign(key("pod-9"))  # the runtime retries the ADD
+        assert pace.demand()
+        await pool.run_once()
+        episode_s = pace.episode_s()
+        left = pool.health.backoff_until - clock.now()
+        assert 0 < left <= max(DEMAND_THROTTLE_CAP_S, DEMAND_EPISODE_SHARE * episode_s)
+        waits.append((episode_s, left))
+        if episode_s >= DEMAND_RETRY_AFTER_S:
+            assert await _attempts_in(pace.calls(demand=True)) == 1, "one attempt a round"
+        clock.advance(left)
+    assert waits[0][0] == 0.0, "the episode began at the first throttle answer"
+    assert max(w for e, w in waits if e < DEMAND_RETRY_AFTER_S) <= DEMAND_THROTTLE_CAP_S
+    assert max(w for e, w in waits if e >= DEMAND_RETRY_AFTER_S) > DEMAND_THROTTLE_CAP_S, (
+        "later in the episode, the rounds ask less often"
+    )
+
+    account.throttling = False
+    clock.advance(EPISODE_GAP_S + 1.0)  # no throttle answer for longer than the gap
+    assert pace.episode_s() == 0.0 and pace.demand_cap_s() == DEMAND_THROTTLE_CAP_S
+    assert await _attempts_in(pace.calls(demand=True)) == retried
+    assert await _attempts_in(pace.calls(demand=False)) == 1, "background work: one attempt"
