@@ -125,7 +125,7 @@ class PoolManager:
         targets = self._settings.targets
         inputs = (
             counted,
-            mature_enis(counted, now, targets.min_eni_lifetime_s),
+            mature_enis(counted, now, targets),
             self.subnets.growth_closed(),
             self._engine.closed_enis(),
             len(self.foreign_enis),

@@ -61,7 +61,7 @@ lasted, up to `WARM_HOLD_EPISODE_CAP_S`: the demand rounds ask less often then, 
 not take the share of the refill they leave."""
 WARM_HOLD_EPISODE_CAP_S = 900.0
 """Background work's longest hold in a long throttle episode."""
-EPISODE_GAP_S = 1200.0
+EPISODE_GAP_S = WARM_HOLD_EPISODE_CAP_S + WARM_HOLD_CAP_S
 """Throttle answers further apart than this belong to two episodes. Longer than the longest hold,
 so a node that only tries its warm-up now and then stays in the episode."""
 

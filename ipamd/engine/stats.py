@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datastore.records import EniRecord
 from ipamd.engine.state import NodeState
-from ipamd.policy.model import EniStats, NodeStats, UnitStats
+from ipamd.policy.model import EniStats, NodeStats, PoolTargets, UnitStats
+from ipamd.policy.plan import old_enough
 
 Counted = tuple[tuple[EniRecord, tuple[UnitStats, ...]], ...]
 """Each ENI (in device order) with the counts of its units: all of `NodeStats` but the ages."""
@@ -38,9 +39,9 @@ class StatsMemo:
         return self._counted
 
 
-def mature_enis(counted: Counted, now: float, min_lifetime_s: float) -> frozenset[str]:
-    """The ENIs old enough to be released at `now`: all the pool policy reads of their ages."""
-    return frozenset(eni.eni_id for eni, _ in counted if now - eni.added_at >= min_lifetime_s)
+def mature_enis(counted: Counted, now: float, targets: PoolTargets) -> frozenset[str]:
+    """The ENIs the pool policy counts as old enough to be released at `now` (`old_enough`)."""
+    return frozenset(eni.eni_id for eni, _ in counted if old_enough(now - eni.added_at, targets))
 
 
 def _cooling(state: NodeState, now: float, cooldown_s: float) -> set[str]:

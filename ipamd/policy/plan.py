@@ -310,15 +310,18 @@ def _spare_units(eni: EniTally, goal: Goal, pool: PoolTally, unit_size: int) -> 
             yield unit.cidr
 
 
+def old_enough(age_s: float, targets: PoolTargets) -> bool:
+    """Whether an ENI of that age may be released: all the plan reads of an ENI's age (a caller
+    that keeps a plan while the ages move on keeps it while this answer stays the same)."""
+    return age_s >= targets.min_eni_lifetime_s
+
+
 def _may_release_eni(eni: EniTally, targets: PoolTargets, grown: frozenset[str]) -> bool:
     """Not primary, nothing used (assigned or cooling, as VPC CNI requires) and no unassign in
     flight (so the pool manager never races its own call), old enough, and not just grown."""
     s = eni.stats
     return (
-        not s.is_primary
-        and eni.all_free
-        and s.age_s >= targets.min_eni_lifetime_s
-        and s.eni_id not in grown
+        not s.is_primary and eni.all_free and old_enough(s.age_s, targets) and s.eni_id not in grown
     )
 
 
