@@ -11,15 +11,16 @@ import ipaddress
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any
 
 from moto.ec2.exceptions import EC2ClientError
-from moto.ec2.models.instance_types import INSTANCE_TYPES
 from moto.ec2.models.instances import Instance
 from moto.moto_api._internal import mock_random
 
-from cloud.embedded.moto_index import subnet_enis
+from cloud.embedded import space_watch
+from cloud.embedded.eni_limits import limits_for, unattached_ipv4_limit
+from cloud.embedded.moto_index import subnet_enis, table
 from cloud.embedded.subnet_space import SpaceExhausted, SubnetSpace, prefix_addresses
 
 LOCK = threading.RLock()
@@ -37,44 +38,12 @@ def ec2_error(code: str, message: str) -> Exception:
     return error
 
 
-@dataclass(frozen=True, slots=True)
-class EniLimits:
-    """What EC2 allows per instance type (DescribeInstanceTypes, NetworkInfo)."""
-
-    max_enis: int
-    """Network interfaces on network card 0, where AttachNetworkInterface puts them when no
-    NetworkCardIndex is given (moto models only card 0). Equals MaximumNetworkInterfaces on
-    single-card types."""
-    ipv4_per_eni: int
-    """Ipv4AddressesPerInterface: primary + secondary addresses + /28 prefixes (one slot each)."""
-
-
-def limits_for(instance_type: str) -> EniLimits | None:
-    """The limits of an instance type from moto's instance-type data; None for a type it lacks."""
-    info: dict[str, Any] | None = INSTANCE_TYPES.get(instance_type)
-    if info is None:
-        return None
-    network: dict[str, Any] = info["NetworkInfo"]
-    cards: list[dict[str, Any]] = network.get("NetworkCards") or []
-    card0 = next((c for c in cards if c.get("NetworkCardIndex") == 0), None)
-    max_enis = card0["MaximumNetworkInterfaces"] if card0 else network["MaximumNetworkInterfaces"]
-    return EniLimits(max_enis=int(max_enis), ipv4_per_eni=int(network["Ipv4AddressesPerInterface"]))
-
-
-@cache
-def unattached_ipv4_limit() -> int:
-    """The slot limit of an ENI attached to nothing: the largest Ipv4AddressesPerInterface of any
-    instance type. EC2 checks an ENI against its instance's type when it is attached (see
-    `check_attach`); until then no type applies, and no type allows more than this."""
-    return max(int(t["NetworkInfo"]["Ipv4AddressesPerInterface"]) for t in INSTANCE_TYPES.values())
-
-
 # -- reading moto's objects --------------------------------------------------------------------
 
 
 def eni_prefixes(eni: Any) -> list[str]:
     """The ENI's delegated prefixes (the live list, for mutation under LOCK)."""
-    prefixes: list[str] = eni.__dict__.setdefault(PREFIXES_ATTR, [])
+    prefixes: list[str] = space_watch.watched_list(eni, PREFIXES_ATTR)
     return prefixes
 
 
@@ -122,14 +91,31 @@ def _ints(addresses: Iterable[str]) -> set[int]:
 
 def subnet_space(subnet: Any) -> SubnetSpace:
     """The subnet's space as it is now: every ENI address and prefix, and moto's own claims
-    (`Subnet._subnet_ips`: instance primaries not yet on an ENI, EFS mount targets, ...)."""
+    (`Subnet._subnet_ips`: instance primaries not yet on an ENI, EFS mount targets, ...). The
+    caller's to draw from: drawing marks addresses in it, not in moto."""
+    network, occupied, _ = _kept_space(subnet)
+    return SubnetSpace(network, set(occupied))
+
+
+def subnet_counts(subnet: Any) -> tuple[int, int]:
+    """(usable, free) addresses of the subnet as it is now."""
+    network, _, free = _kept_space(subnet)
+    return SubnetSpace(network).usable_count, free
+
+
+def _kept_space(subnet: Any) -> space_watch.Kept:
+    indexed = table(subnet.ec2_backend) is not None
+    return space_watch.kept_space(subnet, lambda: _occupied(subnet), indexed=indexed)
+
+
+def _occupied(subnet: Any) -> set[int]:
     occupied: set[int] = set()
     for eni in subnet_enis(subnet):
         occupied |= _ints(eni_addresses(eni))
         for prefix in eni_prefixes(eni):
             occupied.update(_prefix_range(prefix))
     occupied |= _ints(subnet._subnet_ips)
-    return SubnetSpace(ipaddress.IPv4Network(subnet.cidr_block), occupied)
+    return occupied
 
 
 def rng() -> Any:

@@ -57,7 +57,7 @@ from moto.ec2.models.instances import Instance
 from moto.ec2.models.subnets import Subnet
 from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
 
-from cloud.embedded import eni_rules, moto_handlers, moto_index
+from cloud.embedded import eni_rules, moto_handlers, moto_index, space_watch
 from cloud.embedded.eni_rules import LOCK, ec2_error
 from cloud.embedded.moto_handlers import STRICT
 
@@ -77,6 +77,7 @@ def install() -> None:
         if found != MOTO_VERSION:
             raise RuntimeError(f"cloud.embedded.moto_ext needs moto {MOTO_VERSION}, found {found}")
         moto_index.install()
+        space_watch.install()
         for owner, name, make in _PATCHES:
             setattr(owner, name, make(owner.__dict__[name]))
         setattr(NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes))  # noqa: B010
@@ -102,10 +103,10 @@ def _available_ip_address_count(original: Any) -> Any:
         if not subnet.cidr_block:
             return int(original.fget(subnet))
         with LOCK:
-            space = eni_rules.subnet_space(subnet)
+            usable, free = eni_rules.subnet_counts(subnet)
         # moto's base is the usable count less prefix-type CIDR reservations.
         base = int(subnet._available_ip_addresses)
-        return base - (space.usable_count - space.free_count())
+        return base - (usable - free)
 
     return property(fget)
 

@@ -30,6 +30,8 @@ from moto.ec2.exceptions import InvalidNetworkAttachmentIdError, LastEniDetachEr
 from moto.ec2.models.elastic_network_interfaces import NetworkInterface, NetworkInterfaceBackend
 from moto.ec2.models.instances import InstanceBackend
 
+from cloud.embedded import space_watch
+
 AVAILABLE = "available"
 _INSTANCES_ATTR = "_ipamd_instances_by_id"
 _ATTACHMENT_ATTR = "_ipamd_indexed_attachment"
@@ -97,6 +99,7 @@ class EniTable(dict[str, Any]):
             self._next_rank += 1
         self._by_subnet.setdefault(_subnet_id(eni), {})[key] = eni
         self._index_status(key, eni)
+        space_watch.touch(getattr(eni, "subnet", None))
 
     def _removed(self, key: str, eni: Any) -> None:
         subnet_id = _subnet_id(eni)
@@ -108,6 +111,7 @@ class EniTable(dict[str, Any]):
         self._available.pop(key, None)
         self._unindex_attachment(eni)
         self._rank.pop(key, None)
+        space_watch.touch(getattr(eni, "subnet", None))
 
     def __setitem__(self, key: str, eni: Any) -> None:
         old = self.get(key)

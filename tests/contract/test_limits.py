@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from cloud.embedded.eni_rules import limits_for, unattached_ipv4_limit
+from cloud.embedded.eni_limits import limits_for, unattached_ipv4_limit
 from cloud.embedded.world import World
 from tests.contract.conftest import NO_RETRIES
 from tests.contract.support import attach, create_eni, error_of, prefixes, secondaries

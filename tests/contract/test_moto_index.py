@@ -1,6 +1,7 @@
 """The indexes over moto's state (`cloud.embedded.moto_index`) find exactly what moto's own scans
 find, in the same order, through creates, attaches, detaches, deletes, assigns, unassigns and a
-termination; so does a subnet's space read through them."""
+termination; so does a subnet's space read through them (and kept between changes,
+`cloud.embedded.space_watch`)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,11 @@ def _agree(backend: Any, subnet_ids: list[str], attachments: Iterable[str] = ())
     for subnet_id in subnet_ids:
         subnet = backend.get_subnet(subnet_id)
         assert [e.id for e in moto_index.subnet_enis(subnet)] == _scan_subnet(backend, subnet_id)
-        assert eni_rules.subnet_space(subnet).occupied == _scan_occupied(backend, subnet_id)
+        occupied = _scan_occupied(backend, subnet_id)
+        space = eni_rules.subnet_space(subnet)
+        assert space.occupied == occupied
+        free = sum(1 for a in occupied if space.first_usable <= a <= space.last_usable)
+        assert eni_rules.subnet_counts(subnet) == (space.usable_count, space.usable_count - free)
     assert [e.id for e in moto_index.available_enis(backend)] == _scan_available(backend)
     current = {e.attachment_id for e in backend.enis.values() if e.attachment_id is not None}
     for attachment_id in {*attachments, *current, "eni-attach-00000000"}:
