@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import operator
 import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,7 @@ from typing import Any, Protocol
 from bench.cluster.vtime import InlineExecutor
 from bench.cluster.waiting import EPS_S, Waiting, WatchedEngine
 from cloud.ec2 import Boto3Ec2
-from cloud.embedded import eni_rules
+from cloud.embedded import space_watch
 from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
 from ipamd.clock import Clock
@@ -95,7 +94,8 @@ class Refusal:
 
 class MotoImds:
     """`cloud.ports.Imds` for one instance, read from moto's live state (no lag). The interfaces are
-    built again only when what they show changed (the hint asks every 5 s, and they seldom do)."""
+    built again only when what they show may have changed (the hint asks every 5 s, and they seldom
+    do): an ENI came or went, or the subnet of one moved its generation."""
 
     def __init__(self, instance: Any, region: str) -> None:
         self._instance = instance
@@ -121,22 +121,11 @@ class MotoImds:
         return (str(self._instance.nics[0].subnet.vpc.cidr_block),)
 
 
-_ADDRESS = operator.itemgetter("PrivateIpAddress")
-_PRIMARY = operator.methodcaller("get", "Primary")
-
-
 def _shown(index: int, nic: Any) -> tuple[object, ...]:
-    """Everything of `nic` that its `ImdsInterface` is made of."""
-    return (
-        index,
-        nic.id,
-        nic.mac_address,
-        nic.subnet.id,
-        nic.private_ip_address,
-        tuple(map(_ADDRESS, nic.private_ip_addresses)),
-        tuple(map(_PRIMARY, nic.private_ip_addresses)),
-        tuple(eni_rules.eni_prefixes(nic)),
-    )
+    """What tells whether `nic`'s `ImdsInterface` may have changed: its place, and the generation of
+    its subnet, which moves with any change to its addresses or prefixes (its ID, MAC and subnet
+    never change)."""
+    return (index, nic.id, space_watch.generation(nic.subnet))
 
 
 def _interface(index: int, nic: Any) -> ImdsInterface:
