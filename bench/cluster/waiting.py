@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cloud.embedded.watched import WatchedDict
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 
@@ -182,31 +183,6 @@ class Waiting:
         self._plan()
 
 
-class _WatchedDict(dict[str, str]):
-    """`Engine.blocked_enis` that calls `on_change` after every change."""
-
-    def __init__(self, on_change: Callable[[], None]) -> None:
-        super().__init__()
-        self._on_change = on_change
-
-    def __setitem__(self, key: str, value: str) -> None:
-        super().__setitem__(key, value)
-        self._on_change()
-
-    def __delitem__(self, key: str) -> None:
-        super().__delitem__(key)
-        self._on_change()
-
-    def pop(self, key: str, *default: str | None) -> str | None:  # type: ignore[override]
-        found = super().pop(key, *default)
-        self._on_change()
-        return found
-
-    def clear(self) -> None:
-        super().clear()
-        self._on_change()
-
-
 class WatchedEngine(Engine):
     """The engine, telling `on_held_change` whenever the ENIs it holds back (`Engine.held_back`) may
     have changed: its blocked ENIs or its closed subnets."""
@@ -219,8 +195,7 @@ class WatchedEngine(Engine):
 
     @blocked_enis.setter
     def blocked_enis(self, value: dict[str, str]) -> None:
-        self._blocked = _WatchedDict(self._held_changed)
-        self._blocked.update(value)
+        self._blocked = WatchedDict(value, self._held_changed)
 
     @property
     def closed_subnets(self) -> frozenset[str]:

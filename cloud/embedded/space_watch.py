@@ -7,8 +7,9 @@ what moto set aside in `Subnet._subnet_ips`. Working it out reads all of them, a
 periodic subnet read cost what the VPC holds. Every place those addresses live is watched here
 instead of every place that changes them:
 
-- `NetworkInterface.private_ip_addresses` becomes a property whose value is a `WatchedList`: any
-  change to the list, or a new list, moves the generation of the ENI's subnet;
+- `NetworkInterface.private_ip_addresses` becomes a property whose value is a `WatchedList`
+  (`cloud.embedded.watched`): any change to the list, or a new list, moves the generation of the
+  ENI's subnet;
 - the ENI's delegated prefixes (`eni_rules.eni_prefixes`) are a `WatchedList` too;
 - `Subnet._subnet_ips` becomes a property whose value is a `WatchedDict`;
 - an ENI that enters or leaves the account's table (`moto_index.EniTable`) moves its subnet's.
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterable
-from typing import Any, SupportsIndex
+from typing import Any
 
 from moto.ec2.models.elastic_network_interfaces import NetworkInterface
 from moto.ec2.models.subnets import Subnet
 
 from cloud.embedded.subnet_space import SubnetSpace
+from cloud.embedded.watched import WatchedDict, WatchedList
 
 GENERATION_ATTR = "_ipamd_space_generation"
 """On a subnet: how many times its addresses in use may have changed."""
@@ -68,102 +70,9 @@ def touch(subnet: Any) -> None:
         subnet.__dict__[GENERATION_ATTR] = generation(subnet) + 1
 
 
-class WatchedList(list[Any]):
-    """A list that touches its owner's subnet (the owner's `subnet` at that moment) on any change."""
-
-    def __init__(self, items: Iterable[Any] = (), owner: Any = None) -> None:
-        super().__init__(items)
-        self._owner = owner
-
-    def _changed(self) -> None:
-        touch(getattr(self._owner, "subnet", None))
-
-    def append(self, item: Any) -> None:
-        super().append(item)
-        self._changed()
-
-    def extend(self, items: Iterable[Any]) -> None:
-        super().extend(items)
-        self._changed()
-
-    def insert(self, index: SupportsIndex, item: Any) -> None:
-        super().insert(index, item)
-        self._changed()
-
-    def remove(self, item: Any) -> None:
-        super().remove(item)
-        self._changed()
-
-    def pop(self, index: SupportsIndex = -1) -> Any:
-        item = super().pop(index)
-        self._changed()
-        return item
-
-    def clear(self) -> None:
-        super().clear()
-        self._changed()
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        super().__setitem__(index, value)
-        self._changed()
-
-    def __delitem__(self, index: Any) -> None:
-        super().__delitem__(index)
-        self._changed()
-
-    def __iadd__(self, items: Iterable[Any]) -> WatchedList:  # type: ignore[misc]
-        super().__iadd__(items)
-        self._changed()
-        return self
-
-    def __imul__(self, times: SupportsIndex) -> WatchedList:
-        super().__imul__(times)
-        self._changed()
-        return self
-
-
-class WatchedDict(dict[str, Any]):
-    """`Subnet._subnet_ips`, touching its subnet on any change."""
-
-    def __init__(self, items: dict[str, Any], subnet: Any) -> None:
-        super().__init__(items)
-        self._subnet = subnet
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(key, value)
-        touch(self._subnet)
-
-    def __delitem__(self, key: str) -> None:
-        super().__delitem__(key)
-        touch(self._subnet)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        found = super().pop(key, *default)
-        touch(self._subnet)
-        return found
-
-    def popitem(self) -> tuple[str, Any]:
-        item = super().popitem()
-        touch(self._subnet)
-        return item
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        found = super().setdefault(key, default)
-        touch(self._subnet)
-        return found
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        super().update(*args, **kwargs)
-        touch(self._subnet)
-
-    def clear(self) -> None:
-        super().clear()
-        touch(self._subnet)
-
-    def __ior__(self, other: Any) -> WatchedDict:  # type: ignore[override, misc]
-        super().__ior__(other)
-        touch(self._subnet)
-        return self
+def _subnet_of(owner: Any) -> Callable[[], None]:
+    """The hook of an ENI's list: touch the ENI's subnet at that moment."""
+    return lambda: touch(getattr(owner, "subnet", None))
 
 
 def watched_list(owner: Any, attr: str) -> WatchedList:
@@ -172,7 +81,7 @@ def watched_list(owner: Any, attr: str) -> WatchedList:
     value = owner.__dict__.get(attr)
     if type(value) is not WatchedList:
         held = bool(value)
-        value = WatchedList(value or (), owner)
+        value = WatchedList(value or (), _subnet_of(owner))
         owner.__dict__[attr] = value
         if held:
             touch(getattr(owner, "subnet", None))
@@ -186,7 +95,7 @@ def _addresses_get(eni: Any) -> WatchedList:
 
 
 def _addresses_set(eni: Any, value: Iterable[Any]) -> None:
-    eni.__dict__[_ADDRESSES] = WatchedList(value, eni)
+    eni.__dict__[_ADDRESSES] = WatchedList(value, _subnet_of(eni))
     touch(getattr(eni, "subnet", None))
 
 
@@ -199,7 +108,7 @@ def _subnet_ips_get(subnet: Any) -> WatchedDict:
 
 
 def _subnet_ips_set(subnet: Any, value: dict[str, Any]) -> None:
-    subnet.__dict__[_SUBNET_IPS] = WatchedDict(value, subnet)
+    subnet.__dict__[_SUBNET_IPS] = WatchedDict(value, lambda: touch(subnet))
     touch(subnet)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cloud.embedded import eni_rules, space_watch
+from cloud.embedded.watched import WatchedList
 from cloud.embedded.world import World
 from tests.contract.conftest import NO_RETRIES
 
@@ -70,7 +71,7 @@ def test_any_change_where_addresses_live_moves_the_generation(world: World, chan
     made = ec2.create_network_interface(SubnetId=world.subnet_id, SecondaryPrivateIpAddressCount=2)
     eni = backend.enis[made["NetworkInterface"]["NetworkInterfaceId"]]
     subnet = backend.get_subnet(world.subnet_id)
-    assert isinstance(eni.private_ip_addresses, space_watch.WatchedList)
+    assert isinstance(eni.private_ip_addresses, WatchedList)
     before, kept = space_watch.generation(subnet), _kept(subnet)
     CHANGES[change](eni, subnet)
     assert space_watch.generation(subnet) > before
