@@ -40,7 +40,7 @@ from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_pace import Pace
 from ipamd.engine.pool_release import Releaser, timed
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
-from ipamd.engine.stats import StatsMemo, aged, mature_enis
+from ipamd.engine.stats import StatsMemo, aged
 from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats
@@ -125,7 +125,7 @@ class PoolManager:
         targets = self._settings.targets
         inputs = (
             counted,
-            mature_enis(counted, now, targets),
+            self._stats.mature(counted, now, targets),
             self.subnets.growth_closed(),
             self._engine.closed_enis(),
             len(self.foreign_enis),
@@ -344,14 +344,15 @@ class PoolManager:
     # -- the loop ------------------------------------------------------------------------------
 
     async def run(self, interval_s: float) -> None:
-        """Tick every `interval_s`, and at once when an ADD found the pool empty."""
+        """Tick every `interval_s`, and at once when an ADD found the pool empty. The tick sets
+        the ADD's own event (a timer, not a timeout: no task is cancelled to end each wait)."""
         wanted = self._engine.pool_wanted
+        loop = asyncio.get_running_loop()
         while True:
             wanted.clear()
             await self.run_once()
-            delay = self.pace.next_wait_s(interval_s)
+            tick = loop.call_later(self.pace.next_wait_s(interval_s), wanted.set)
             try:
-                async with asyncio.timeout(delay):
-                    await wanted.wait()
-            except TimeoutError:
-                pass
+                await wanted.wait()
+            finally:
+                tick.cancel()

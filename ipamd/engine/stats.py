@@ -18,25 +18,58 @@ def node_stats(state: NodeState, now: float, cooldown_s: float) -> NodeStats:
 
 class StatsMemo:
     """`node_stats` for one reader that asks again and again (the pool manager, every round): the
-    counts are kept while the state's revision and the addresses in their cooldown stay the same,
-    which is most rounds; only the ENIs' ages are worked out afresh."""
+    counts are kept while the state's revision stays the same and no address has come out of its
+    cooldown (when the first will is known once they are counted), which is most rounds; only the
+    ENIs' ages are worked out afresh. The ENIs old enough to go (`mature`) are kept likewise, until
+    the youngest of the others may come of age."""
 
     def __init__(self) -> None:
         self._state: NodeState | None = None
         self._revision = -1
-        self._cooling: frozenset[str] = frozenset()
+        self._cooldown_s = -1.0
         self._counted: Counted = ()
+        self._counted_until = float("-inf")
+        """Before then the counts stand: the first cooling address leaves its cooldown then."""
+        self._mature_of: tuple[Counted, PoolTargets] | None = None
+        self._mature: frozenset[str] = frozenset()
+        self._mature_until = float("-inf")
 
     def __call__(self, state: NodeState, now: float, cooldown_s: float) -> NodeStats:
         return aged(self.counts(state, now, cooldown_s), now)
 
     def counts(self, state: NodeState, now: float, cooldown_s: float) -> Counted:
         """All of `node_stats` but the ages: the same object for as long as they are kept."""
-        cooling = frozenset(_cooling(state, now, cooldown_s))
-        if state is not self._state or state.revision != self._revision or cooling != self._cooling:
+        kept = (
+            state is self._state
+            and state.revision == self._revision
+            and cooldown_s == self._cooldown_s
+            and now < self._counted_until
+        )
+        if not kept:
+            cooldowns = state.cooldowns()
+            cooling = _cooling(state, now, cooldown_s)
             self._counted = _count(state, cooling)
-            self._state, self._revision, self._cooling = state, state.revision, cooling
+            self._state, self._revision, self._cooldown_s = state, state.revision, cooldown_s
+            self._counted_until = min(
+                (cooldowns[a] + cooldown_s for a in cooling), default=float("inf")
+            )
         return self._counted
+
+    def mature(self, counted: Counted, now: float, targets: PoolTargets) -> frozenset[str]:
+        """`mature_enis`, the same set while no ENI of `counted` may have come of age."""
+        of = self._mature_of
+        if of is None or of[0] is not counted or of[1] is not targets or now >= self._mature_until:
+            mature = mature_enis(counted, now, targets)
+            young = [eni.added_at for eni, _ in counted if eni.eni_id not in mature]
+            # Looked at again a little before the youngest could come of age: early is exact, and
+            # `old_enough` subtracts where this adds (their roundings may differ).
+            margin_s = targets.min_eni_lifetime_s - MATURITY_MARGIN_S
+            self._mature_of, self._mature = (counted, targets), mature
+            self._mature_until = min(young, default=float("inf")) + margin_s
+        return self._mature
+
+
+MATURITY_MARGIN_S = 1e-3
 
 
 def mature_enis(counted: Counted, now: float, targets: PoolTargets) -> frozenset[str]:

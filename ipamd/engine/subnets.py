@@ -94,6 +94,8 @@ class SubnetCatalogue:
         view shows that many free (`ipamd.policy.subnets.still_full`)."""
         self._ranked: tuple[str, ...] | None = None
         """`rank_subnets` of the view and the full subnets, until either changes."""
+        self._free: tuple[tuple[SubnetFacts, ...], tuple[str, ...], int] | None = None
+        """`free_addresses` of the view and the candidates it was summed for."""
         self.cidrs: dict[str, str] = {}
         """The CIDR of every subnet a view showed: it never changes, so the datapath needs no
         DescribeSubnets of its own for an ENI in one of them."""
@@ -203,10 +205,19 @@ class SubnetCatalogue:
     def free_addresses(self) -> int | None:
         """Free addresses in the subnets the node draws from (new ENIs' candidates and the node's
         own), as last read; None without a view. Subnet-scarcity mode follows it."""
-        if not self.discovering or self._view is None:
+        view = self._view
+        if not self.discovering or view is None:
             return None
-        wanted = {*self.candidates(), self._instance.subnet_id}
-        return sum(f.available_ips for f in self._view if f.subnet_id in wanted)
+        ranked = self.candidates()
+        kept = self._free
+        if kept is None or kept[0] is not view or kept[1] is not ranked:
+            wanted = {*ranked, self._instance.subnet_id}
+            kept = self._free = (
+                view,
+                ranked,
+                sum(f.available_ips for f in view if f.subnet_id in wanted),
+            )
+        return kept[2]
 
     async def refresh_if_due(self) -> bool:
         """Read the view if it is due; True if it changed what is closed."""

@@ -25,7 +25,6 @@ a DEL racing an ADD of the same address (or a reconcile round) cannot leave the 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import random
 from collections import Counter
@@ -38,15 +37,18 @@ from cloud.errors import CloudError
 from datastore.records import AllocationKey, AllocationRecord, EniRecord, Mutation
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
+from ipamd.engine.state import NodeState
 from ipamd.errors import DatapathUnavailable
 from ipamd.hostnet.plan import (
     KernelDiff,
+    KernelPlan,
     ReadyEni,
     diff_kernel,
     eni_routes,
     eni_rule,
     plan_kernel,
     pod_rules,
+    prefix_length,
 )
 from ipamd.hostnet.ports import EniLink, HostNetError, HostNetwork, LinkNotFound
 from ipamd.hostnet.snat import SnatPlan, SnatTable
@@ -110,6 +112,8 @@ class Datapath:
         self._rng = rng or random.Random()
         self._lock = asyncio.Lock()
         self._ready: dict[str, ReadyEni] = {}
+        self._planned: tuple[NodeState, int, tuple[ReadyEni, ...], bool, KernelPlan] | None = None
+        """The last `plan_kernel`, for the state at its revision and the links it was made for."""
         self._pending: dict[str, _Pending] = {}
         self._dirty: dict[str, AllocationRecord] = {}
         """Address → the allocation that owned it, for removals not yet done."""
@@ -238,7 +242,7 @@ class Datapath:
                 eni.eni_id,
                 eni.mac,
                 eni.primary_ip,
-                ipaddress.IPv4Network(subnet).prefixlen,
+                prefix_length(subnet),
                 subnet,
                 self.settings.mtu,
             )
@@ -325,12 +329,17 @@ class Datapath:
         state = self._engine.state
         rules = await self._host.list_rules()
         routes = await self._host.list_routes()
-        plan = plan_kernel(
-            state.allocations().values(),
-            state.enis(),
-            (r for r in self._ready.values() if r.record.eni_id in state.enis()),
-            snat=not self.settings.external_snat,
-        )
+        ready = tuple(r for r in self._ready.values() if r.record.eni_id in state.enis())
+        snat = not self.settings.external_snat
+        planned = self._planned
+        if (
+            planned is None
+            or planned[0] is not state
+            or planned[1:4] != (state.revision, ready, snat)
+        ):
+            kernel = plan_kernel(state.allocations().values(), state.enis(), ready, snat=snat)
+            planned = self._planned = (state, state.revision, ready, snat, kernel)
+        plan = planned[4]
         diff = diff_kernel(plan, rules, routes)
         if diff.is_empty():
             return diff

@@ -18,6 +18,7 @@ connections to outside the VPC (marked by ipamd's nftables table) leave by the p
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -42,9 +43,15 @@ def table_of(eni: EniRecord) -> int:
     return MAIN_TABLE if eni.is_primary else eni.device_index + 1
 
 
+@functools.lru_cache(maxsize=256)
 def gateway_of(subnet_cidr: str) -> str:
     """The VPC router's address in a subnet: its base address + 1, as EC2 reserves it."""
     return str(ipaddress.IPv4Network(subnet_cidr).network_address + 1)
+
+
+@functools.lru_cache(maxsize=256)
+def prefix_length(subnet_cidr: str) -> int:
+    return ipaddress.IPv4Network(subnet_cidr).prefixlen
 
 
 def host_cidr(address: str) -> str:
