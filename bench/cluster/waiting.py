@@ -3,7 +3,7 @@
 A waiting pod retries every `retry_s` from its first ADD, as kubelet retries a sandbox that failed to
 start. A retry whose answer could not differ from the node's last refusal (`node.Refusal`) is
 refused without the engine, so it changes nothing but the clock; in a ramp at the account's limit
-thousands of pods wait at once, and one timer per pod a second was most of a large run. So the node
+thousands of pods wait at once, and one timer per pod and retry was most of a large run. So the node
 wakes a waiting pod only at the first of its own retry instants at which the answer may differ:
 once the last refusal is `retry_s` old or an address leaves its cooldown (both known in advance),
 after a commit or a change of the ENIs held back (`changed`: the node's commit listener and

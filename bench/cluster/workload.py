@@ -40,8 +40,10 @@ NETWORK = "k8s-pod-network"
 
 @dataclass(frozen=True, slots=True)
 class PodSettings:
-    retry_s: float = 1.0
-    """Between two ADDs of a pod that found no address."""
+    retry_s: float = 10.0
+    """Between two ADDs of a pod that found no address: kubelet's pod-worker backoff after a sync
+    that failed (`backOffPeriod`, 10 s; its jitter of up to half again is left out, so that every
+    pod's tries fall on a grid the bound can round to, `bench.cluster.bound`)."""
     deadline_s: float = 1800.0
     """After its first ADD, a pod still without an address counts as failed."""
     missed_del_ratio: float = 0.01

@@ -43,7 +43,7 @@ policy obeying the same targets could have had on the run's workload under the r
 budget (`bench/cluster/bound.py`). `time_to_address_p99_over_bound` is the run's p99 over it and \
 `time_to_address_max_over_bound` its longest over it, which no such policy, ipamd included, \
 can bring below 1; when the bound is 0 (no pod need have waited) both divide by one retry interval of \
-the runtime (1 s), the least a pod that waited at all waited. `bound_mutating_calls` is what \
+the runtime (10 s), the least a pod that waited at all waited. `bound_mutating_calls` is what \
 the targets' asks in the window cost at least, beside ipamd's `mutating_calls` (every request, \
 throttled ones included).
 
@@ -51,7 +51,10 @@ What is counted:
 
 - **The workload as it happened.** Each pod wants an address on its node from its first ADD \
 until it left (its DEL, its ADD given up, or its node terminated), as in the run; nodes join \
-when their ipamd started. The runtime retries a refused ADD every second (one within a second \
+when their ipamd started. The runtime retries a refused ADD every 10 s, as kubelet retries a \
+pod whose sandbox failed (its pod worker's 10 s backoff; kubelet adds up to half of it again as \
+jitter, which would only lengthen the waits, so the simulator leaves it out and every pod's tries \
+fall 10 s apart from its first ADD). One within 10 s \
 of its node's last refusal, with no commit, no change in the ENIs held back and no address out \
 of its cooldown since, is refused without asking the engine, whose answer would be the same, \
 and the node wakes a waiting pod only at the first of its own retry instants at which the answer \
@@ -70,7 +73,7 @@ step k is done or w pods have left the node (the step's relief).
 per-action split, full at the start) and is answered after the mutating latency (0.3 s); a step \
 is done when its last call is answered, and no sooner than its calls one after another.
 
-The bound is the least T, in whole seconds, such that every step due in the measured window \
+The bound is the least T, in whole retry intervals (a pod is served at one of its tries), such that every step due in the measured window \
 whose relief comes later than due + T is done by due + T, with each node's steps done in order. \
 To decide whether a T is possible, tokens go, as soon as the buckets hold them, to the waiting \
 call with the earliest deadline: that meets every deadline whenever any schedule does, since \
