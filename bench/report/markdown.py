@@ -73,7 +73,8 @@ step k is done or w pods have left the node (the step's relief).
 per-action split, full at the start) and is answered after the mutating latency (0.3 s); a step \
 is done when its last call is answered, and no sooner than its calls one after another.
 
-The bound is the least T, in whole retry intervals (a pod is served at one of its tries), such that every step due in the measured window \
+The bound is the least T, in whole retry intervals (a pod is served at one of its tries), \
+such that every step due in the measured window \
 whose relief comes later than due + T is done by due + T, with each node's steps done in order. \
 To decide whether a T is possible, tokens go, as soon as the buckets hold them, to the waiting \
 call with the earliest deadline: that meets every deadline whenever any schedule does, since \
