@@ -251,6 +251,7 @@ async def open_parts(
         clock,
         lambda: pool.releases_in_flight | pending | pool.unbound_enis,
         foreign,
+        pool.new_enis,
     )
     drift_wanted = asyncio.Event()
     hint = ImdsHint(

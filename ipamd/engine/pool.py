@@ -91,6 +91,11 @@ class PoolManager:
         self._planned_for: tuple[object, ...] = ()
 
     @property
+    def new_enis(self) -> EniMaker:
+        """Where new ENIs are made; the drift's listings settle where they may be attached."""
+        return self._enis
+
+    @property
     def pending_enis(self) -> set[str]:
         """ENIs created but not yet in the inventory: ENI GC must not touch them."""
         return self._enis.pending

@@ -5,7 +5,8 @@ and only later given DeleteOnTermination, which no pod waits for.
 An ENI being created or attached is in `pending`, so ENI GC leaves it alone. The device index is
 the lowest one free in the inventory, and in EC2's listing whenever the two may differ (at start,
 after an attach refused other than by a throttle, or unanswered): a new ENI needs no describe first
-otherwise (a throttled attach was refused before EC2 acted). An attach whose outcome
+otherwise (a throttled attach was refused before EC2 acted), nor when the drift's listing, asked
+for after the last doubt arose, settled it (at start, the drift's first read). An attach whose outcome
 is unknown is checked against EC2; an ENI whose attach failed in a way worth retrying is kept and
 attached on the next round instead of creating another (under an account's exhausted API budget,
 creating anew every round would only add calls), and deleted once the plan no longer wants it.
@@ -80,6 +81,10 @@ class EniMaker:
         self._doubt = True
         """Whether the device indexes in use may differ from the inventory's: at start, and after
         an attach failed other than by a throttle. Otherwise a new ENI needs no describe first."""
+        self._doubts = 0
+        """Doubts raised so far: a listing asked for before the last one cannot settle it."""
+        self._listed_indexes: frozenset[int] = frozenset()
+        """The device indexes of the listing that settled the doubt, for the next new ENI."""
 
     async def make(self, count: int, kind: UnitKind) -> tuple[str, int]:
         """A new ENI in the inventory: its ID and how many units it came with (they are recorded
@@ -88,17 +93,14 @@ class EniMaker:
         # EC2's view, not only the inventory, whenever it may differ: an ENI attached by a call
         # whose answer was lost (or before a restart, or by another user of the instance) holds
         # its device index until reconcile adopts it.
-        attached: tuple[NetworkInterface, ...] = ()
         if self._doubt:
+            ticket = self._doubts
             attached = await self._timed(
                 "describe", self._ec2.describe_enis(self._instance.instance_id)
             )
-            self._doubt = False
-        for eni_id in {e.eni_id for e in attached} & set(self._unattached):
-            # Attached after all (an answer lost): the drift adopts it into the inventory.
-            del self._unattached[eni_id]
-            self.pending.discard(eni_id)
-        index = self._free_device_index({e.device_index for e in attached})
+            self.listed(ticket, attached)
+        index = self._free_device_index(set(self._listed_indexes))
+        self._listed_indexes = frozenset()
         if self._unattached:
             eni = self._unattached.pop(next(iter(self._unattached)))
         else:
@@ -120,6 +122,26 @@ class EniMaker:
             "pool.eni_attached eni_id=%s device_index=%d units=%d", eni.eni_id, index, len(held)
         )
         return eni.eni_id, len(held)
+
+    def listing_ticket(self) -> int:
+        """Taken just before EC2's listing of the instance's ENIs is asked for (`listed`)."""
+        return self._doubts
+
+    def listed(self, ticket: int, enis: tuple[NetworkInterface, ...]) -> None:
+        """EC2's listing of the instance's ENIs, asked for when `ticket` was taken: unless a doubt
+        arose since, it settles the doubt as the describe of `make` would, so the drift's read at
+        start (or any later one) spares the first new ENI a describe of its own."""
+        if not self._doubt or ticket != self._doubts:
+            return
+        self._doubt = False
+        attached = [e for e in enis if e.device_index is not None]
+        self._listed_indexes = frozenset(
+            e.device_index for e in attached if e.device_index is not None
+        )
+        for eni_id in {e.eni_id for e in attached} & set(self._unattached):
+            # Attached after all (an answer lost): the drift adopts it into the inventory.
+            del self._unattached[eni_id]
+            self.pending.discard(eni_id)
 
     @property
     def unbound(self) -> set[str]:
@@ -203,6 +225,7 @@ class EniMaker:
             raise
         except CloudError as err:
             self._doubt = True
+            self._doubts += 1
             # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
             attached = await attached_here(
                 self._ec2, self._instance.instance_id, eni.eni_id, self._settings.call_timeout_s

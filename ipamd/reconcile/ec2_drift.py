@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cloud.errors import CloudError
 from cloud.models import NetworkInterface, UnitKind
@@ -34,6 +35,14 @@ from ipamd.engine.inventory import InventoryDiff, diff_inventory, eni_record, wi
 from ipamd.policy.subnets import left_alone
 
 logger = logging.getLogger(__name__)
+
+
+class ListingWatch(Protocol):
+    """Who else reads EC2's listing of the instance's ENIs (`ipamd.engine.pool_enis.EniMaker`)."""
+
+    def listing_ticket(self) -> int: ...
+
+    def listed(self, ticket: int, enis: tuple[NetworkInterface, ...]) -> None: ...
 
 
 @dataclass(slots=True)
@@ -64,6 +73,7 @@ class Ec2Drift:
         clock: Clock,
         in_flight: Callable[[], Collection[str]] = frozenset,
         foreign: set[str] | None = None,
+        listing: ListingWatch | None = None,
     ) -> None:
         self._engine = engine
         self._ec2 = ec2
@@ -75,11 +85,17 @@ class Ec2Drift:
         self.foreign = foreign if foreign is not None else set()
         """Attached ENIs of others, as the last listing showed them (updated in place: the pool
         manager's own set)."""
+        self._listing = listing
+        """Told of each listing (the pool manager's new ENIs take their device indexes from it)."""
         self.runs = 0
         self.describes = 0
 
     async def run_once(self) -> DriftReport:
+        watch = self._listing
+        ticket = watch.listing_ticket() if watch is not None else 0
         enis = await self._ec2.describe_enis(self._instance_id)
+        if watch is not None:
+            watch.listed(ticket, enis)
         self.describes += 1
         self.runs += 1
         # A node ipamd holds nothing of yet (a new node, a fresh state file): EC2's inventory is

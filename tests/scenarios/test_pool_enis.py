@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.embedded.world import EmbeddedEc2
+from cloud.models import NetworkInterface
 from cloud.ports import (
     MANAGED_BY,
     TAG_CLUSTER_NAME,
@@ -28,10 +29,11 @@ from tests.scenarios.pool_support import (
     faulty_node,
     rounds,
 )
-from tests.support.cloudnode import open_cloud_node
+from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.ec2_doubles import (
     GatedEc2,
 )
+from tests.support.node import key
 
 # -- S24 ---------------------------------------------------------------------------------------
 
@@ -224,3 +226,60 @@ async def test_an_eni_kept_for_another_attach_is_deleted_once_no_longer_wanted(
         node.check()
     finally:
         await node.engine.close()
+
+
+async def test_the_first_new_eni_takes_its_device_index_from_the_drifts_read_at_start(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """The daemon's start-up drift read the instance's ENIs from EC2: the first new ENI needs no
+    DescribeNetworkInterfaces of its own (in a cluster joining at once, each is one more read
+    against a saturated budget)."""
+    node, _ = await faulty_node(embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5))
+    try:
+        listings = _listings_counted(node)
+        await node.drift.run_once()
+        assert listings == [1]
+        await node.pool.run_once()
+        assert len(node.engine.state.enis()) == 2, "a new ENI was made"
+        assert listings == [1], "with no listing of its own"
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_a_listing_asked_for_before_an_attach_failed_leaves_the_next_eni_to_describe(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node, faults = await faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
+    )
+    try:
+        await node.drift.run_once()
+        stale = node.pool.new_enis.listing_ticket()
+        faults.partial_failure("AttachNetworkInterface", times=1)
+        await node.pool.run_once()  # EC2 attached it, but answered with an error: in doubt
+        faults.clear()
+        assert len(node.engine.state.enis()) == 2
+        node.pool.new_enis.listed(stale, ())  # asked for before the doubt: settles nothing
+        for pod in "abc":
+            await node.engine.assign(key(pod))  # the warm target wants another ENI now
+        listings = _listings_counted(node)
+        await rounds(node, 1)
+        assert len(node.engine.state.enis()) == 3, "another ENI was made"
+        assert listings == [1], "it listed the instance's ENIs first"
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+def _listings_counted(node: CloudNode) -> list[int]:
+    """[how many times the instance's ENIs are listed from now on] (the port's `describe_enis`)."""
+    counted = [0]
+    listing = node.api.describe_enis
+
+    async def describe_enis(instance_id: str) -> tuple[NetworkInterface, ...]:
+        counted[0] += 1
+        return await listing(instance_id)
+
+    node.api.describe_enis = describe_enis  # type: ignore[method-assign]
+    return counted
