@@ -175,6 +175,11 @@ def background_calls() -> Iterator[None]:
         _BACKGROUND.reset(token)
 
 
+def in_background() -> bool:
+    """Whether a call made now is background work (`background_calls`)."""
+    return _BACKGROUND.get()
+
+
 class AttemptFailed(Exception):
     """One attempt's translated error, and whether EC2 surely did not act on the request."""
 
@@ -243,7 +248,7 @@ class Retrier:
                 if isinstance(error, Throttled):
                     bucket.drain()
                 retry = may_retry(error, not_applied=failed.not_applied, repeatable=repeatable)
-                if isinstance(error, Throttled) and _BACKGROUND.get():
+                if isinstance(error, Throttled) and in_background():
                     retry = False
                 if not retry or n >= self.policy.max_attempts:
                     raise error from failed.__cause__

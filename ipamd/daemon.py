@@ -24,6 +24,7 @@ from cloud.backoff import Backoff
 from cloud.errors import CloudError
 from cloud.models import UnitKind
 from cloud.ports import Imds, Instance
+from cloud.ratelimit import background_calls
 from ipamd.clock import Clock
 from ipamd.config import Config
 from ipamd.engine.engine import Engine
@@ -36,6 +37,7 @@ from ipamd.parts import (
     STATE_FILE,
     Ec2,
     EngineOpener,
+    NodeFacts,
     Parts,
     describe_node,
     open_parts,
@@ -51,6 +53,9 @@ from ipamd.reconcile.repair import apply_repair, plan_repair
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable, SandboxAddresses
 
 logger = logging.getLogger(__name__)
+
+START_RETRY_CAP_S = 30.0
+"""Longest wait between two tries of start-up's EC2 reads."""
 
 
 @dataclass
@@ -68,7 +73,7 @@ class Daemon:
     restart_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once repair rebuilt the state file: the daemon exits so its supervisor starts it afresh."""
     ready: bool = False
-    start_retry_cap_s: float = 30.0
+    start_retry_cap_s: float = START_RETRY_CAP_S
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rng: random.Random = field(default_factory=random.Random)
 
@@ -119,11 +124,13 @@ class Daemon:
         if self.engine.unavailable is not None:
             logger.error("daemon.not_ready reason=%s", self.engine.unavailable)
             return
-        # Full jitter: a fleet restarted together does not retry together.
+        # Full jitter: a fleet restarted together does not retry together. One attempt per call:
+        # a throttled read waits here, where the tries are spaced, not in the adapter's retries.
         backoff = Backoff(1.0, self.start_retry_cap_s, self.rng)
         for attempt in itertools.count(1):
             try:
-                await self._start_once()
+                with background_calls():
+                    await self._start_once()
                 return
             except (CloudError, StoreWriteFailed, HostNetError) as err:
                 wait = backoff.delay_s(attempt)
@@ -196,6 +203,28 @@ class HostNetAdapters:
     vpc_cidrs: Callable[[str], Awaitable[tuple[str, ...]]]
 
 
+async def _describe_when_answered(
+    ec2: Ec2, instance_id: str, rng: random.Random, sleep: Callable[[float], Awaitable[None]]
+) -> NodeFacts:
+    """The instance and its limits, waited for while EC2 answers with an error worth retrying
+    (throttled, above all, when a cluster's nodes start together), as `Daemon.start` waits: one
+    attempt per call and full-jitter backoff between tries, since a restart would meet the same and
+    a saturated account admits as many reads however often the nodes ask. Any other error is
+    raised (`CloudError`)."""
+    backoff = Backoff(1.0, START_RETRY_CAP_S, rng)
+    for attempt in itertools.count(1):
+        try:
+            with background_calls():
+                return await describe_node(ec2, instance_id)
+        except CloudError as err:
+            if not err.retryable:
+                raise
+            wait = backoff.delay_s(attempt)
+            logger.warning("daemon.instance_unread error=%s retry_in_s=%.1f", err, wait)
+            await sleep(wait)
+    raise AssertionError("unreachable")
+
+
 async def build_daemon(
     config: Config,
     *,
@@ -207,12 +236,14 @@ async def build_daemon(
     open_engine: EngineOpener = Engine.open,
     rng: random.Random | None = None,
     hostnet: HostNetAdapters | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Daemon:
     """Read this instance from IMDS and EC2, open the state and build every part on the adapters
     `main` made; nothing runs until `start()` and the task group. (`open_engine` and `rng` let a
-    simulation on virtual time build the same parts.) Raises `CloudError`."""
+    simulation on virtual time build the same parts.) Raises `CloudError` when EC2 refuses this
+    instance for good; an error worth retrying is waited out."""
     identity = await imds.identity()
-    node = await describe_node(ec2, identity.instance_id)
+    node = await _describe_when_answered(ec2, identity.instance_id, rng or random.Random(), sleep)
     parts = await open_parts(
         config,
         node,

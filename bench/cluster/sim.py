@@ -197,7 +197,7 @@ class Cluster:
                     clock,
                     self.rng,
                 )
-            except CloudError:  # the daemon exits and is restarted
+            except CloudError:  # refused for good (others it waits out): it exits, is restarted
                 await asyncio.sleep(self.rng.uniform(0, backoff_s))
                 backoff_s = min(backoff_s * 2, 60.0)
         self.nodes.append(node)

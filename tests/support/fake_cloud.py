@@ -461,6 +461,8 @@ class FakeEc2:
     # -- Ec2Catalog ------------------------------------------------------------------------------
 
     async def describe_instance(self, instance_id: str) -> Instance:
+        self._fault("describe_instance", after=False)
+        self.calls["describe_instance"] += 1
         if instance_id != self.instance_id:
             raise NotFound("DescribeInstances", "InvalidInstanceID.NotFound", instance_id)
         primary = next(e for e in self.enis.values() if e.device_index == 0)

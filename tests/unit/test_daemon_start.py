@@ -5,9 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from cloud.errors import NotFound
+from cloud.models import NetworkInterface
+from cloud.ports import Instance
+from cloud.ratelimit import in_background
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from tests.support.fake_cloud import FakeEc2, fake_daemon
+from ipamd.daemon import build_daemon
+from tests.support.fake_cloud import (
+    FakeEc2,
+    FakeImds,
+    FakeRuntime,
+    NoSandboxAddresses,
+    fake_daemon,
+)
 
 
 async def test_start_retries_a_failing_first_reconcile_with_backoff(tmp_path: Path) -> None:
@@ -32,5 +45,93 @@ async def test_start_retries_a_failing_first_reconcile_with_backoff(tmp_path: Pa
             "full jitter under a ceiling that doubles"
         )
         assert ec2.calls["describe_enis"] >= 1
+    finally:
+        await daemon.close()
+
+
+async def test_building_waits_out_an_instance_read_worth_retrying_one_attempt_a_try(
+    tmp_path: Path,
+) -> None:
+    """Nodes of a cluster starting together meet a throttled account: the instance is read again
+    after a full-jitter wait, not by ending the process, and each try is one attempt per call (its
+    throttle answers are not retried inside the adapter), so the waits space the tries."""
+    clock = FakeClock()
+    ec2 = FakeEc2(clock)
+    config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
+    waits: list[float] = []
+    background: list[bool] = []
+    read = ec2.describe_instance
+
+    async def describe_instance(instance_id: str) -> Instance:
+        background.append(in_background())
+        return await read(instance_id)
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    ec2.describe_instance = describe_instance  # type: ignore[method-assign]
+    for _ in range(2):
+        ec2.fail_next("describe_instance", after_acting=False)
+    daemon = await build_daemon(
+        config,
+        ec2=ec2,
+        imds=FakeImds(ec2),
+        runtime=FakeRuntime(clock),
+        addresses=NoSandboxAddresses(),
+        clock=clock,
+        sleep=sleep,
+    )
+    try:
+        assert daemon.instance_id == ec2.instance_id
+        assert len(waits) == 2, "one wait per failed try"
+        assert all(0 <= w <= cap for w, cap in zip(waits, (1.0, 2.0), strict=True))
+        assert background == [True, True, True], "one attempt per call in every try"
+    finally:
+        await daemon.close()
+
+
+async def test_building_gives_up_at_once_when_ec2_does_not_know_the_instance(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    ec2 = FakeEc2(clock)
+    config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
+
+    async def sleep(seconds: float) -> None:
+        raise AssertionError(f"waited {seconds} s for an answer that cannot change")
+
+    async def describe_instance(instance_id: str) -> Instance:
+        raise NotFound("DescribeInstances", "InvalidInstanceID.NotFound", instance_id)
+
+    ec2.describe_instance = describe_instance  # type: ignore[method-assign]
+    with pytest.raises(NotFound):
+        await build_daemon(
+            config,
+            ec2=ec2,
+            imds=FakeImds(ec2),
+            runtime=FakeRuntime(clock),
+            addresses=NoSandboxAddresses(),
+            clock=clock,
+            sleep=sleep,
+        )
+
+
+async def test_start_makes_one_attempt_per_call_in_each_try(tmp_path: Path) -> None:
+    clock = FakeClock()
+    ec2 = FakeEc2(clock)
+    config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
+    daemon = await fake_daemon(config, ec2, clock)
+    background: list[bool] = []
+    listing = ec2.describe_enis
+
+    async def describe_enis(instance_id: str) -> tuple[NetworkInterface, ...]:
+        background.append(in_background())
+        return await listing(instance_id)
+
+    ec2.describe_enis = describe_enis  # type: ignore[method-assign]
+    try:
+        await daemon.start()
+        assert daemon.ready
+        assert background and all(background)
     finally:
         await daemon.close()
