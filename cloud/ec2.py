@@ -219,25 +219,20 @@ class Boto3Ec2:
         self._eni_locks.pop(eni_id, None)
 
     async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
-        """EC2 answers an assign by count with the units it assigned; moto answers with all of the
-        ENI's. Either way the new units are the answer minus what the ENI held just before, read
-        under a per-ENI lock so no other assign or unassign of ours can slip in between."""
+        """The units EC2 assigned: an assign by count answers with them (AssignedPrivateIpAddresses
+        or AssignedIpv4Prefixes, only what this call added), so no read of the ENI goes with it.
+        An answer that lists fewer is logged; what EC2 assigned beyond it, the drift adopts."""
         if count < 1:
             return ()
         field = "Ipv4PrefixCount" if kind == "prefix" else "SecondaryPrivateIpAddressCount"
         async with self._eni_lock(eni_id):
-            before = await self._describe_eni(eni_id)
             answer = await self._call(
                 "AssignPrivateIpAddresses",
                 {"NetworkInterfaceId": eni_id, field: count},
                 mutating=True,
                 repeatable=False,
             )
-            answered = assigned_units(answer, kind)
-            if not answered:  # an answer without the list: read the ENI instead
-                answered = (await self._describe_eni(eni_id)).units(kind)
-        held = {*before.units(kind), f"{before.primary_ip}/32"}
-        new = tuple(dict.fromkeys(c for c in answered if c not in held))
+        new = tuple(dict.fromkeys(assigned_units(answer, kind)))
         if len(new) != count:
             logger.warning(
                 "ec2.assign_count_mismatch eni_id=%s kind=%s asked=%d got=%d",
