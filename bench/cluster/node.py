@@ -24,6 +24,8 @@ from bench.cluster.vtime import InlineExecutor
 from bench.cluster.waiting import EPS_S, Waiting, WatchedEngine
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded import space_watch
+from cloud.embedded.eni_rules import PREFIXES_ATTR
+from cloud.embedded.watched import WatchedList
 from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
 from ipamd.clock import Clock
@@ -95,7 +97,7 @@ class Refusal:
 class MotoImds:
     """`cloud.ports.Imds` for one instance, read from moto's live state (no lag). The interfaces are
     built again only when what they show may have changed (the hint asks every 5 s, and they seldom
-    do): an ENI came or went, or the subnet of one moved its generation."""
+    do): an ENI came or went, or the address or prefix list of one changed."""
 
     def __init__(self, instance: Any, region: str) -> None:
         self._instance = instance
@@ -122,10 +124,12 @@ class MotoImds:
 
 
 def _shown(index: int, nic: Any) -> tuple[object, ...]:
-    """What tells whether `nic`'s `ImdsInterface` may have changed: its place, and the generation of
-    its subnet, which moves with any change to its addresses or prefixes (its ID, MAC and subnet
-    never change)."""
-    return (index, nic.id, space_watch.generation(nic.subnet))
+    """What tells whether `nic`'s `ImdsInterface` may have changed: its place, and its address and
+    prefix lists with the changes each has had (its ID, MAC, subnet and primary address never
+    change). Per ENI: a change elsewhere in its subnet does not make it read again."""
+    addresses: WatchedList = nic.private_ip_addresses
+    prefixes = space_watch.watched_list(nic, PREFIXES_ATTR)
+    return (index, nic.id, addresses, addresses.changes, prefixes, prefixes.changes)
 
 
 def _interface(index: int, nic: Any) -> ImdsInterface:
