@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+NO_PLAN = PoolPlan()
+"""What a round that may not plan applies."""
+
 
 class PoolManager:
     def __init__(
@@ -185,11 +188,11 @@ class PoolManager:
         await self.refresh_subnets()
         now = self._clock.now()
         if now < self.health.backoff_until:
-            return PoolPlan()
+            return NO_PLAN
         self.mode.observe_subnets()
         demand = self.pace.demand()
         if not demand and self.pace.held():
-            return PoolPlan()
+            return NO_PLAN
         plan = self._round_plan(now, demand)
         if not demand:
             await self._enis.bind_waiting(growing=bool(plan.assign or plan.new_enis))
@@ -229,7 +232,9 @@ class PoolManager:
     async def refresh_subnets(self) -> None:
         """Read the subnets if the catalogue's view is due; close the excluded ones to new pods."""
         await self.subnets.refresh_if_due()
-        self._engine.closed_subnets = self.subnets.closed
+        closed = self.subnets.closed
+        if self._engine.closed_subnets is not closed:
+            self._engine.closed_subnets = closed
 
     def _growth_paused(self, now: float) -> bool:
         return now < self.health.subnet_exhausted_until and self._settings.fallback_strategy is None

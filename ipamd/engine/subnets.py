@@ -80,6 +80,8 @@ class SubnetCatalogue:
         self._source = source
         self._instance = instance
         self._settings = settings
+        known = bool(instance.vpc_id and instance.availability_zone) and source is not None
+        self._discovering = settings.discovery and settings.eni_config is None and known
         self._clock = clock
         self._view: tuple[SubnetFacts, ...] | None = None
         self._due = float("-inf")
@@ -105,10 +107,8 @@ class SubnetCatalogue:
     @property
     def discovering(self) -> bool:
         """Discovery on, no ENIConfig, and the node's VPC and zone known (an adapter that does not
-        say them leaves new ENIs in the node's subnet)."""
-        s, node = self._settings, self._instance
-        known = bool(node.vpc_id and node.availability_zone) and self._source is not None
-        return s.discovery and s.eni_config is None and known
+        say them leaves new ENIs in the node's subnet). Fixed for the catalogue's life."""
+        return self._discovering
 
     @property
     def eni_config(self) -> EniConfig | None:

@@ -42,6 +42,7 @@ from ipamd.errors import DatapathUnavailable
 from ipamd.hostnet.plan import (
     KernelDiff,
     KernelPlan,
+    PodRulesMemo,
     ReadyEni,
     diff_kernel,
     eni_routes,
@@ -114,6 +115,8 @@ class Datapath:
         self._ready: dict[str, ReadyEni] = {}
         self._planned: tuple[NodeState, int, tuple[ReadyEni, ...], bool, KernelPlan] | None = None
         """The last `plan_kernel`, for the state at its revision and the links it was made for."""
+        self._pod_rules: PodRulesMemo = {}
+        """The pods' rules of the last `plan_kernel`, by address and table."""
         self._pending: dict[str, _Pending] = {}
         self._dirty: dict[str, AllocationRecord] = {}
         """Address → the allocation that owned it, for removals not yet done."""
@@ -337,7 +340,8 @@ class Datapath:
             or planned[0] is not state
             or planned[1:4] != (state.revision, ready, snat)
         ):
-            kernel = plan_kernel(state.allocations().values(), state.enis(), ready, snat=snat)
+            allocations = state.allocations().values()
+            kernel = plan_kernel(allocations, state.enis(), ready, snat, self._pod_rules)
             planned = self._planned = (state, state.revision, ready, snat, kernel)
         plan = planned[4]
         diff = diff_kernel(plan, rules, routes)

@@ -97,22 +97,40 @@ class KernelPlan:
     routes: frozenset[Route]
 
 
+PodRulesMemo = dict[tuple[str, int | None], tuple[Rule, ...]]
+"""(pod address, its ENI's table, None on the primary or an unknown ENI) → its `pod_rules`."""
+
+
 def plan_kernel(
     allocations: Iterable[AllocationRecord],
     enis: Mapping[str, EniRecord],
     ready: Iterable[ReadyEni],
     snat: bool,
+    memo: PodRulesMemo | None = None,
 ) -> KernelPlan:
-    """Every ipamd rule and route the kernel must hold for this state, and nothing else."""
+    """Every ipamd rule and route the kernel must hold for this state, and nothing else. With
+    `memo`, a pod's rules are taken from it when its address and table are the same as last time,
+    and it is left holding this plan's pods alone."""
     rules: set[Rule] = {CONNMARK_RULE} if snat else set()
     routes: set[Route] = set()
     for link in ready:
         rules.add(eni_rule(link.record))
         routes.update(eni_routes(link.record, link.ifname, link.subnet_cidr))
+    known = memo or {}
+    fresh: PodRulesMemo = {}
     for alloc in allocations:
         eni = enis.get(alloc.eni_id)
+        table = None if eni is None or eni.is_primary else table_of(eni)
         for address in alloc.addresses:
-            rules.update(pod_rules(address, eni))
+            key = (address, table)
+            pods = known.get(key)
+            if pods is None:
+                pods = pod_rules(address, eni)
+            fresh[key] = pods
+            rules.update(pods)
+    if memo is not None:
+        memo.clear()
+        memo.update(fresh)
     return KernelPlan(frozenset(rules), frozenset(routes))
 
 
