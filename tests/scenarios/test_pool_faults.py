@@ -61,7 +61,7 @@ def _inject_churn_faults(faults: FaultInjector) -> None:
 async def test_s25_throttling_and_errors_during_churn(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    faults = FaultInjector(seed=25)
+    faults = FaultInjector(seed=27)
     targets = replace(EAGER, warm_ip_target=3, minimum_ip_target=4)
     node = await open_cloud_node(
         embedded, tmp_path, "m5.large", targets=targets, api_wrapper=retrying_on(faults)

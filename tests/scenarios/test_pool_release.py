@@ -131,7 +131,9 @@ async def test_s21_release_aborted_when_excess_becomes_need(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = replace(EAGER, warm_ip_target=2)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets)
+    # The addresses EC2 draws decide which free unit the ADD takes (the fullest, then the lowest
+    # CIDR) and which the plan gives back; with this seed's draws they differ, the case at issue.
+    node = await open_cloud_node(embedded, tmp_path, targets=targets, seed=10)
     store = await on_faulty_store(node)
     state = node.engine.state
     try:

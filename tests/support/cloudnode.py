@@ -139,11 +139,12 @@ async def open_cloud_node(
     layout: Layout | None = None,
     eni_config: EniConfig | None = None,
     settings: Mapping[str, Any] | None = None,
+    seed: int = 7,
 ) -> CloudNode:
     """`layout`: the VPC's other subnets (subnet discovery reads them through `ec2`, whatever wraps
     the parts' EC2 calls); `eni_config`: custom networking's subnet and security groups;
-    `settings`: other `Config` fields."""
-    world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=7, layout=layout)
+    `settings`: other `Config` fields; `seed`: moto's random source (IDs, the addresses EC2 draws)."""
+    world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=seed, layout=layout)
     calls = CallLog()
     ec2 = Boto3Ec2(world.client(client_config()), recorder=calls, limits=FAST, rng=random.Random(1))
     api: Ec2Api = api_wrapper(ec2) if api_wrapper else ec2
