@@ -37,17 +37,14 @@ from cloud.errors import CloudError
 from datastore.records import AllocationKey, AllocationRecord, EniRecord, Mutation
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
-from ipamd.engine.state import NodeState
 from ipamd.errors import DatapathUnavailable
 from ipamd.hostnet.plan import (
     KernelDiff,
-    KernelPlan,
-    PodRulesMemo,
+    KernelPlanner,
     ReadyEni,
     diff_kernel,
     eni_routes,
     eni_rule,
-    plan_kernel,
     pod_rules,
     prefix_length,
 )
@@ -113,10 +110,7 @@ class Datapath:
         self._rng = rng or random.Random()
         self._lock = asyncio.Lock()
         self._ready: dict[str, ReadyEni] = {}
-        self._planned: tuple[NodeState, int, tuple[ReadyEni, ...], bool, KernelPlan] | None = None
-        """The last `plan_kernel`, for the state at its revision and the links it was made for."""
-        self._pod_rules: PodRulesMemo = {}
-        """The pods' rules of the last `plan_kernel`, by address and table."""
+        self._planner = KernelPlanner()
         self._pending: dict[str, _Pending] = {}
         self._dirty: dict[str, AllocationRecord] = {}
         """Address → the allocation that owned it, for removals not yet done."""
@@ -333,17 +327,7 @@ class Datapath:
         rules = await self._host.list_rules()
         routes = await self._host.list_routes()
         ready = tuple(r for r in self._ready.values() if r.record.eni_id in state.enis())
-        snat = not self.settings.external_snat
-        planned = self._planned
-        if (
-            planned is None
-            or planned[0] is not state
-            or planned[1:4] != (state.revision, ready, snat)
-        ):
-            allocations = state.allocations().values()
-            kernel = plan_kernel(allocations, state.enis(), ready, snat, self._pod_rules)
-            planned = self._planned = (state, state.revision, ready, snat, kernel)
-        plan = planned[4]
+        plan = self._planner.plan(state, ready, not self.settings.external_snat)
         diff = diff_kernel(plan, rules, routes)
         if diff.is_empty():
             return diff

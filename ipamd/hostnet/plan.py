@@ -22,8 +22,9 @@ import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from datastore.records import AllocationRecord, EniRecord
+from datastore.records import AllocationKey, AllocationRecord, EniRecord
 from ipamd.hostnet.ports import (
     CONNMARK,
     MAIN_TABLE,
@@ -132,6 +133,42 @@ def plan_kernel(
         memo.clear()
         memo.update(fresh)
     return KernelPlan(frozenset(rules), frozenset(routes))
+
+
+class NodeStateView(Protocol):
+    """What a kernel plan is made from (`ipamd.engine.state.NodeState`)."""
+
+    @property
+    def revision(self) -> int: ...
+
+    def allocations(self) -> Mapping[AllocationKey, AllocationRecord]: ...
+
+    def enis(self) -> Mapping[str, EniRecord]: ...
+
+
+class KernelPlanner:
+    """`plan_kernel` for one datapath that asks again every reconcile: the plan is kept while the
+    state's revision, the ready links and SNAT are the same, and otherwise made again with each
+    pod's rules taken from the last plan where its address and table are the same."""
+
+    def __init__(self) -> None:
+        self._for: tuple[object, ...] | None = None
+        self._plan = KernelPlan(frozenset(), frozenset())
+        self._pod_rules: PodRulesMemo = {}
+
+    def plan(
+        self,
+        state: NodeStateView,
+        ready: tuple[ReadyEni, ...],
+        snat: bool,
+    ) -> KernelPlan:
+        key = (state, state.revision, ready, snat)
+        kept = self._for
+        if kept is None or kept[0] is not state or kept[1:] != key[1:]:
+            allocations = state.allocations().values()
+            self._plan = plan_kernel(allocations, state.enis(), ready, snat, self._pod_rules)
+            self._for = key
+        return self._plan
 
 
 @dataclass(frozen=True, slots=True)

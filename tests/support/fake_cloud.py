@@ -26,11 +26,12 @@ call sequences to assert on. Failures are the cloud's typed errors, as the real 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import itertools
 import random
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloud.errors import (
@@ -674,8 +675,14 @@ class NoSandboxAddresses:
         raise RuntimeUnavailable("this test's runtime records no sandbox addresses")
 
 
-async def fake_daemon(config: Config, ec2: FakeEc2, clock: FakeClock) -> Daemon:
-    """The daemon's parts, built by `build_daemon` itself, on the in-memory EC2 and IMDS."""
+async def fake_daemon(
+    config: Config,
+    ec2: FakeEc2,
+    clock: FakeClock,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Daemon:
+    """The daemon's parts, built by `build_daemon` itself, on the in-memory EC2 and IMDS (`sleep`:
+    how its start-up waits)."""
     return await build_daemon(
         config,
         ec2=ec2,
@@ -683,4 +690,5 @@ async def fake_daemon(config: Config, ec2: FakeEc2, clock: FakeClock) -> Daemon:
         runtime=FakeRuntime(clock),
         addresses=NoSandboxAddresses(),
         clock=clock,
+        sleep=sleep,
     )

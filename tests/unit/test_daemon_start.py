@@ -13,12 +13,8 @@ from cloud.ports import Instance
 from cloud.ratelimit import in_background
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from ipamd.daemon import build_daemon
 from tests.support.fake_cloud import (
     FakeEc2,
-    FakeImds,
-    FakeRuntime,
-    NoSandboxAddresses,
     fake_daemon,
 )
 
@@ -72,15 +68,7 @@ async def test_building_waits_out_an_instance_read_worth_retrying_one_attempt_a_
     ec2.describe_instance = describe_instance  # type: ignore[method-assign]
     for _ in range(2):
         ec2.fail_next("describe_instance", after_acting=False)
-    daemon = await build_daemon(
-        config,
-        ec2=ec2,
-        imds=FakeImds(ec2),
-        runtime=FakeRuntime(clock),
-        addresses=NoSandboxAddresses(),
-        clock=clock,
-        sleep=sleep,
-    )
+    daemon = await fake_daemon(config, ec2, clock, sleep)
     try:
         assert daemon.instance_id == ec2.instance_id
         assert len(waits) == 2, "one wait per failed try"
@@ -105,15 +93,7 @@ async def test_building_gives_up_at_once_when_ec2_does_not_know_the_instance(
 
     ec2.describe_instance = describe_instance  # type: ignore[method-assign]
     with pytest.raises(NotFound):
-        await build_daemon(
-            config,
-            ec2=ec2,
-            imds=FakeImds(ec2),
-            runtime=FakeRuntime(clock),
-            addresses=NoSandboxAddresses(),
-            clock=clock,
-            sleep=sleep,
-        )
+        await fake_daemon(config, ec2, clock, sleep)
 
 
 async def test_start_makes_one_attempt_per_call_in_each_try(tmp_path: Path) -> None:
