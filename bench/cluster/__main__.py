@@ -136,9 +136,10 @@ def main(argv: list[str] | None = None) -> None:
     total_violations = sum(r.violations for r, _ in results.values())
     print(f"{prefix}_invariant_violations: {total_violations:.3f}")
     print(f"{prefix}_throttled_calls: {sum(r.throttled_total for r, _ in results.values()):.3f}")
-    print(f"{prefix}_wall_s: {time.perf_counter() - started:.3f}", flush=True)
+    wall_s = time.perf_counter() - started
+    print(f"{prefix}_wall_s: {wall_s:.3f}", flush=True)
     if args.json is not None:
-        write_json(args.json, document(args.nodes, results))
+        write_json(args.json, document(args.nodes, results, wall_s))
 
 
 if __name__ == "__main__":

@@ -109,7 +109,10 @@ def lines(prefix: str, name: str, result: RunResult, wall_s: float) -> list[str]
     return out
 
 
-def document(nodes: int, results: dict[str, tuple[RunResult, float]]) -> dict[str, Any]:
+def document(
+    nodes: int, results: dict[str, tuple[RunResult, float]], wall_s: float | None = None
+) -> dict[str, Any]:
+    """The JSON the benchmark report reads; `wall_s` is the whole command's (its runs side by side)."""
     series: dict[str, Any] = {}
     for result, _ in results.values():
         if not result.spec.burst_pods and not result.spec.churn_per_hour:
@@ -117,6 +120,7 @@ def document(nodes: int, results: dict[str, tuple[RunResult, float]]) -> dict[st
             series.setdefault(mode, [list(s) for s in result.series])
     return {
         "nodes": nodes,
+        "wall_s": wall_s,
         "runs": {name: metrics(r, wall) for name, (r, wall) in results.items()},
         "calls_per_node_hour": {name: calls_per_node_hour(r) for name, (r, _) in results.items()},
         "throttled_per_node_hour": {

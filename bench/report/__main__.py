@@ -39,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the document of a full-size `python -m bench.cluster --json` run (`make "
         "bench-cluster`) for the cluster tables and plots, instead of the largest short run",
     )
+    parser.add_argument(
+        "--large-json",
+        type=Path,
+        default=None,
+        help="the document of a larger `python -m bench.cluster --json` run "
+        "(`IPAMD_BENCH_NODES=2000 make bench-cluster`), shown in a section of its own",
+    )
     args = parser.parse_args(argv)
     docs: Path = args.docs
     with tempfile.TemporaryDirectory(prefix="ipamd-report-") as tmp:
@@ -46,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = _collect(work)
     if args.cluster_json is not None:
         figures.cluster = json.loads(args.cluster_json.read_text())
+    if args.large_json is not None:
+        figures.large = json.loads(args.large_json.read_text())
     images = docs / "benchmarks"
     figures_with_plots = _draw(figures, images, docs)
     (docs / "benchmarks.md").write_text(markdown.render(figures_with_plots))
@@ -60,6 +69,7 @@ class _Collected:
         self.cluster: dict[str, Any] = {}
         self.sizes: dict[int, dict[str, float]] = {}
         self.chaos: dict[str, Any] = {}
+        self.large: dict[str, Any] = {}
 
 
 def _collect(work: Path) -> _Collected:
@@ -125,6 +135,7 @@ def _draw(got: _Collected, images: Path, docs: Path) -> markdown.Figures:
         cluster_sizes=got.sizes,
         chaos=got.chaos,
         plots=drawn,
+        large=got.large,
     )
 
 

@@ -112,6 +112,8 @@ class Figures:
     """The JSON of the short chaos run (`python -m chaos --json`)."""
     plots: Mapping[str, str] = field(default_factory=dict)
     """Plot name -> path relative to docs/."""
+    large: Mapping[str, Any] = field(default_factory=dict)
+    """The JSON of a run of more nodes (`IPAMD_BENCH_NODES=2000 make bench-cluster`), if given."""
 
 
 def render(f: Figures) -> str:
@@ -124,6 +126,7 @@ def render(f: Figures) -> str:
         f"Machine: {f.machine}\n",
         _engine_section(f),
         _cluster_section(f),
+        *([_large_section(f)] if f.large else []),
         _chaos_section(f),
     ]
     return "\n".join(parts)
@@ -199,6 +202,49 @@ def _cluster_section(f: Figures) -> str:
             "",
         ]
     )
+
+
+LARGE_WALL_S = 900.0
+"""The larger command's wall time here, at most (15 minutes)."""
+LARGE_WALL_RATIO = 5.0
+"""Its wall time over the default command's, at most (linear in the nodes would be 4)."""
+
+
+def _large_section(f: Figures) -> str:
+    """A larger cluster on the same account and budget: its runs' figures and its wall time, also
+    against that of the run in the section above (0 add_failed_no_address and 0
+    invariant_violations are its targets as well)."""
+    large, base = f.large, f.cluster
+    runs = large.get("runs", {})
+    names = sorted(runs)
+    metrics = sorted({m for run in runs.values() for m in run})
+    rows = [(m, *(_num(runs[r].get(m)) for r in names)) for m in metrics]
+    nodes = large.get("nodes")
+    wall, base_wall = large.get("wall_s"), base.get("wall_s")
+    walls = [
+        ("wall_s", _num(wall), _verdict(wall, LARGE_WALL_S)),
+        (f"wall_s of the {_num(base.get('nodes'))}-node command above", _num(base_wall), ""),
+    ]
+    if wall and base_wall:
+        ratio = round(wall / base_wall, 3)
+        walls.append(("wall_s over its wall_s", _num(ratio), _verdict(ratio, LARGE_WALL_RATIO)))
+    return "\n".join(
+        [
+            f"## The same account at {_num(nodes)} nodes "
+            f"(`IPAMD_BENCH_NODES={nodes} make bench-cluster`)\n",
+            "The whole command, its runs side by side (one worker per CPU):\n",
+            _table(("figure", "value", "target"), walls),
+            "",
+            _table(("figure", *names), rows),
+            "",
+        ]
+    )
+
+
+def _verdict(value: float | None, bound: float) -> str:
+    if value is None:
+        return ""
+    return f"≤ {_num(bound)} ({'met' if value <= bound else 'NOT met'})"
 
 
 def _takeover(run: Mapping[str, float] | None) -> list[str]:
@@ -279,6 +325,4 @@ def _target(name: str, value: float) -> str:
     if floor is not None:
         return f"≥ {_num(floor)} ({'met' if value >= floor else 'NOT met'})"
     bound = TARGETS.get(name)
-    if bound is None:
-        return ""
-    return f"≤ {_num(bound)} ({'met' if value <= bound else 'NOT met'})"
+    return "" if bound is None else _verdict(value, bound)

@@ -103,3 +103,24 @@ def test_a_missing_plot_is_said_not_linked(tmp_path: Path) -> None:
     assert "](" not in page
     assert "_Pool size against pods over time: no data in this run._" in page
     assert "_Pods waiting over time against the lower bound: no data in this run._" in page
+
+
+def test_a_larger_cluster_has_its_section_with_its_wall_time_against_the_base() -> None:
+    base = {**CLUSTER, "wall_s": 100.0}
+    large = {
+        "nodes": 12,
+        "wall_s": 520.0,
+        "runs": {"steady": {"time_to_address_p99_s": 40.0, "invariant_violations": 0}},
+    }
+    page = markdown.render(markdown.Figures("m", {}, [], base, {}, CHAOS, large=large))
+    section = page[page.index("## The same account at 12 nodes") : page.index("## Chaos")]
+    assert "`IPAMD_BENCH_NODES=12 make bench-cluster`" in section
+    assert "| wall_s | 520 | ≤ 900 (met) |" in section
+    assert "| wall_s of the 3-node command above | 100 |  |" in section
+    assert "| wall_s over its wall_s | 5.200 | ≤ 5 (NOT met) |" in section
+    assert "| time_to_address_p99_s | 40 |" in section
+
+
+def test_without_a_larger_cluster_there_is_no_such_section() -> None:
+    page = markdown.render(markdown.Figures("m", {}, [], CLUSTER, {}, CHAOS))
+    assert "## The same account at" not in page
