@@ -18,7 +18,7 @@ from bench.cluster.front import THROTTLED, AccountFront
 from bench.cluster.moto_client import MotoEc2Client
 from bench.cluster.sim import Cluster, RunResult, RunSpec, install_executor, new_front
 from bench.cluster.vtime import VirtualClock, VirtualTimeLoop
-from bench.cluster.workload import Workload
+from bench.cluster.workload import Draws, Workload
 from cloud.embedded.world import EmbeddedEc2
 
 Progress = Callable[[str], None]
@@ -113,7 +113,7 @@ async def _run(
     await asyncio.sleep(spec.join_spread_s + spec.warmup_s)
     progress(f"{spec.name}: {len(cluster.nodes)} nodes ready at t={clock.elapsed_s():.0f}s")
     freeze_heap()
-    workload = Workload(cluster.live_nodes, clock, cluster.rng, spec.pods, spec.name)
+    workload = Workload(cluster.live_nodes, clock, Draws(spec.seed), spec.pods, spec.name)
     background: list[asyncio.Task[None]] = []
     try:
         start_s = clock.elapsed_s()
@@ -245,7 +245,7 @@ async def _churn(cluster: Cluster, workload: Workload, client: MotoEc2Client) ->
         ready = [n for n in cluster.nodes if n.ready]
         if not ready:
             continue
-        victim = cluster.rng.choice(ready)
+        victim = ready[int(cluster.victims.random() * len(ready))]
         await cluster.retire(victim)
         workload.reschedule(victim)
         cluster.result.nodes_replaced += 1

@@ -111,7 +111,8 @@ class Cluster:
     def __init__(self, spec: RunSpec, host: EmbeddedEc2, workdir: Path) -> None:
         self.spec = spec
         self.workdir = workdir
-        self.rng = random.Random(spec.seed)
+        self.victims = random.Random(f"{spec.seed}/victims")
+        """Which ready node the churn terminates next (a stream of its own, like the workload's)."""
         self.world: World = host.world(INSTANCE_TYPE, seed=spec.seed)
         self.backend: Any = self.world.backend()
         self._client = self.world.client()
@@ -176,12 +177,15 @@ class Cluster:
         loop = asyncio.get_running_loop()
         clock = VirtualClock(loop)
         self.node_traces[instance_id] = NodeTrace(name, clock.now())
+        # The node's own dice (its jobs' jitter, its backoffs): no draw of one node's moves
+        # another's, or the workload's.
+        rng = random.Random(f"{self.spec.seed}/{name}")
         adapter = Boto3Ec2(
             client,
             recorder=CallLog(),
             call_timeout_s=self.config.ec2_call_timeout_s,
             clock=loop.time,
-            rng=random.Random(self.rng.random()),
+            rng=random.Random(rng.random()),
         )
         imds = MotoImds(self.instances[instance_id], self.world.region)
         node = None
@@ -195,13 +199,13 @@ class Cluster:
                     adapter,
                     imds,
                     clock,
-                    self.rng,
+                    rng,
                 )
             except CloudError:  # refused for good (others it waits out): it exits, is restarted
-                await asyncio.sleep(self.rng.uniform(0, backoff_s))
+                await asyncio.sleep(rng.uniform(0, backoff_s))
                 backoff_s = min(backoff_s * 2, 60.0)
         self.nodes.append(node)
-        await start_node(node, self.config, self.jobs, self.rng)
+        await start_node(node, self.config, self.jobs, rng)
 
     def join(self, instance_ids: Sequence[str], spread_s: float, client: MotoEc2Client) -> None:
         loop = asyncio.get_running_loop()

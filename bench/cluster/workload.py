@@ -14,6 +14,11 @@ ramp at the account's limit thousands of pods wait at once, and their retries we
 Time to address runs from the first ADD to the one that got an address. When a node is terminated,
 its pods are scheduled again elsewhere (a controller replaces them); any waiting pod task of the old
 node ends on its own.
+
+The workload's dice are its own (`Draws`): the nth pod is offered the same nodes, arrives at the
+same instant, lives as long and loses its DEL or not alike whatever ipamd does meanwhile, so two
+versions of ipamd meet the same pods (common random numbers) and what differs in their figures is
+theirs.
 """
 
 from __future__ import annotations
@@ -65,6 +70,37 @@ class PodStats:
     """Pods whose ADD is being retried right now."""
 
 
+class Draws:
+    """The workload's random draws, each kind from a stream of its own seeded by the run's seed, and
+    each taking the same number of draws whatever the cluster's state (so one kind's draws never
+    shift another's): which nodes a pod is offered, when the next pod arrives, how long a pod lives
+    once it has its address, whether its DEL goes missing."""
+
+    OFFERS = 8
+    """Nodes offered to each pod (it takes the less loaded of the first two with room)."""
+
+    def __init__(self, seed: int) -> None:
+        self._offers = random.Random(f"{seed}/offers")
+        self._arrivals = random.Random(f"{seed}/arrivals")
+        self._lifetimes = random.Random(f"{seed}/lifetimes")
+        self._dels = random.Random(f"{seed}/dels")
+
+    def offers(self, nodes: Sequence[SimNode]) -> list[SimNode]:
+        return [nodes[int(self._offers.random() * len(nodes))] for _ in range(self.OFFERS)]
+
+    def gap_s(self, rate_per_s: float) -> float:
+        return self._arrivals.expovariate(rate_per_s)
+
+    def lifetime_s(self, mean_s: float | None) -> float | None:
+        """Drawn for every pod (None while pods live until the end), so the nth pod's lifetime is
+        the same whenever the pods before it got their addresses."""
+        draw = self._lifetimes.expovariate(1.0)
+        return None if mean_s is None else draw * mean_s
+
+    def del_missed(self, ratio: float) -> bool:
+        return self._dels.random() < ratio
+
+
 def _standing(node: SimNode, retry_s: float) -> Callable[[], float]:
     """Until when the node's last refusal stands if nothing changes (-inf: not now)."""
 
@@ -84,13 +120,13 @@ class Workload:
         self,
         nodes: Callable[[], Sequence[SimNode]],
         clock: Clock,
-        rng: random.Random,
+        draws: Draws,
         settings: PodSettings,
         family: str,
     ) -> None:
         self._nodes = nodes
         self._clock = clock
-        self._rng = rng
+        self._draws = draws
         self._settings = settings
         self._family = family
         self._serial = 0
@@ -106,7 +142,7 @@ class Workload:
         nodes = self._nodes()
         if not nodes:
             return None
-        picks = [n for n in (self._rng.choice(nodes) for _ in range(8)) if self._fits(n)][:2]
+        picks = [n for n in self._draws.offers(nodes) if self._fits(n)][:2]
         if not picks:
             picks = [n for n in nodes if self._fits(n)][:1]
         return min(picks, key=lambda n: len(n.pods)) if picks else None
@@ -117,6 +153,8 @@ class Workload:
 
     def launch(self) -> bool:
         """Schedule one pod; False if no node has room for it."""
+        lifetime_s = self._draws.lifetime_s(self.mean_lifetime_s)
+        missed_del = self._draws.del_missed(self._settings.missed_del_ratio)
         node = self.place()
         if node is None:
             self.stats.unschedulable += 1
@@ -125,7 +163,7 @@ class Workload:
         cid = hashlib.sha256(f"{self._family}-{self._serial}".encode()).hexdigest()
         node.pods.add(cid)
         self.stats.scheduled += 1
-        task = asyncio.get_running_loop().create_task(self._pod(node, cid))
+        task = asyncio.get_running_loop().create_task(self._pod(node, cid, lifetime_s, missed_del))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
@@ -144,7 +182,9 @@ class Workload:
         if trace is not None:
             trace.released_s = self._clock.now()
 
-    async def _pod(self, node: SimNode, cid: str) -> None:
+    async def _pod(
+        self, node: SimNode, cid: str, lifetime_s: float | None, missed_del: bool
+    ) -> None:
         key = AllocationKey(NETWORK, cid, "eth0")
         node.runtime.start(cid)
         if not await self._add(node, key):
@@ -152,11 +192,11 @@ class Workload:
             node.pods.discard(cid)
             await self._release(node, key)  # the runtime's DEL after a failed ADD
             return
-        if self.mean_lifetime_s is None:
+        if lifetime_s is None:
             return
-        await asyncio.sleep(self._rng.expovariate(1.0 / self.mean_lifetime_s))
+        await asyncio.sleep(lifetime_s)
         if not node.gone:
-            await self._delete(node, key)
+            await self._delete(node, key, missed_del)
 
     async def _add(self, node: SimNode, key: AllocationKey) -> bool:
         started = self._clock.now()
@@ -207,12 +247,12 @@ class Workload:
             node.waiting = Waiting(self._clock, s.retry_s, s.deadline_s, standing)
         return node.waiting
 
-    async def _delete(self, node: SimNode, key: AllocationKey) -> None:
+    async def _delete(self, node: SimNode, key: AllocationKey, missed: bool) -> None:
         node.runtime.stop(key.container_id)
         node.pods.discard(key.container_id)
         self._released(key.container_id)
         self.stats.deleted += 1
-        if self._rng.random() < self._settings.missed_del_ratio:
+        if missed:
             self.stats.missed_dels += 1
             return
         await self._release(node, key)
@@ -228,7 +268,7 @@ class Workload:
     async def arrivals(self, rate_per_s: float, until_s: float) -> None:
         """Poisson arrivals at `rate_per_s` until the clock reads `until_s`."""
         while True:
-            await asyncio.sleep(self._rng.expovariate(rate_per_s))
+            await asyncio.sleep(self._draws.gap_s(rate_per_s))
             if self._clock.now() >= until_s:
                 return
             self.launch()
