@@ -8,14 +8,15 @@ knows which of its own rounds a pod is waiting for:
 
 - **Demand**: an ADD found no address since the pool last gained one (within `DEMAND_WINDOW_S`),
   and none is free now.
-  Such a round calls at once, even while warm-up is held, its calls are retried inside the adapter,
-  and when it is throttled all the same it is tried again within `DEMAND_THROTTLE_CAP_S`.
-  While the account has been throttling this node for longer than `DEMAND_RETRY_AFTER_S` (one
-  throttle episode: throttle answers no more than `EPISODE_GAP_S` apart), a round makes one
-  attempt per call and waits up to `DEMAND_EPISODE_SHARE` of the episode's length instead: a
-  saturated account admits the same calls a second however often the nodes ask, so asking less
-  often spares it (and the nodes) most of the refused calls and costs a pod a bounded share of the
-  time the account has been short. The episode, not the pod's own wait, sets the pace, so every
+  Such a round calls at once, even while warm-up is held. Until the account throttles this node,
+  its calls are retried inside the adapter; once it does (a throttle episode: throttle answers no
+  more than `EPISODE_GAP_S` apart), each round makes one attempt per call, and a throttled one is
+  tried again within `DEMAND_THROTTLE_CAP_S`, later in the episode within
+  `DEMAND_EPISODE_SHARE` of its length: the runtime asks again only every 10 s or so (kubelet's
+  backoff), so the adapter's quick retries would mostly be refused, and a saturated account
+  admits the same calls a second however often the nodes ask; asking less often spares it (and
+  the nodes) most of the refused calls and costs a pod a bounded share of the time the account
+  has been short. The episode, not the pod's own wait, sets the pace, so every
   node of a saturated cluster asks at about the same rate, and one that starts to wait late does
   not overtake those that waited long.
 - **Everything else** (warm targets, minimum targets, shrinking) is background work: its calls are
@@ -46,8 +47,6 @@ DEMAND_WINDOW_S = 60.0
 """An ADD that found no address this long ago no longer makes a round urgent."""
 DEMAND_THROTTLE_CAP_S = 4.0
 """Most a round with pods waiting waits after it was throttled, early in a throttle episode."""
-DEMAND_RETRY_AFTER_S = 80.0
-"""The episode's length from which rounds with pods waiting stop retrying in the adapter."""
 DEMAND_EPISODE_SHARE = 0.025
 """Later in the episode, most a throttled round with pods waiting waits, as a share of the episode's
 length so far (and never past the pool's backoff cap)."""
@@ -120,19 +119,22 @@ class Pace:
         return self._clock.now() < self._health.warm_hold_until
 
     def calls(self, demand: bool) -> AbstractContextManager[None]:
-        """The context a round's EC2 calls run in: retried on throttles only when pods wait, and
-        the throttle episode is still short (`DEMAND_RETRY_AFTER_S`)."""
-        if demand and self.episode_s() < DEMAND_RETRY_AFTER_S:
+        """The context a round's EC2 calls run in: retried on throttles only when pods wait and
+        the account is not throttling this node (no throttle episode)."""
+        if demand and not self.in_episode():
             return nullcontext()
         return background_calls()
+
+    def in_episode(self) -> bool:
+        """Whether a throttle answer came within `EPISODE_GAP_S`."""
+        return self._clock.now() - self._last_throttle <= EPISODE_GAP_S
 
     def episode_s(self) -> float:
         """How long the account has been throttling this node: since the first of its throttle
         answers no more than `EPISODE_GAP_S` apart up to now (0 outside an episode)."""
-        now = self._clock.now()
-        if now - self._last_throttle > EPISODE_GAP_S:
+        if not self.in_episode():
             return 0.0
-        return now - self._episode_began
+        return self._clock.now() - self._episode_began
 
     def demand_cap_s(self) -> float:
         """Most a throttled round with pods waiting waits before it is tried again."""
