@@ -154,9 +154,6 @@ def _engine_section(f: Figures) -> str:
 def _cluster_section(f: Figures) -> str:
     c = f.cluster
     runs = c.get("runs", {})
-    metrics = sorted({m for run in runs.values() for m in run})
-    run_names = sorted(runs)
-    rows = [(m, *(_num(runs[r].get(m)) for r in run_names)) for m in metrics]
     calls = c.get("calls_per_node_hour", {})
     ops = sorted({op for per in calls.values() for op in per})
     call_rows = [(op, *(_num(calls[r].get(op)) for r in sorted(calls))) for op in ops]
@@ -171,7 +168,7 @@ def _cluster_section(f: Figures) -> str:
     return "\n".join(
         [
             f"## A cluster against one EC2 API budget ({c.get('nodes', '?')} nodes, simulated time)\n",
-            _table(("figure", *run_names), rows),
+            _runs_table(runs),
             "",
             *_takeover(runs.get("subnet_takeover")),
             CLUSTER_TARGETS,
@@ -216,9 +213,6 @@ def _large_section(f: Figures) -> str:
     invariant_violations are its targets as well)."""
     large, base = f.large, f.cluster
     runs = large.get("runs", {})
-    names = sorted(runs)
-    metrics = sorted({m for run in runs.values() for m in run})
-    rows = [(m, *(_num(runs[r].get(m)) for r in names)) for m in metrics]
     nodes = large.get("nodes")
     wall, base_wall = large.get("wall_s"), base.get("wall_s")
     walls = [
@@ -235,9 +229,18 @@ def _large_section(f: Figures) -> str:
             "The whole command, its runs side by side (one worker per CPU):\n",
             _table(("figure", "value", "target"), walls),
             "",
-            _table(("figure", *names), rows),
+            _runs_table(runs),
             "",
         ]
+    )
+
+
+def _runs_table(runs: Mapping[str, Mapping[str, Any]]) -> str:
+    """Every figure of every run: a row per figure, a column per run (by name)."""
+    names = sorted(runs)
+    metrics = sorted({m for run in runs.values() for m in run})
+    return _table(
+        ("figure", *names), [(m, *(_num(runs[r].get(m)) for r in names)) for m in metrics]
     )
 
 

@@ -143,7 +143,7 @@ class Pace:
     def throttle_seen(self) -> None:
         """A throttle answer, in any round: background work holds off longer."""
         h, now = self._health, self._clock.now()
-        if now - self._last_throttle > EPISODE_GAP_S:
+        if not self.in_episode():
             self._episode_began = now
         self._last_throttle = now
         h.throttled_rounds += 1
