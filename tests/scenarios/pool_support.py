@@ -23,6 +23,9 @@ from tests.support.stores import FaultyStore
 
 # Every pool in this module keeps its ENIs no longer than the test needs them.
 EAGER = PoolTargets(min_eni_lifetime_s=0)
+NO_RELEASE_DELAY = {"eni_release_delay_s": 0.0}
+"""A spare ENI goes at the first round that may free it (IPAMD_ENI_RELEASE_DELAY=0): for the
+scenarios about how a release goes, not when."""
 
 
 def releasing(node: CloudNode) -> set[str]:
@@ -77,7 +80,12 @@ async def faulty_node(
 ) -> tuple[CloudNode, FaultInjector]:
     faults = FaultInjector(seed=1)
     node = await open_cloud_node(
-        embedded, tmp_path, instance_type, targets=targets, api_wrapper=retrying_on(faults)
+        embedded,
+        tmp_path,
+        instance_type,
+        targets=targets,
+        api_wrapper=retrying_on(faults),
+        settings=NO_RELEASE_DELAY,
     )
     return node, faults
 

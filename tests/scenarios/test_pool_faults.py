@@ -19,6 +19,7 @@ from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState
 from tests.scenarios.pool_support import (
     EAGER,
+    NO_RELEASE_DELAY,
     addresses,
     all_ec2_units,
     faulty_node,
@@ -64,7 +65,12 @@ async def test_s25_throttling_and_errors_during_churn(
     faults = FaultInjector(seed=27)
     targets = replace(EAGER, warm_ip_target=3, minimum_ip_target=4)
     node = await open_cloud_node(
-        embedded, tmp_path, "m5.large", targets=targets, api_wrapper=retrying_on(faults)
+        embedded,
+        tmp_path,
+        "m5.large",
+        targets=targets,
+        api_wrapper=retrying_on(faults),
+        settings=NO_RELEASE_DELAY,
     )
     rng = random.Random(2025)
     live: list[str] = []
