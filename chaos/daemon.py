@@ -41,7 +41,7 @@ TUNING: Final[Mapping[str, str]] = {
     "IPAMD_LEAK_GC_INTERVAL": "1",
     "IPAMD_LEAK_GRACE": "3",
     "IPAMD_MIN_ENI_LIFETIME": "5",
-    "IPAMD_ENI_RELEASE_DELAY": "5",
+    "IPAMD_RELEASE_DELAY": "5",
     "IPAMD_EC2_CALL_TIMEOUT": "2",
     "IPAMD_DELETE_INTENT_TTL": "600",
     "IPAMD_LOG_FORMAT": "json",

@@ -284,11 +284,12 @@ class Config:
         "IPAMD_MIN_ENI_LIFETIME", GRACE, "60", "s", "`minENILifeTime` (60 s, fixed)",
         "An ENI attached less than this long ago is not freed, so a short dip in demand does "
         "not undo a fresh attach."))
-    eni_release_delay_s: float = field(metadata=declare(
-        "IPAMD_ENI_RELEASE_DELAY", GRACE, "300", "s", "none (an ENI goes at the first spare tick)",
-        "An ENI the pool could spare is freed only once it has been spare this long without a "
-        "break (at once while the subnets are scarce or its subnet is closed), so a node whose pods "
-        "hover at an ENI's edge does not create, attach and delete an ENI every few minutes."))
+    release_delay_s: float = field(metadata=declare(
+        "IPAMD_RELEASE_DELAY", GRACE, "300", "s", "none (freed at the first spare tick)",
+        "What the pool could give back (an ENI, a prefix, an address) goes to EC2 only once it "
+        "has been spare this long without a break (at once while the subnets are scarce or its "
+        "subnet is closed), so a node whose pods hover at an edge does not pay to give it back "
+        "and ask for it again every few minutes."))
     subnet_exhausted_cooldown_s: float = field(metadata=declare(
         "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
         "`insufficientCidrErrorCooldown` (2 min, fixed)",

@@ -160,7 +160,7 @@ def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
         subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
         release_grace_s=config.reconcile_grace_s,
         shrink_interval_s=config.shrink_interval_s,
-        eni_release_delay_s=config.eni_release_delay_s,
+        release_delay_s=config.release_delay_s,
     )
     if tuning.pool_backoff_s is None:
         return settings

@@ -9,8 +9,9 @@ is aborted.
 The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
 sends growth to new ENIs in another subnet where discovery has one, else pauses growth for a
 cooldown, or in prefix mode with the fallback grows secondary IPs meanwhile; two shrinks are at
-least `shrink_interval_s` apart, and an ENI goes once it has been spare for `eni_release_delay_s`.
-What each round plans with besides the knobs (subnet scarcity, the fallback) is `PoolMode`'s.
+least `shrink_interval_s` apart, and what is spare goes once it has been so for `release_delay_s`
+(`pool_spare`). What each round plans with besides the knobs (subnet scarcity, the fallback) is
+`PoolMode`'s.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ipamd.engine.pool_mode import PoolMode, never_read
 from ipamd.engine.pool_pace import Pace
 from ipamd.engine.pool_release import Releaser, timed
 from ipamd.engine.pool_settings import PoolHealth, PoolSettings
+from ipamd.engine.pool_spare import SpareDelay
 from ipamd.engine.stats import StatsMemo, aged
 from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
@@ -92,8 +94,7 @@ class PoolManager:
         self._stats = StatsMemo()
         self._planned: PoolPlan | None = None
         self._planned_for: tuple[object, ...] = ()
-        self._spare_since: dict[str, float] = {}
-        """ENIs the plan would free, and since when it has without a break."""
+        self._spare = SpareDelay(engine, settings.release_delay_s)
 
     @property
     def new_enis(self) -> EniMaker:
@@ -217,7 +218,7 @@ class PoolManager:
 
     def _round_plan(self, now: float, demand: bool) -> PoolPlan:
         """The plan, less what this round may not do."""
-        plan = self._settled(self.plan(), now, demand)
+        plan = self._spare.settled(self.plan(), now, demand, self.mode.scarce, self.strategy.kind)
         if demand:
             # Only what the waiting pods need goes first: the assigns and one new ENI; the rest of
             # the plan (more warm ENIs, releases) waits for a round of its own.
@@ -230,20 +231,6 @@ class PoolManager:
         elif shrinking:
             self.health.last_shrink_at = now
         return plan
-
-    def _settled(self, plan: PoolPlan, now: float, demand: bool) -> PoolPlan:
-        """`plan` freeing only the ENIs it has wanted to free for `eni_release_delay_s` without a
-        break (a round with pods waiting is a break), or at once while the subnets are scarce and
-        for an ENI of a closed subnet: an ENI costs five mutating calls from create to delete, so
-        a node whose pods hover at an ENI's edge keeps it instead."""
-        wanted = () if demand else plan.release_enis
-        self._spare_since = {e: self._spare_since.get(e, now) for e in wanted}
-        delay_s = self._settings.eni_release_delay_s
-        if not plan.release_enis or delay_s <= 0 or self.mode.scarce:
-            return plan
-        closed = self._engine.closed_enis()
-        ready = tuple(e for e in wanted if e in closed or now - self._spare_since[e] >= delay_s)
-        return plan if ready == plan.release_enis else replace(plan, release_enis=ready)
 
     async def refresh_subnets(self) -> None:
         """Read the subnets if the catalogue's view is due; close the excluded ones to new pods."""

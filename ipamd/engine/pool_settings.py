@@ -31,8 +31,9 @@ class PoolSettings:
     shrink_interval_s: float = 0.0
     """Least time between two shrinks (IPAMD_SHRINK_INTERVAL, VPC CNI's decreaseIPPoolInterval):
     a burst of DELs before ADDs does not send addresses back only to ask for them again."""
-    eni_release_delay_s: float = 0.0
-    """How long an ENI stays spare without a break before it is freed (IPAMD_ENI_RELEASE_DELAY)."""
+    release_delay_s: float = 0.0
+    """How long an ENI or unit stays spare without a break before it is freed
+    (IPAMD_RELEASE_DELAY)."""
 
 
 @dataclass(slots=True)

@@ -23,8 +23,8 @@ from tests.support.stores import FaultyStore
 
 # Every pool in this module keeps its ENIs no longer than the test needs them.
 EAGER = PoolTargets(min_eni_lifetime_s=0)
-NO_RELEASE_DELAY = {"eni_release_delay_s": 0.0}
-"""A spare ENI goes at the first round that may free it (IPAMD_ENI_RELEASE_DELAY=0): for the
+NO_RELEASE_DELAY = {"release_delay_s": 0.0}
+"""What is spare goes at the first round that may free it (IPAMD_RELEASE_DELAY=0): for the
 scenarios about how a release goes, not when."""
 
 

@@ -166,7 +166,7 @@ async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
     fails like a failed EC2 call, with backoff, memory unchanged; what EC2 did meanwhile the drift
     reconciles once the disk takes writes again."""
     targets = replace(EAGER, warm_ip_target=2)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets)
+    node = await open_cloud_node(embedded, tmp_path, targets=targets, settings=NO_RELEASE_DELAY)
     store = await on_faulty_store(node)
     try:
         if direction == "shrink":

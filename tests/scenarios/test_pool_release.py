@@ -21,6 +21,7 @@ from ipamd.model import AddressState
 from ipamd.policy.model import PoolTargets
 from tests.scenarios.pool_support import (
     EAGER,
+    NO_RELEASE_DELAY,
     addresses,
     all_ec2_units,
     faulty_node,
@@ -44,7 +45,9 @@ async def test_s19_release_racing_allocate_never_hands_out_a_releasing_unit(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = replace(EAGER, warm_ip_target=4)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets, api_wrapper=GatedEc2)
+    node = await open_cloud_node(
+        embedded, tmp_path, targets=targets, api_wrapper=GatedEc2, settings=NO_RELEASE_DELAY
+    )
     gated = node.api
     assert isinstance(gated, GatedEc2)
     try:
@@ -88,7 +91,9 @@ async def test_s20_released_address_returned_by_ec2_is_allocatable_again(
     embedded: EmbeddedEc2, tmp_path: Path, prefix_mode: bool
 ) -> None:
     targets = replace(EAGER, warm_ip_target=1)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets, prefix_mode=prefix_mode)
+    node = await open_cloud_node(
+        embedded, tmp_path, targets=targets, prefix_mode=prefix_mode, settings=NO_RELEASE_DELAY
+    )
     state = node.engine.state
     size = node.strategy.addresses_per_unit
     try:
@@ -133,7 +138,9 @@ async def test_s21_release_aborted_when_excess_becomes_need(
     targets = replace(EAGER, warm_ip_target=2)
     # The addresses EC2 draws decide which free unit the ADD takes (the fullest, then the lowest
     # CIDR) and which the plan gives back; with this seed's draws they differ, the case at issue.
-    node = await open_cloud_node(embedded, tmp_path, targets=targets, seed=10)
+    node = await open_cloud_node(
+        embedded, tmp_path, targets=targets, seed=10, settings=NO_RELEASE_DELAY
+    )
     store = await on_faulty_store(node)
     state = node.engine.state
     try:

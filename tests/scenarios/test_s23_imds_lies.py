@@ -96,7 +96,13 @@ class Views:
 @pytest.fixture
 async def views(embedded: EmbeddedEc2, tmp_path: Path) -> AsyncIterator[Views]:
     targets = PoolTargets(warm_ip_target=2, minimum_ip_target=2, min_eni_lifetime_s=0)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets, subnet_cidr="10.56.144.0/20")
+    node = await open_cloud_node(
+        embedded,
+        tmp_path,
+        targets=targets,
+        subnet_cidr="10.56.144.0/20",
+        settings={"release_delay_s": 0.0},  # the excess goes at once: the lie meets a release
+    )
     sim = ImdsSimulator(node.world, clock=node.clock.now)
     base_url = await sim.start()
     imds = Imdsv2Client(base_url, clock=node.clock.now)

@@ -21,6 +21,7 @@ async def _daemon(tmp_path: Path, ec2: FakeEc2, clock: FakeClock) -> Daemon:
         "WARM_IP_TARGET": "2",
         "WARM_ENI_TARGET": "0",
         "IPAMD_SHRINK_INTERVAL": str(int(INTERVAL_S)),
+        "IPAMD_RELEASE_DELAY": "0",  # only the interval holds a shrink back
     }
     daemon = await fake_daemon(Config.from_env(env), ec2, clock)
     await daemon.start()

@@ -72,7 +72,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         eni_gc_interval_s=3600.0,
         eni_gc_grace_s=300.0,
         min_eni_lifetime_s=60.0,
-        eni_release_delay_s=300.0,
+        release_delay_s=300.0,
         subnet_exhausted_cooldown_s=120.0,
         subnet_refresh_interval_s=1800.0,
         host_network_reconcile_interval_s=60.0,

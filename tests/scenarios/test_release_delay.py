@@ -1,8 +1,10 @@
-"""IPAMD_ENI_RELEASE_DELAY: an ENI the pool could spare goes back to EC2 only once it has been spare
-that long without a break, so a node whose pods hover at an ENI's edge keeps the ENI instead of
-paying create, attach, DeleteOnTermination, detach and delete again every few minutes. On the
-embedded EC2, an m5.large with WARM_ENI_TARGET=1 (9 addresses an ENI): one pod past the primary
-ENI's 9 free addresses brings a second ENI, which is spare again once the pod has gone."""
+"""IPAMD_RELEASE_DELAY: what the pool could spare (an ENI, a prefix) goes back to EC2 only once it
+has been spare that long without a break, so a node whose pods hover at an edge keeps it instead of
+paying to give it back and ask for it again every few minutes (for an ENI: create, attach,
+DeleteOnTermination, detach and delete). On the embedded EC2, an m5.large with WARM_ENI_TARGET=1
+(9 addresses an ENI): one pod past the primary ENI's 9 free addresses brings a second ENI, which is
+spare again once the pod has gone; in prefix mode with WARM_PREFIX_TARGET=1, the pod that takes the
+warm /28's first address brings a second prefix."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ async def test_a_spare_eni_goes_only_after_the_delay_and_a_break_starts_it_over(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     node = await open_cloud_node(embedded, tmp_path, "m5.large", targets=EAGER)
-    delay_s = node.config.eni_release_delay_s
+    delay_s = node.config.release_delay_s
     assert delay_s == 300.0, "the default"
     try:
         await node.settle()
@@ -72,7 +74,7 @@ async def test_a_delay_of_zero_frees_a_spare_eni_at_the_first_round(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     node = await open_cloud_node(
-        embedded, tmp_path, "m5.large", targets=EAGER, settings={"eni_release_delay_s": 0.0}
+        embedded, tmp_path, "m5.large", targets=EAGER, settings={"release_delay_s": 0.0}
     )
     try:
         await node.settle()
@@ -80,6 +82,28 @@ async def test_a_delay_of_zero_frees_a_spare_eni_at_the_first_round(
         assert len(node.ec2_units()) == 2
         await node.pool.run_once()
         assert len(node.ec2_units()) == 1, "as VPC CNI does"
+        node.check()
+    finally:
+        await node.engine.close()
+
+
+async def test_a_spare_prefix_goes_only_after_the_delay(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    node = await open_cloud_node(embedded, tmp_path, "m5.large", targets=EAGER, prefix_mode=True)
+    try:
+        await node.settle()
+        prefixes = sum(len(units) for units in node.ec2_units().values())
+        await _come_and_go(node, "pod-0")
+        assert sum(len(units) for units in node.ec2_units().values()) == prefixes + 1
+        await node.pool.run_once()
+        assert node.pool.plan().release_units, "the pod's prefix is wholly free again: spare"
+        node.clock.advance(node.config.release_delay_s - 1)
+        await node.pool.run_once()
+        assert sum(len(units) for units in node.ec2_units().values()) == prefixes + 1, "kept"
+        node.clock.advance(1)
+        await node.pool.run_once()
+        assert sum(len(units) for units in node.ec2_units().values()) == prefixes, "given back"
         node.check()
     finally:
         await node.engine.close()
