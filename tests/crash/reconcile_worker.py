@@ -103,6 +103,7 @@ def node_config(path: Path) -> Config:
         cluster_name="crash-cluster",
         delete_intent_ttl_s=INTENT_TTL_S,
         reconcile_grace_s=GRACE_S,
+        release_delay_s=0.0,  # the pool shrinks as soon as it may: kills land inside releases
     )
 
 
