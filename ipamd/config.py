@@ -287,9 +287,10 @@ class Config:
     release_delay_s: float = field(metadata=declare(
         "IPAMD_RELEASE_DELAY", GRACE, "300", "s", "none (freed at the first spare tick)",
         "What the pool could give back (an ENI, a prefix, an address) goes to EC2 only once it "
-        "has been spare this long without a break (at once while the subnets are scarce or its "
-        "subnet is closed), so a node whose pods hover at an edge does not pay to give it back "
-        "and ask for it again every few minutes."))
+        "has been spare this long without a break (at once while the subnets are scarce, and "
+        "for what no new pod could use: a closed subnet's ENI, the primary under custom "
+        "networking, the /32s prefix mode's fallback left), so a node whose pods hover at an "
+        "edge does not pay to give it back and ask for it again every few minutes."))
     subnet_exhausted_cooldown_s: float = field(metadata=declare(
         "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
         "`insufficientCidrErrorCooldown` (2 min, fixed)",
