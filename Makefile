@@ -32,9 +32,11 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# ipamd/runtime/_generated/ from ipamd/runtime/proto/cri_v1.proto, with the pinned grpcio-tools.
+# ipamd/runtime/_generated/ from ipamd/runtime/proto/cri_v1.proto and ipamd/netpolicy/_generated/ from
+# ipamd/netpolicy/proto/rpc.proto, with the pinned grpcio-tools.
 proto: $(STAMP)
 	PYTHON=$(BIN)/python ipamd/runtime/proto/generate.sh
+	PYTHON=$(BIN)/python ipamd/netpolicy/proto/generate.sh
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
