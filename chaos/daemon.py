@@ -84,6 +84,10 @@ def daemon_environment(ends: Endpoints, base: Mapping[str, str]) -> dict[str, st
         IPAMD_STATE_DIR=str(ends.state_dir),
         IPAMD_CRI_SOCKET=str(ends.cri_socket),
         IPAMD_METRICS_ADDR=f"127.0.0.1:{ends.metrics_port}",
+        # aws-node's places, beside the state directory: never the machine's /var/run/aws-node.
+        IPAMD_CONFIG_SERVER_SOCKET=str(ends.state_dir.parent / "aws-node" / "ipamd.sock"),
+        IPAMD_NETWORK_POLICY_AGENT_SOCKET=str(ends.state_dir.parent / "aws-node" / "npa.sock"),
+        AWS_VPC_K8S_CNI_BACKING_STORE=str(ends.state_dir.parent / "aws-node" / "ipam.json"),
         # The daemon runs in the machine's own namespace: VPC CNI's fixed introspection port may be
         # taken there (by another daemon, another run); this runner does not read it.
         DISABLE_INTROSPECTION="true",

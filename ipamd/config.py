@@ -44,6 +44,7 @@ from ipamd.config_kinds import (
     parse_tags,
     show_tags,
 )
+from ipamd.config_rules import cross_field_problems
 from ipamd.eniconfig_file import (
     ZONE_LABELS,
     EniConfigFile,
@@ -328,6 +329,29 @@ class Config:
         "Listen address of the read-only introspection endpoint (VPC CNI's `/v1/enis`, `/v1/pods`, "
         "`/v1/ipamd-env-settings`, `/v1/networkutils-env-settings`): host:port, loopback by "
         "default, since it lists every pod's address."))
+    # aws-node's places (VPC CNI's names): the network-policy agent's contract and the checkpoint.
+    network_policy_mode: str = field(default="", metadata=declare(
+        "NETWORK_POLICY_ENFORCING_MODE", choice("none", "standard", "strict", optional=True), "",
+        "", "`NETWORK_POLICY_ENFORCING_MODE` (manifest `standard`)",
+        "`standard` or `strict`: every ADD and DEL tells the EKS network-policy agent (an agent that "
+        "cannot be reached fails the ADD); `none`: never; unset: only while the agent's socket "
+        "exists. The agent is told `standard` unless `strict` is set."))
+    config_server_socket: str = field(default="/var/run/aws-node/ipamd.sock", metadata=declare(
+        "IPAMD_CONFIG_SERVER_SOCKET", SOCKET, "/var/run/aws-node/ipamd.sock", "",
+        "ipamd's gRPC socket (fixed)",
+        "Unix socket where ipamd serves gRPC `rpc.ConfigServerBackend`, which the network-policy "
+        "agent reads its configuration from.", "./.run/aws-node/ipamd.sock"))
+    network_policy_agent_socket: str = field(default="/var/run/aws-node/npa.sock", metadata=declare(
+        "IPAMD_NETWORK_POLICY_AGENT_SOCKET", SOCKET, "/var/run/aws-node/npa.sock", "",
+        "the plugin's agent socket (fixed)",
+        "Unix socket of the network-policy agent's gRPC `rpc.NPBackend`.",
+        "./.run/aws-node/npa.sock"))
+    aws_node_checkpoint: str = field(default="/var/run/aws-node/ipam.json", metadata=declare(
+        "AWS_VPC_K8S_CNI_BACKING_STORE", Kind(str), "/var/run/aws-node/ipam.json", "",
+        "`AWS_VPC_K8S_CNI_BACKING_STORE`",
+        "VPC CNI's checkpoint (`vpc-cni-ipam/1`): read at start to adopt the pods aws-node left "
+        "running, and kept current (every ADD waits for it) so aws-node started again restores "
+        "every pod.", "./.run/aws-node/ipam.json"))
     # fmt: on
 
     @classmethod
@@ -347,7 +371,7 @@ class Config:
             except ValueError as exc:
                 # A file's problems come one a line; each line names the variable and value.
                 problems += [f"{setting.env}={text!r}: {line}" for line in str(exc).splitlines()]
-        problems += _cross_field_problems(values, texts)
+        problems += cross_field_problems(values, texts)
         if problems:
             raise ConfigError(problems)
         return cls(**values)
@@ -360,31 +384,6 @@ class Config:
 SETTINGS: tuple[Setting, ...] = tuple(
     replace(f.metadata[SETTING_KEY], field=f.name) for f in fields(Config)
 )
-
-
-def _cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) -> list[str]:
-    """Rules between settings, checked only when the settings involved parsed."""
-    no_file = "eni_config_file" in values and values["eni_config_file"] is None
-    if values.get("custom_networking") is True and no_file:
-        text = texts["AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"]
-        return [
-            f"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG={text!r}: needs IPAMD_ENI_CONFIG_FILE, the "
-            "ENIConfigs of the node's zones (ipamd reads none from the Kubernetes API)"
-        ]
-    if values.get("cni_conf_dir") and not values.get("cni_conflist_template"):
-        return [
-            f"IPAMD_CNI_CONF_DIR={texts['IPAMD_CNI_CONF_DIR']!r}: needs "
-            "IPAMD_CNI_CONFLIST_TEMPLATE, the conflist to write"
-        ]
-    targets = ("warm_ip_target", "warm_prefix_target", "minimum_ip_target")
-    if values.get("enable_prefix_delegation") is True and all(values.get(t) == 0 for t in targets):
-        # VPC CNI's entrypoint refuses this too: prefix mode with no target never grows the pool.
-        text = texts["ENABLE_PREFIX_DELEGATION"]
-        return [
-            f"ENABLE_PREFIX_DELEGATION={text!r}: prefix mode needs WARM_PREFIX_TARGET, "
-            "WARM_IP_TARGET or MINIMUM_IP_TARGET > 0 (all are 0)"
-        ]
-    return []
 
 
 def render_settings_table() -> str:

@@ -143,10 +143,13 @@ def _duration(*, positive: bool) -> Kind:
     return Kind(parse, _show_seconds)
 
 
-def choice(*options: str) -> Kind:
+def choice(*options: str, optional: bool = False) -> Kind:
+    """One of `options`, in any case; if `optional`, also empty text (unset), kept as ""."""
     expected = f"must be one of {', '.join(options)} (any case)"
 
     def parse(text: str) -> str:
+        if optional and not text:
+            return ""
         if text.lower() not in options:
             raise ValueError(expected)
         return text.lower()

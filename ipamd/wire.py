@@ -68,6 +68,8 @@ CODE_STORE_WRITE_FAILED = "store_write_failed"
 CODE_STATE_UNAVAILABLE = "state_unavailable"
 CODE_NOT_READY = "not_ready"
 CODE_INTERNAL = "internal"
+CODE_NETWORK_POLICY_REFUSED = "network_policy_refused"
+CODE_NETWORK_POLICY_UNAVAILABLE = "network_policy_unavailable"
 
 MAX_BODY_BYTES = 16 * 1024
 """Largest request body the API reads, except GC's."""
@@ -301,6 +303,7 @@ class Allocation(Value):
         "routes",
         "created_at",
         "pod",
+        "network_policy",
     )
 
     network: str
@@ -310,6 +313,9 @@ class Allocation(Value):
     routes: tuple[Route, ...]
     created_at: float
     pod: PodInfo | None
+    network_policy: str | None
+    """On an ADD's answer: the network-policy mode ("standard" or "strict") when the plugin must
+    ask ipamd to tell the agent (`ipamd.wire_pod.POLICY_SEGMENT`) once the pod's interface exists."""
 
     def __init__(
         self,
@@ -320,6 +326,7 @@ class Allocation(Value):
         routes: tuple[Route, ...],
         created_at: float,
         pod: PodInfo | None = None,
+        network_policy: str | None = None,
     ) -> None:
         self._init(
             network=network,
@@ -329,6 +336,7 @@ class Allocation(Value):
             routes=routes,
             created_at=created_at,
             pod=pod,
+            network_policy=network_policy,
         )
 
     @classmethod
@@ -337,7 +345,7 @@ class Allocation(Value):
         ips, routes = o.get("ips"), o.get("routes", [])
         if not isinstance(ips, list) or not isinstance(routes, list):
             raise WireError("allocation.ips and allocation.routes must be lists")
-        pod = o.get("pod")
+        pod, policy = o.get("pod"), o.get("network_policy")
         return cls(
             network=text_field(o, "network", "allocation"),
             container_id=text_field(o, "container_id", "allocation"),
@@ -346,6 +354,7 @@ class Allocation(Value):
             routes=tuple(Route.from_json(r, f"routes[{i}]") for i, r in enumerate(routes)),
             created_at=number_field(o, "created_at", "allocation"),
             pod=None if pod is None else PodInfo(**_pod_strings(pod)),
+            network_policy=policy if isinstance(policy, str) and policy else None,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -359,6 +368,8 @@ class Allocation(Value):
         }
         if self.pod is not None:
             body["pod"] = self.pod.to_json()
+        if self.network_policy is not None:
+            body["network_policy"] = self.network_policy
         return body
 
 

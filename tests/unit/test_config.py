@@ -182,6 +182,12 @@ def test_embedded_mode_changes_socket_state_and_host_network_defaults_only() -> 
     embedded = Config.from_env({}, embedded=True)
 
     assert (embedded.socket_path, embedded.state_dir) == ("./.run/ipamd.sock", "./.run/state")
+    assert (
+        embedded.config_server_socket,
+        embedded.network_policy_agent_socket,
+        embedded.aws_node_checkpoint,
+    ) == ("./.run/aws-node/ipamd.sock", "./.run/aws-node/npa.sock", "./.run/aws-node/ipam.json")
+    assert plain.aws_node_checkpoint == "/var/run/aws-node/ipam.json"
     assert (plain.host_network, embedded.host_network) == ("on", "off"), "a laptop run never "
     "touches the host's routing"
     rest = dataclasses.replace(
@@ -189,6 +195,9 @@ def test_embedded_mode_changes_socket_state_and_host_network_defaults_only() -> 
         socket_path=plain.socket_path,
         state_dir=plain.state_dir,
         host_network=plain.host_network,
+        config_server_socket=plain.config_server_socket,
+        network_policy_agent_socket=plain.network_policy_agent_socket,
+        aws_node_checkpoint=plain.aws_node_checkpoint,
     )
     assert rest == plain
 
