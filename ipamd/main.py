@@ -1,9 +1,10 @@
 """`ipamd`: the entry point and composition root — the only place that builds concrete adapters.
 
 `ipamd run` reads the configuration (the only hand-over of `os.environ`), builds the EC2 adapter, the
-IMDS client and the CRI client, hands them to `ipamd.daemon`, serves the local API on its unix socket
-and runs the pool manager and the reconcile schedule in one task group until SIGTERM or SIGINT:
-then it stops taking work, lets in-flight requests finish, and exits 0. `ipamd run --embedded` does
+IMDS client, the CRI client and the network-policy agent's client, hands them to `ipamd.daemon`,
+serves the local API and the agent's config server on their unix sockets and runs the pool manager
+and the reconcile schedule in one task group until SIGTERM or SIGINT: then it stops taking work,
+lets in-flight requests finish, and exits 0. `ipamd run --embedded` does
 the same on an embedded cloud: moto with ipamd's extension served on loopback, one VPC, subnet and
 instance, an IMDS simulator and a container runtime of its own — no AWS account needed; its cloud is
 kept in the state directory, so running it again is a restart of the same node
@@ -50,6 +51,9 @@ from ipamd.daemon import Daemon, HostNetAdapters, build_daemon, repair
 from ipamd.introspection import serve_introspection
 from ipamd.metrics import Recorders, Sources
 from ipamd.metrics_http import ListenFailed, latency_middleware, serve_metrics
+from ipamd.netpolicy.agent import GrpcPolicyAgent
+from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
+from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.observability import configure_logging
 from ipamd.policy.plan import compute_pod_limit_rule
 from ipamd.runtime.cri import GrpcCriRuntime
@@ -192,6 +196,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         stack.push_async_callback(daemon.close)
         if node is not None:
             node.serve_sandboxes(daemon.engine)
+        policy, config_server = await _network_policy(config, daemon, imds, stack)
         app = create_app(
             daemon.engine,
             ready=lambda: daemon.ready,
@@ -201,6 +206,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             pool_settings=lambda: _pool_settings(daemon),
             pods=daemon.datapath,
             repair=lambda apply: repair(daemon, apply),
+            network_policy=policy,
         )
         app.middlewares.append(latency_middleware(recorders))
         runner = await _serve_api(app, config.socket_path)
@@ -218,10 +224,28 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             hints = node.how_to_try(config) if daemon.ready else node.how_to_repair(config)
             print(hints, file=sys.stderr)
         try:
-            return await _run_until_stopped(daemon)
+            return await _run_until_stopped(daemon, config_server)
         finally:
             if written is not None:
                 conflist.remove(written, "stopped", only_if=conflist_bytes)
+
+
+async def _network_policy(
+    config: Config, daemon: Daemon, imds: Imdsv2Client, stack: AsyncExitStack
+) -> tuple[NetworkPolicy, ConfigServer]:
+    """The agent's part in ADD and DEL, and the config server it asks at its start, serving from
+    here: before ready, since the agent exits when it cannot reach ipamd (its crash-loop backoff
+    would delay every pod's policy) and the answer needs nothing start-up reads."""
+    agent = GrpcPolicyAgent(config.network_policy_agent_socket)
+    stack.push_async_callback(agent.close)
+    try:
+        reply = await read_agent_config(imds, config.network_policy_mode)
+    except CloudError as err:
+        raise StartupError(f"cannot read this instance from IMDS: {err}") from err
+    server = ConfigServer(config.config_server_socket, reply)
+    await server.start()
+    stack.push_async_callback(server.close)
+    return NetworkPolicy(daemon.engine, agent, config.network_policy_mode), server
 
 
 def _pool_settings(daemon: Daemon) -> dict[str, object]:
@@ -309,7 +333,7 @@ def _sources(daemon: Daemon) -> Sources:
     )
 
 
-async def _run_until_stopped(daemon: Daemon) -> int:
+async def _run_until_stopped(daemon: Daemon, config_server: ConfigServer) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -332,11 +356,12 @@ async def _run_until_stopped(daemon: Daemon) -> int:
             if serving
             else []
         )
+        served = tasks.create_task(config_server.serve(), name="config-server")
         stopped = tasks.create_task(stop.wait(), name="signals")
         failed = tasks.create_task(daemon.jobs.failed.wait(), name="job-failures")
         rebuilt = tasks.create_task(daemon.restart_wanted.wait(), name="restart-after-rebuild")
         await asyncio.wait({stopped, failed, rebuilt}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (*workers, stopped, failed, rebuilt):
+        for task in (*workers, served, stopped, failed, rebuilt):
             task.cancel()
     if daemon.restart_wanted.is_set():
         logger.warning("daemon.stopped reason=state_rebuilt: start ipamd again to serve from it")

@@ -7,6 +7,7 @@ Routes (JSON in and out; bodies in `ipamd.wire`):
 | `POST /v1/allocations` `{"container_id","ifname","network","pod"?}` | 200 allocation; same key → same |
 | `GET /v1/allocations/{one}?network=` | 200 allocation, or 404 `allocation_not_found` |
 | `DELETE /v1/allocations/{one}?network=` | 200 `{"released":[...]}`, idempotent, records the intent |
+| `POST /v1/allocations/{one}/policy?network=` `{"interfaces"}` | 200 `{}` once the policy agent enforced it |
 | `POST /v1/gc` `{"network","valid_attachments":[{"container_id","ifname"}]}` | 200 `{"released":[...]}` |
 | `GET /v1/pool` | counts per address state, node-wide and per ENI |
 | `GET /v1/allocations` | every allocation and quarantined claim |
@@ -38,11 +39,17 @@ middleware:
 | 503 | `max_pods` | the node holds its max pods |
 | 503 | `node_full` | every address the node's ENIs can hold is owned by a pod |
 | 503 | `datapath_unavailable` (retryable) | the pod's routing could not be set up; the ADD was undone |
+| 502 | `network_policy_refused` | the policy agent refused the pod or did not answer; the ADD was undone |
+| 503 | `network_policy_unavailable` (retryable) | DEL: the agent could not be told; nothing was released |
 | 503 | `runtime_unavailable` (retryable) | repair could not list the runtime's sandboxes |
 | 503 | `store_write_failed` (retryable) | the change could not be made durable, so it was not made |
 | 503 | `state_unavailable` | the state file is unusable; `ipamctl repair` |
 | 503 | `not_ready` (retryable) | `/readyz` before restore and the first EC2 reconcile |
 | 500 | `internal` | a bug: logged with its traceback, the message says nothing more |
+
+With network policy enforced (`ipamd.netpolicy.enforcement` says when), ADD's answer carries
+`network_policy` (the mode), the plugin calls the policy route once the pod's interfaces exist, and
+DEL tells the agent before it releases anything.
 
 ADD is not refused before ready: the engine serves from the restored pool and fails closed on its own;
 whether the socket is served before the first reconcile is the composition root's choice.
@@ -71,6 +78,7 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import BadRequest, IpamdError
 from ipamd.model import PodRef
+from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.reconcile.leaks import release_invalid_attachments
 from ipamd.wire import (
     CODE_BAD_REQUEST,
@@ -94,6 +102,7 @@ from ipamd.wire import (
     check_network,
     dumps,
 )
+from ipamd.wire_pod import POLICY_SEGMENT, PolicyRequest
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +138,7 @@ POOL_SETTINGS: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("pool_se
 Repair = Callable[[bool], Awaitable[dict[str, object]]]
 REPAIR: web.AppKey[Repair] = web.AppKey("repair")
 CLOCK = web.AppKey("clock", Clock)
+NETWORK_POLICY: web.AppKey[NetworkPolicy | None] = web.AppKey("network_policy")
 
 DEFAULT_INTENTS_LIMIT = 1000
 MAX_INTENTS_LIMIT = 100_000
@@ -192,6 +202,7 @@ async def add(request: web.Request) -> web.Response:
     key = AllocationKey(body.network, body.container_id, body.ifname)
     pod = None if body.pod is None else PodRef(body.pod.namespace, body.pod.name, body.pod.uid)
     record = await request.app[PODS].add(key, pod)
+    policy = request.app[NETWORK_POLICY]
     logger.info(
         "api.add network=%s container_id=%s ifname=%s addresses=%s",
         key.network,
@@ -199,7 +210,25 @@ async def add(request: web.Request) -> web.Response:
         key.ifname,
         ",".join(record.addresses),
     )
-    return _json(views.allocation(record, request.app[POD_GATEWAY_KEY]).to_json())
+    mode = None if policy is None else policy.mode_for(record)
+    return _json(views.allocation(record, request.app[POD_GATEWAY_KEY], mode).to_json())
+
+
+async def enforce_policy(request: web.Request) -> web.Response:
+    """The pod's interfaces exist: the agent enforces its policy, or the allocation is retracted
+    (502 `network_policy_refused`). Nothing to enforce (no agent, mode `none`) is a 200 too."""
+    body = PolicyRequest.from_json(await read_json(request, MAX_BODY_BYTES))
+    key = _key(request)
+    record = request.app[ENGINE].state.allocation(key)
+    if record is None:
+        raise AllocationNotFound(
+            f"no allocation for container {key.container_id} ifname {key.ifname} "
+            f"on network {key.network}"
+        )
+    policy = request.app[NETWORK_POLICY]
+    if policy is not None:
+        await policy.enforce(record, body.interfaces)
+    return _json({})
 
 
 async def get_allocation(request: web.Request) -> web.Response:
@@ -215,6 +244,9 @@ async def get_allocation(request: web.Request) -> web.Response:
 
 async def delete(request: web.Request) -> web.Response:
     key = _key(request)
+    policy = request.app[NETWORK_POLICY]
+    if policy is not None:
+        await policy.forget(key)  # before the release: else the address could go to a new pod
     released = await request.app[PODS].release(key)
     logger.info(
         "api.del network=%s container_id=%s ifname=%s released=%s",
@@ -322,9 +354,11 @@ def create_app(
     pool_settings: Callable[[], dict[str, object]] = dict,
     pods: PodAddresses | None = None,
     repair: Repair = _no_repair,
+    network_policy: NetworkPolicy | None = None,
 ) -> web.Application:
     """The API over `engine`. `ready` says whether the daemon has restored its state and finished its
-    first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb."""
+    first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb;
+    `network_policy`: the agent's part in ADD and DEL (None: no agent is ever called)."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_GC_BODY_BYTES)
     app[ENGINE] = engine
     app[PODS] = pods or EngineOnly(engine)
@@ -334,6 +368,7 @@ def create_app(
     app[POD_GATEWAY_KEY] = pod_gateway
     app[POOL_SETTINGS] = pool_settings
     app[CLOCK] = clock
+    app[NETWORK_POLICY] = network_policy
     one = PATH_ALLOCATIONS + "/{container_id}/{ifname}"
     app.router.add_routes(
         [
@@ -341,6 +376,7 @@ def create_app(
             web.get(PATH_ALLOCATIONS, allocations),
             web.get(one, get_allocation),
             web.delete(one, delete),
+            web.post(f"{one}/{POLICY_SEGMENT}", enforce_policy),
             web.post(PATH_GC, gc),
             web.get(PATH_POOL, pool),
             web.get(PATH_INTENTS, intents),

@@ -26,7 +26,11 @@ def _cidr(address: str) -> str:
     return f"{address}/{128 if ':' in address else 32}"
 
 
-def allocation(record: AllocationRecord, gateway: str = POD_GATEWAY) -> Allocation:
+def allocation(
+    record: AllocationRecord, gateway: str = POD_GATEWAY, network_policy: str | None = None
+) -> Allocation:
+    """An allocation as ADD and GET answer it; `network_policy` only on ADD's answer (the mode, when
+    the plugin must ask for the agent's call)."""
     pod = PodInfo(record.pod_namespace, record.pod_name, record.pod_uid)
     return Allocation(
         network=record.key.network,
@@ -36,6 +40,7 @@ def allocation(record: AllocationRecord, gateway: str = POD_GATEWAY) -> Allocati
         routes=(Route("0.0.0.0/0", gateway),),
         created_at=record.created_at,
         pod=pod if pod != PodInfo() else None,
+        network_policy=network_policy,
     )
 
 
