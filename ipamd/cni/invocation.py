@@ -8,13 +8,20 @@ Parsed once, up front, into an `Invocation`; anything wrong becomes a `CniError`
 | `cniVersion` not 0.4.0, 1.0.0 or 1.1.0; GC or STATUS on a config older than 1.1.0 | 1 incompatible version |
 | a field in the `ipam` section other than `type` and `socket` | 2 unsupported field |
 | bad `name`, `ipam`, `ipam.socket`, CHECK's `prevResult` or GC's `cni.dev/valid-attachments` | 7 |
+| interface mode: a bad `vethPrefix` (over 4 characters, `eth`, `lo`, `vlan`) or `mtu` (576-9001) | 7 |
 | CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS or CNI_ARGS missing or invalid | 4 invalid env |
 
 CNI_ARGS follows the CNI conventions: `K=V;K=V`; the keys read are K8S_POD_NAMESPACE, K8S_POD_NAME,
 K8S_POD_UID and K8S_POD_INFRA_CONTAINER_ID; any other key is refused unless `IgnoreUnknown=1` (which
-kubelet and containerd always pass). Only ADD reads CNI_ARGS: a DEL must not fail on what it does
-not need. CNI_NETNS is required for ADD and CHECK, as the spec says, though IPAM does not use it;
-CNI_PATH is not used (this plugin delegates to nothing).
+kubelet and containerd always pass). Only ADD insists on valid CNI_ARGS: a DEL must not fail on what
+it does not need, so DEL and CHECK of the interface plugin read the pod's name from it only when it
+parses (the host veth's name; `ipamd.cni.pod_plugin` says what it falls back to). CNI_NETNS is
+required for ADD and CHECK, as the spec says; the IPAM plugin does not use it. CNI_PATH is not used
+(this plugin delegates to nothing).
+
+Two modes, told apart by the conf's own `type`: `ipamd-cni` is the interface plugin (it makes the
+pod's veth: `vethPrefix`, default `eni`, and `mtu`, default 9001, are read; `NetConf.interface`),
+anything else (`ptp`, ...) chains ipamd-cni as its IPAM plugin (`NetConf.interface` is None).
 
 The daemon's socket: the `ipam` section's `socket`, else the `IPAMD_SOCKET` environment variable (for
 a runtime that cannot template the config, and for tests), else `/run/ipamd/ipamd.sock`.
@@ -57,6 +64,11 @@ _PER_CONTAINER = ("ADD", "DEL", "CHECK")
 _IPAM_FIELDS = ("type", "socket")
 _ARGS = ("IgnoreUnknown", "K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_UID")
 _ARG_INFRA = "K8S_POD_INFRA_CONTAINER_ID"
+PLUGIN_TYPE = "ipamd-cni"
+MIN_MTU = 576
+MAX_MTU = 9001
+"""VPC CNI's bounds for a pod's MTU (POD_MTU): IPv4's minimum datagram, a VPC's jumbo frame."""
+DEFAULT_MTU = 9001
 
 
 class CniError(Exception):
@@ -71,10 +83,27 @@ class CniError(Exception):
         """The config's cniVersion once known: the error is answered in it."""
 
 
+class InterfaceConf:
+    """The interface plugin's own settings: the host veth's name prefix and the pod's MTU."""
+
+    __slots__ = ("mtu", "veth_prefix")
+
+    def __init__(self, veth_prefix: str, mtu: int) -> None:
+        self.veth_prefix = veth_prefix
+        self.mtu = mtu
+
+
 class NetConf:
     """The network configuration, checked."""
 
-    __slots__ = ("cni_version", "network", "prev_result", "socket", "valid_attachments")
+    __slots__ = (
+        "cni_version",
+        "interface",
+        "network",
+        "prev_result",
+        "socket",
+        "valid_attachments",
+    )
 
     def __init__(
         self,
@@ -83,6 +112,7 @@ class NetConf:
         socket: str,
         prev_result: Mapping[str, object] | None,
         valid_attachments: tuple[Attachment, ...] | None,
+        interface: InterfaceConf | None = None,
     ) -> None:
         self.cni_version = cni_version
         self.network = network
@@ -91,12 +121,14 @@ class NetConf:
         self.valid_attachments = valid_attachments
         """GC's `cni.dev/valid-attachments`; None when the key is absent (never "release
         everything")."""
+        self.interface = interface
+        """Set when this plugin is the interface plugin (the conf's `type` is `ipamd-cni`)."""
 
 
 class Invocation:
     """One command on one network configuration (and, for ADD, DEL and CHECK, one attachment)."""
 
-    __slots__ = ("command", "conf", "container_id", "ifname", "pod")
+    __slots__ = ("command", "conf", "container_id", "ifname", "netns", "pod")
 
     def __init__(
         self,
@@ -105,12 +137,15 @@ class Invocation:
         container_id: str = "",
         ifname: str = "",
         pod: PodInfo | None = None,
+        netns: str = "",
     ) -> None:
         self.command = command
         self.conf = conf
         self.container_id = container_id
         self.ifname = ifname
         self.pod = pod
+        self.netns = netns
+        """CNI_NETNS: the pod's network namespace, a path (may be empty on DEL)."""
 
 
 def read_command(environ: Mapping[str, str]) -> str:
@@ -161,7 +196,24 @@ def _parse_versioned(
         socket=_socket(conf.get("ipam"), environ),
         prev_result=prev if isinstance(prev, dict) else None,
         valid_attachments=_valid_attachments(conf) if command == "GC" else None,
+        interface=_interface(conf) if conf.get("type") == PLUGIN_TYPE else None,
     )
+
+
+def _interface(conf: Mapping[str, object]) -> InterfaceConf:
+    # Only the interface plugin needs the veth vocabulary: the IPAM plugin's start does not pay it.
+    from ipamd.wire_pod import DEFAULT_VETH_PREFIX, check_veth_prefix
+
+    try:
+        prefix = check_veth_prefix(conf.get("vethPrefix", DEFAULT_VETH_PREFIX))
+    except WireError as err:
+        raise CniError(ERR_INVALID_CONFIG, "invalid vethPrefix", str(err)) from None
+    mtu = conf.get("mtu", DEFAULT_MTU)
+    if isinstance(mtu, bool) or not isinstance(mtu, int) or not MIN_MTU <= mtu <= MAX_MTU:
+        raise CniError(
+            ERR_INVALID_CONFIG, f"mtu must be an integer from {MIN_MTU} to {MAX_MTU}", repr(mtu)
+        )
+    return InterfaceConf(prefix, mtu)
 
 
 def _socket(ipam: object, environ: Mapping[str, str]) -> str:
@@ -222,6 +274,14 @@ def parse_cni_args(raw: str) -> dict[str, str]:
     return pairs
 
 
+def _pod_if_given(environ: Mapping[str, str]) -> PodInfo | None:
+    """DEL's and CHECK's pod: what a valid CNI_ARGS names, else None (never an error)."""
+    try:
+        return _pod(environ)
+    except CniError:
+        return None
+
+
 def _pod(environ: Mapping[str, str]) -> PodInfo | None:
     args = parse_cni_args(environ.get("CNI_ARGS", ""))
     try:
@@ -253,5 +313,9 @@ def parse_invocation(command: str, conf: NetConf, environ: Mapping[str, str]) ->
         raise CniError(ERR_INVALID_ENV, str(err)) from None
     if command != "DEL" and not environ.get("CNI_NETNS"):
         raise CniError(ERR_INVALID_ENV, f"{command} needs CNI_NETNS")
-    pod = _pod(environ) if command == "ADD" else None
-    return Invocation(command, conf, container_id, ifname, pod)
+    if command == "ADD":
+        pod = _pod(environ)
+    else:
+        pod = _pod_if_given(environ) if conf.interface is not None else None
+    netns = environ.get("CNI_NETNS", "")
+    return Invocation(command, conf, container_id, ifname, pod, netns)

@@ -1,10 +1,15 @@
-"""`ipamd-cni`: the CNI IPAM plugin the runtime executes for each pod (CNI spec 1.1).
+"""`ipamd-cni`: the CNI plugin the runtime executes for each pod (CNI spec 1.1).
 
-Configured as the `ipam` of an interface plugin such as `ptp`:
-`"ipam": {"type": "ipamd-cni", "socket": "/run/ipamd/ipamd.sock"}` (socket optional; see
-`ipamd.cni.invocation` for the environment and config it reads and the codes of bad input). It accepts
-configs of cniVersion 0.4.0, 1.0.0 and 1.1.0 and answers in the config's version (0.4.0's `ips`
-carry `version`).
+Two modes, by the conf's own `type` (`ipamd.cni.invocation`):
+- the interface plugin (`"type": "ipamd-cni"`, the shipped conflist): ADD, DEL and CHECK also make,
+  remove and check the pod's veth, and call the network-policy agent through ipamd
+  (`ipamd.cni.pod_plugin`, imported only in this mode);
+- the IPAM plugin of another interface plugin such as `ptp`:
+  `"ipam": {"type": "ipamd-cni", "socket": "/run/ipamd/ipamd.sock"}`, as the tables below say.
+
+The socket is optional; see `ipamd.cni.invocation` for the environment and config read and the codes
+of bad input. It accepts configs of cniVersion 0.4.0, 1.0.0 and 1.1.0 and answers in the config's
+version (0.4.0's `ips` carry `version`).
 
 | command | request to ipamd (`{one}` = `{cid}/{ifname}?network=`) | success |
 |---|---|---|
@@ -27,6 +32,7 @@ ipamd's answers become CNI errors (JSON on stdout, exit 1) deliberately:
 | `node_full` | 101 every address the node's ENIs can hold is owned by a pod |
 | `state_unavailable` | 102 the state file is unusable (`ipamctl repair`); DEL: success |
 | `allocation_not_found` | CHECK: 103 no allocation for the attachment |
+| `network_policy_refused` (the agent refused; ipamd retracted the allocation) | ADD: 105 |
 | ipamd's address missing from prevResult | CHECK: 104 allocation differs from prevResult |
 | any other code (`bad_request` from a version skew, `internal`, ...) | 100 ipamd refused the request |
 | an answer that is not the expected JSON | 5 I/O failure |
@@ -67,6 +73,7 @@ from ipamd.wire import (
     CODE_ALLOCATION_NOT_FOUND,
     CODE_DELETE_INTENT,
     CODE_MAX_PODS,
+    CODE_NETWORK_POLICY_REFUSED,
     CODE_NODE_FULL,
     CODE_STATE_UNAVAILABLE,
     PATH_ALLOCATIONS,
@@ -92,6 +99,7 @@ ERR_NODE_FULL = 101
 ERR_STATE_UNAVAILABLE = 102
 ERR_NO_ALLOCATION = 103
 ERR_ALLOCATION_MISMATCH = 104
+ERR_NETWORK_POLICY = 105
 
 _DAEMON_CODES = {
     CODE_MAX_PODS: (ERR_NODE_FULL, "the node holds its max pods"),
@@ -104,10 +112,14 @@ _DAEMON_CODES = {
 }
 
 
-def _from_daemon(err: DaemonError) -> CniError:
+def from_daemon(err: DaemonError) -> CniError:
     details = f"ipamd: {err.status} {err.body.code}: {err.body.message}"
     if err.body.code == CODE_DELETE_INTENT:
         return CniError(ERR_UNKNOWN_CONTAINER, "the container was already deleted", details)
+    if err.body.code == CODE_NETWORK_POLICY_REFUSED:
+        # The daemon has already retracted the allocation; the agent's answer is the message.
+        msg = f"the network-policy agent refused the pod: {err.body.message}"
+        return CniError(ERR_NETWORK_POLICY, msg, details)
     if err.body.retryable:
         return CniError(
             ERR_TRY_AGAIN, "ipamd cannot serve this right now; try again later", details
@@ -116,25 +128,25 @@ def _from_daemon(err: DaemonError) -> CniError:
     return CniError(code, msg, details)
 
 
-def _ask(inv: Invocation, method: str, path: str, body: dict[str, object] | None = None) -> object:
+def ask(inv: Invocation, method: str, path: str, body: dict[str, object] | None = None) -> object:
     try:
         return call(inv.conf.socket, method, path, body)
     except Unreachable as err:
         raise CniError(ERR_TRY_AGAIN, "ipamd is not reachable; try again later", str(err)) from None
     except DaemonError as err:
-        raise _from_daemon(err) from None
+        raise from_daemon(err) from None
     except BadAnswer as err:
         raise CniError(ERR_IO, "unexpected answer from ipamd", str(err)) from None
 
 
-def _one(inv: Invocation) -> str:
+def one_path(inv: Invocation) -> str:
     return (
         f"{PATH_ALLOCATIONS}/{segment(inv.container_id)}/{segment(inv.ifname)}"
         f"?network={segment(inv.conf.network)}"
     )
 
 
-def _allocation(answer: object) -> Allocation:
+def allocation_of(answer: object) -> Allocation:
     try:
         return Allocation.from_json(answer)
     except WireError as err:
@@ -190,20 +202,25 @@ def ipam_result(alloc: Allocation, version: str) -> dict[str, object]:
     return result
 
 
-def add(inv: Invocation, log: IO[str]) -> dict[str, object]:
+def allocate(inv: Invocation) -> Allocation:
+    """ADD's request to ipamd: the attachment's addresses (and, for the interface plugin, whether
+    the network-policy agent must be told)."""
     request = AllocateRequest(inv.container_id, inv.ifname, inv.conf.network, inv.pod)
-    alloc = _allocation(_ask(inv, "POST", PATH_ALLOCATIONS, request.to_json()))
-    return ipam_result(alloc, inv.conf.cni_version)
+    return allocation_of(ask(inv, "POST", PATH_ALLOCATIONS, request.to_json()))
+
+
+def add(inv: Invocation, log: IO[str]) -> dict[str, object]:
+    return ipam_result(allocate(inv), inv.conf.cni_version)
 
 
 def delete(inv: Invocation, log: IO[str]) -> None:
     try:
-        call(inv.conf.socket, "DELETE", _one(inv))
+        call(inv.conf.socket, "DELETE", one_path(inv))
     except Unreachable as err:
         reason = str(err)
     except DaemonError as err:
         if err.body.code != CODE_STATE_UNAVAILABLE:
-            raise _from_daemon(err) from None
+            raise from_daemon(err) from None
         reason = str(err)
     except BadAnswer as err:
         raise CniError(ERR_IO, "unexpected answer from ipamd", str(err)) from None
@@ -233,7 +250,7 @@ def _listed_addresses(prev: Mapping[str, object]) -> set[str]:
 def check(inv: Invocation, log: IO[str]) -> None:
     assert inv.conf.prev_result is not None  # parse_conf requires it for CHECK
     listed = _listed_addresses(inv.conf.prev_result)
-    alloc = _allocation(_ask(inv, "GET", _one(inv)))
+    alloc = allocation_of(ask(inv, "GET", one_path(inv)))
     missing = sorted(ip.address for ip in alloc.ips if ip.address.partition("/")[0] not in listed)
     if missing:
         raise CniError(
@@ -246,7 +263,7 @@ def check(inv: Invocation, log: IO[str]) -> None:
 def gc(inv: Invocation, log: IO[str]) -> None:
     assert inv.conf.valid_attachments is not None  # parse_conf requires it for GC
     request = GcRequest(inv.conf.network, inv.conf.valid_attachments)
-    _ask(inv, "POST", PATH_GC, request.to_json())
+    ask(inv, "POST", PATH_GC, request.to_json())
 
 
 def status(inv: Invocation, log: IO[str]) -> None:
@@ -263,6 +280,9 @@ _COMMANDS: dict[str, Callable[[Invocation, IO[str]], dict[str, object] | None]] 
     "GC": gc,
     "STATUS": status,
 }
+
+
+_INTERFACE_COMMANDS = ("ADD", "DEL", "CHECK")
 
 
 def _emit(out: IO[str], body: Mapping[str, object]) -> None:
@@ -282,7 +302,13 @@ def run(environ: Mapping[str, str], stdin: IO[bytes], stdout: IO[str], stderr: I
             return 0
         conf = parse_conf(command, stdin.read(), environ)
         version = conf.cni_version
-        result = _COMMANDS[command](parse_invocation(command, conf, environ), stderr)
+        commands = _COMMANDS
+        if conf.interface is not None and command in _INTERFACE_COMMANDS:
+            # Imported only here: the IPAM plugin's start stays as cheap as it was.
+            from ipamd.cni import pod_plugin
+
+            commands = pod_plugin.COMMANDS
+        result = commands[command](parse_invocation(command, conf, environ), stderr)
     except CniError as err:
         version = err.version or version
         error: dict[str, object] = {"cniVersion": version, "code": err.code, "msg": err.msg}
