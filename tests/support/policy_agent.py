@@ -30,6 +30,8 @@ from ipamd.netpolicy._generated import rpc_pb2_grpc as rpc_grpc
 
 Answer = Literal["ok", "refuse", "error"]
 
+_add_servicer: Callable[[object, grpc.aio.Server], None] = rpc_grpc.add_NPBackendServicer_to_server
+
 
 @dataclass(frozen=True, slots=True)
 class EnforceCall:
@@ -102,7 +104,7 @@ class FakePolicyAgent:
     async def start(self) -> None:
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server()
-        rpc_grpc.add_NPBackendServicer_to_server(_Servicer(self.script), server)
+        _add_servicer(_Servicer(self.script), server)
         if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
             raise OSError(f"cannot listen on {self.socket_path}")
         await server.start()

@@ -100,7 +100,7 @@ async def test_an_agent_that_refuses_or_is_unreachable_fails_the_call_and_leaves
         status, body = await call_policy(api, "c1")
         assert status == 502
         assert body["code"] == "network_policy_refused" and body["retryable"] is False
-        assert "default/web-0" in body["message"]
+        assert "default/web-0" in str(body["message"])
         state = api.engine.state
         assert state.allocations() == {}
         assert state.intents() == {}  # no pod used it: the runtime's next ADD starts afresh
