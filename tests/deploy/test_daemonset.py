@@ -103,6 +103,7 @@ def test_host_paths_are_the_node_paths_ipamd_uses() -> None:
         "cni-bin": "/opt/cni/bin",
         "cni-conf": "/etc/cni/net.d",
         "containerd": "/run/containerd",
+        "aws-node": "/var/run/aws-node",
     }
     ipamd = mounts(container("ipamd"))
     assert ipamd["containerd"]["readOnly"] is True
@@ -130,6 +131,14 @@ def test_every_path_setting_points_into_its_mount() -> None:
     assert env_value(ipamd, "IPAMD_STATE_DIR") == m["state"]
     assert env_value(ipamd, "IPAMD_CRI_SOCKET").startswith(m["containerd"] + "/")
     assert env_value(ipamd, "IPAMD_CNI_CONF_DIR") == m["cni-conf"]
+    # The network-policy agent dials ipamd there and serves there; the checkpoint is aws-node's.
+    assert m["aws-node"] == host_paths()["aws-node"], "the agent's DaemonSet mounts the same path"
+    for setting in (
+        "IPAMD_CONFIG_SERVER_SOCKET",
+        "IPAMD_NETWORK_POLICY_AGENT_SOCKET",
+        "AWS_VPC_K8S_CNI_BACKING_STORE",
+    ):
+        assert env_value(ipamd, setting).startswith(m["aws-node"] + "/"), setting
     installer = container("install-cni")
     assert env_value(installer, "IPAMD_CNI_BIN_DIR") == mounts(installer)["cni-bin"]["mountPath"]
 
