@@ -17,13 +17,13 @@
 #   IPAMD_CNI_BIN_DIR           the node's CNI bin directory as mounted   (/host/opt/cni/bin)
 #   IPAMD_CNI_BUNDLE            the runtime in the image                  (/opt/ipamd/cni/bundle)
 #   IPAMD_CNI_LAUNCHER          the launcher in the image                 (/opt/ipamd/cni/ipamd-cni)
-#   IPAMD_CNI_REQUIRED_PLUGINS  plugins the conflist needs from the node  ("loopback ptp")
+#   IPAMD_CNI_REQUIRED_PLUGINS  plugins the conflist needs from the node  ("loopback")
 set -eu
 
 bin_dir=${IPAMD_CNI_BIN_DIR:-/host/opt/cni/bin}
 bundle=${IPAMD_CNI_BUNDLE:-/opt/ipamd/cni/bundle}
 launcher=${IPAMD_CNI_LAUNCHER:-/opt/ipamd/cni/ipamd-cni}
-required=${IPAMD_CNI_REQUIRED_PLUGINS-loopback ptp}
+required=${IPAMD_CNI_REQUIRED_PLUGINS-loopback}
 
 say() { echo "install-cni: $*" >&2; }
 die() {
@@ -34,7 +34,7 @@ die() {
 [ -d "$bin_dir" ] || die "$bin_dir is not a directory: mount the node's CNI bin directory there"
 [ -r "$bundle/ID" ] || die "$bundle/ID is missing: the image was not built by its Dockerfile"
 [ -x "$launcher" ] || die "$launcher is missing or not executable"
-# The conflist chains ipamd-cni under ptp, and the runtime brings up lo with loopback: without them
+# ipamd-cni makes the pod's interface itself, but the runtime brings up lo with loopback: without it
 # every pod's ADD would fail on this node. Fail here instead, where the message is plain.
 for plugin in $required; do
     [ -x "$bin_dir/$plugin" ] ||

@@ -7,7 +7,8 @@ Pod side (the veth's peer, created straight inside the pod's namespace under CNI
 address, up, the same MTU, `169.254.1.1 dev eth0 scope link`, `default via 169.254.1.1 dev eth0`
 and a permanent neighbour `169.254.1.1 lladdr <host veth's MAC>`. The pod's next hop is a
 link-local address nobody holds: every packet the pod sends goes to the host's veth, which routes
-it; no ARP is ever needed either way.
+it; no ARP is ever needed either way. The host namespace forwards IPv4 (`net.ipv4.ip_forward`, set
+when it is not), as `ptp`, the interface plugin this one replaces, makes sure of on every ADD.
 
 `set_up` is idempotent for a retried ADD: a host veth already there under the same name (an
 earlier attempt for the pod) is deleted first, which removes its peer, routes and neighbours.
@@ -24,8 +25,8 @@ from ipamd.cni.netlink import Netlink, NetlinkError, Netns, link_index
 
 POD_GATEWAY = "169.254.1.1"
 """The pod's next hop: link-local, answered by the host veth's MAC through a static neighbour."""
-DEFAULT_MTU = 9001
-"""VPC CNI's pod MTU: a VPC carries jumbo frames."""
+IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
+"""Per network namespace: the plugin's own (the host's) when it opens it."""
 
 
 class PodInterface:
@@ -52,6 +53,7 @@ def set_up(host_name: str, netns_path: str, ifname: str, address: str, mtu: int)
     """The pod's veth pair for IPv4 `address` (no prefix: a /32), as the module says. Raises
     `NetlinkError` after removing whatever it made."""
     made = PodInterface(host_name, random_mac(), ifname, random_mac())
+    _forward_ipv4()
     with Netlink() as host, Netns(netns_path) as netns:
         host.delete_link(host_name)
         host.create_veth(host_name, made.host_mac, mtu, ifname, made.pod_mac, netns.fd)
@@ -61,6 +63,17 @@ def set_up(host_name: str, netns_path: str, ifname: str, address: str, mtu: int)
             host.delete_link(host_name)
             raise
     return made
+
+
+def _forward_ipv4() -> None:
+    try:
+        with open(IP_FORWARD, "rb") as knob:
+            on = knob.read(1) == b"1"
+        if not on:
+            with open(IP_FORWARD, "wb") as knob:
+                knob.write(b"1")
+    except OSError as err:
+        raise NetlinkError(err.errno or 0, f"enable {IP_FORWARD}") from None
 
 
 def _configure(host: Netlink, netns: Netns, made: PodInterface, address: str) -> None:

@@ -201,8 +201,10 @@ def test_conflist_is_a_cni_network_ipamd_cni_accepts() -> None:
     conf = conflist()
     assert conf["cniVersion"] in SUPPORTED_CNI_VERSIONS
     assert conf["name"] and isinstance(conf["plugins"], list)
-    assert [p["type"] for p in conf["plugins"]] == ["ptp"]
+    assert conf["name"] == "aws-cni", "VPC CNI's: the runtime's cached results of adopted pods"
+    assert [p["type"] for p in conf["plugins"]] == ["ipamd-cni"], "the interface plugin"
     assert conf["plugins"][0]["ipam"]["type"] == "ipamd-cni"
+    assert conf["plugins"][0]["vethPrefix"] == "eni", "the network-policy agent's name for veths"
 
 
 def test_conflist_offers_spec_1_1_and_keeps_a_version_for_older_runtimes() -> None:
@@ -228,7 +230,8 @@ def test_installer_requires_every_plugin_the_conflist_chains() -> None:
     match = re.search(r"IPAMD_CNI_REQUIRED_PLUGINS-([^}]*)\}", script)
     assert match is not None
     required = set(match.group(1).split())
-    assert {p["type"] for p in conflist()["plugins"]} <= required
+    # ipamd-cni is the one plugin the installer brings; every other one the conflist runs is the node's.
+    assert {p["type"] for p in conflist()["plugins"]} - {"ipamd-cni"} <= required
     assert "loopback" in required, "containerd brings up lo with the loopback plugin"
 
 

@@ -87,7 +87,7 @@ def node_bin(tmp_path: Path) -> Path:
     """A node's CNI bin dir with the reference plugins the conflist needs (stand-ins)."""
     bin_dir = tmp_path / "opt-cni-bin"
     bin_dir.mkdir()
-    for plugin in ("loopback", "ptp"):
+    for plugin in ("loopback",):
         (bin_dir / plugin).write_text("#!/bin/sh\nexit 0\n")
         (bin_dir / plugin).chmod(0o755)
     return bin_dir
@@ -255,11 +255,11 @@ def test_reinstall_is_idempotent_and_an_upgrade_keeps_the_previous_runtime(
 
 @needs_gcc
 def test_install_refuses_a_node_without_the_reference_plugins(built: Built, node_bin: Path) -> None:
-    (node_bin / "ptp").unlink()
+    (node_bin / "loopback").unlink()
     result = install(built, node_bin)
     assert result.returncode != 0
-    assert "ptp is missing" in result.stderr
-    assert sorted(p.name for p in node_bin.iterdir()) == ["loopback"], "nothing written"
+    assert "loopback is missing" in result.stderr
+    assert sorted(p.name for p in node_bin.iterdir()) == [], "nothing written"
 
 
 @needs_gcc

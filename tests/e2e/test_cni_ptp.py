@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conflist import conflist
+from tests.e2e.conflist import ptp_conflist
 from tests.e2e.support import (
     SYSTEM_CNI_DIR,
     CniOutcome,
@@ -60,7 +60,7 @@ class Node:
     def conf(self, version: str = "1.0.0") -> dict[str, object]:
         """The ptp network configuration (the single plugin of the conflist, as the runtime hands
         it to the plugin)."""
-        whole = conflist(str(self.ipamd.socket_path), network=NETWORK)
+        whole = ptp_conflist(str(self.ipamd.socket_path), network=NETWORK)
         plugins = whole["plugins"]
         assert isinstance(plugins, list)
         return {"cniVersion": version, "name": NETWORK, **plugins[0]}

@@ -1,9 +1,9 @@
 """End to end (b): a real containerd with its CRI plugin puts pods on ipamd.
 
 The test drives containerd over CRI v1 as the kubelet does (RunPodSandbox, PodSandboxStatus,
-StopPodSandbox, RemovePodSandbox). containerd runs the conflist of `conflist.write_conflist` (ptp with
-`ipamd-cni` as IPAM; its own loopback) from a test bin dir holding `loopback`, `ptp` and `ipamd-cni`,
-and a pause image built here. ipamd runs embedded (addresses from the moto EC2 pool) with
+StopPodSandbox, RemovePodSandbox). containerd runs the conflist ipamd writes from the shipped one
+(`ipamd-cni` as the interface plugin; its own loopback) from a test bin dir holding `loopback` and
+`ipamd-cni`, and a pause image built here. ipamd runs embedded (addresses from the moto EC2 pool) with
 `IPAMD_CRI_SOCKET` on this containerd and a runtime leak GC that acts within seconds.
 
 One containerd and one ipamd serve the module; every test removes the pods it made. containerd runs
@@ -109,17 +109,17 @@ def wait_for_file(path: Path, deadline_s: float = 30.0) -> None:
 @pytest.fixture(scope="module")
 def node(pause_image: Path) -> Iterator[Node]:
     require_root()
-    require("containerd", "runc", "ctr", "ip", "nsenter", plugins=("loopback", "ptp"))
+    require("containerd", "runc", "ctr", "ip", "nsenter", plugins=("loopback",))
     workdir = make_workdir("containerd")
     containerd: Containerd | None = None
     ipamd: Ipamd | None = None
-    # The node's network namespace: containerd runs in it, so ptp puts the host ends of the pods'
-    # veths and their routes there, never in the machine's own namespace.
+    # The node's network namespace: containerd runs in it, so ipamd-cni puts the host ends of the
+    # pods' veths and their routes there, never in the machine's own namespace.
     host_ns = f"ipamd-e2e-containerd-node-{os.getpid()}"
     host_path = add_netns(host_ns)
     subprocess.run(["ip", "-n", host_ns, "link", "set", "lo", "up"], check=True, timeout=30)
     try:
-        cni_bin = plugin_dir(workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "ptp")
+        cni_bin = plugin_dir(workdir / "bin", SYSTEM_CNI_DIR / "loopback")
         cni_conf = workdir / "net.d"
         cni_conf.mkdir()
         (workdir / "containerd").mkdir()

@@ -1,7 +1,7 @@
 """The DaemonSet's containers, from the built image, on a node the test stands in for.
 
 The node: a directory for its `/` (the hostPath volumes live under it), the network namespace of the
-run for its network, the reference plugins `loopback` and `ptp` in its CNI bin directory, and, served
+run for its network, the reference plugin `loopback` in its CNI bin directory, and, served
 from that namespace by a process of its own (tests/image/cloud.py), EC2, IMDS and the container
 runtime's socket. `install-cni` runs as the init container runs (its user, no capability, read-only
 root, the node's CNI bin directory mounted); the plugin it installs is then run on the node as the
@@ -49,7 +49,7 @@ from tests.image.pod import (
 from tests.image.podman import LABEL
 from tests.support.cri_server import runtime_stub
 
-REFERENCE_PLUGINS = ("loopback", "ptp")
+REFERENCE_PLUGINS = ("loopback",)
 SYSTEM_PLUGIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 READY_DEADLINE_S = 120.0
 START_DEADLINE_S = 60.0
@@ -129,10 +129,18 @@ def run_plugin(tested: SmokeNode, command: str, conf: dict[str, Any], pod: str =
 
 
 def plugin_conf(conflist: dict[str, Any], socket: Path) -> dict[str, Any]:
-    """The network config the runtime hands ptp's IPAM plugin, its socket on the test's node."""
+    """The shipped plugin's network config as an interface plugin (`ptp`) hands it to its IPAM
+    plugin, its socket on the test's node. The plugin runs in this process's network namespace,
+    the machine's, so it runs as the IPAM plugin: making a pod's veth is tests/e2e's, in namespaces
+    of their own."""
     (plugin,) = conflist["plugins"]
     ipam = dict(plugin["ipam"], socket=str(socket))
-    return {"cniVersion": conflist["cniVersion"], "name": conflist["name"], **plugin, "ipam": ipam}
+    return {
+        "cniVersion": conflist["cniVersion"],
+        "name": conflist["name"],
+        "type": "ptp",
+        "ipam": ipam,
+    }
 
 
 def test_install_cni_runs_as_the_init_container(node: SmokeNode, installed: Any) -> None:

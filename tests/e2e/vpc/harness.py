@@ -2,7 +2,7 @@
 
 `vpc_node()` creates the four network namespaces (`fabric.Namespaces`), starts the world process
 (`tests.e2e.vpc.world`) in the node's namespace and waits for its ready file, starts containerd
-there (the pause image imported, a CNI bin dir with loopback, ptp and ipamd-cni), then `ipamd run`
+there (the pause image imported, a CNI bin dir with loopback and ipamd-cni), then `ipamd run`
 there too, pointed at the world's EC2 and IMDS, with `IPAMD_HOST_NETWORK` as the test asks. ipamd
 writes the conflist into containerd's conf dir once ready. On the way out, whatever happened: the
 pods are removed over CRI (their DELs reach ipamd), containerd, ipamd and the world are stopped, the
@@ -144,9 +144,7 @@ class VpcNode:
         return self.ready
 
     def start_containerd(self, pause_image: Path) -> Containerd:
-        cni_bin = plugin_dir(
-            self.workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "ptp"
-        )
+        cni_bin = plugin_dir(self.workdir / "bin", SYSTEM_CNI_DIR / "loopback")
         (self.workdir / "net.d").mkdir()
         (self.workdir / "containerd").mkdir()
         self.containerd = Containerd.create(
@@ -469,9 +467,7 @@ def vpc_node(
     """A node in an emulated VPC with containerd and a ready ipamd (`IPAMD_HOST_NETWORK` =
     `host_network`, plus `env`), its conflist written; everything gone afterwards."""
     require_root()
-    require(
-        "containerd", "runc", "ctr", "ip", "nsenter", "nft", "ping", plugins=("loopback", "ptp")
-    )
+    require("containerd", "runc", "ctr", "ip", "nsenter", "nft", "ping", plugins=("loopback",))
     node = VpcNode(make_workdir("vpc"), Namespaces.unique())
     try:
         node.start_world()

@@ -3,7 +3,7 @@ what EC2's source/destination check and the internet gateway would drop.
 
 Each test gets a node of its own (`harness.vpc_node`): the world process (EC2, IMDS, the hypervisor
 attaching link pairs as ipamd attaches ENIs, the VPC fabric), containerd and ipamd in the node's
-network namespace, pods run over CRI with Debian's `ptp` and `ipamd-cni`. A fresh node per test
+network namespace, pods run over CRI with `ipamd-cni` as their interface plugin. A fresh node per test
 costs a few seconds and means no test inherits another's rules, SNAT table or ENIs.
 
 An m5.large has 3 ENIs of 10 addresses: the primary ENI holds at most 9 pods, so 20 pods need all
