@@ -17,6 +17,9 @@ Ordering, which is what makes an address safe to hand out:
   reconcile, which also catches anything changed behind ipamd's back.
 - The periodic reconcile lists ipamd's rules and routes (its own protocol number only) and makes
   them exactly the plan. A listing that fails proves nothing: that round deletes nothing.
+- Taking over from aws-node (`ipamd.hostnet.takeover`): in the same round, once ipamd's rules are
+  in, VPC CNI's twins go; its ENI tables' routes are replaced in place; its SNAT chains go once
+  ipamd's table is live.
 
 All kernel changes run under one lock, and each decides from the state as it is at that moment, so
 a DEL racing an ADD of the same address (or a reconcile round) cannot leave the other's rule behind.
@@ -38,6 +41,7 @@ from datastore.records import AllocationKey, AllocationRecord, EniRecord, Mutati
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable
+from ipamd.hostnet.aws_snat import AwsNodeSnat
 from ipamd.hostnet.plan import (
     KernelDiff,
     KernelPlanner,
@@ -50,6 +54,7 @@ from ipamd.hostnet.plan import (
 )
 from ipamd.hostnet.ports import EniLink, HostNetError, HostNetwork, LinkNotFound
 from ipamd.hostnet.snat import SnatPlan, SnatTable
+from ipamd.hostnet.takeover import Takeover
 from ipamd.model import PodRef
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,9 @@ class DatapathHealth:
     reconciles: Counter[str] = field(default_factory=Counter)
     """Reconcile rounds by outcome: ok, unreadable, failed."""
     add_failures: int = 0
+    takeover_failures: Counter[str] = field(default_factory=Counter)
+    """Takeover steps from aws-node that failed (retried by the next reconcile), by step:
+    unreadable, rules, snat."""
 
 
 @dataclass(slots=True)
@@ -98,6 +106,7 @@ class Datapath:
         vpc_cidrs: Callable[[str], Awaitable[tuple[str, ...]]],
         clock: Clock,
         rng: random.Random | None = None,
+        aws_node_snat: AwsNodeSnat | None = None,
     ) -> None:
         self._engine = engine
         self._host = host
@@ -120,6 +129,9 @@ class Datapath:
         self._subnets: dict[str, str] = {}
         self._wanted = asyncio.Event()
         self.health = DatapathHealth()
+        self._takeover = Takeover(
+            host, aws_node_snat, self.health.fixes, self.health.takeover_failures
+        )
         for eni in engine.state.enis().values():
             self._block(eni)
         engine.listeners.append(self._on_commit)
@@ -314,7 +326,8 @@ class Datapath:
         try:
             async with self._lock:
                 diff = await self._reconcile_kernel()
-            await self._reconcile_snat()
+            if await self._reconcile_snat():
+                await self._takeover.snat()
         except HostNetError as err:
             self.health.reconciles["failed"] += 1
             logger.warning("hostnet.reconcile_failed error=%s (nothing deleted)", err)
@@ -326,11 +339,18 @@ class Datapath:
         state = self._engine.state
         rules = await self._host.list_rules()
         routes = await self._host.list_routes()
+        foreign = await self._takeover.read()
         ready = tuple(r for r in self._ready.values() if r.record.eni_id in state.enis())
         plan = self._planner.plan(state, ready, not self.settings.external_snat)
         diff = diff_kernel(plan, rules, routes)
-        if diff.is_empty():
-            return diff
+        if not diff.is_empty():
+            await self._apply(diff)
+        if foreign is not None:
+            # ipamd's rules and routes are the plan now: VPC CNI's twins can go.
+            await self._takeover.replace(plan, diff.add_routes, foreign, state)
+        return diff
+
+    async def _apply(self, diff: KernelDiff) -> None:
         await self._host.delete_rules(diff.delete_rules)
         await self._host.delete_routes(diff.delete_routes)
         await self._host.add_routes(diff.add_routes)
@@ -345,23 +365,25 @@ class Datapath:
         logger.warning("hostnet.reconciled %s", " ".join(f"{k}={v}" for k, v in fixes.items()))
         for rule in sorted(diff.delete_rules | diff.add_rules):
             logger.info("hostnet.fixed rule=%s", rule)
-        return diff
 
-    async def _reconcile_snat(self) -> None:
+    async def _reconcile_snat(self) -> bool:
+        """True once the SNAT side is what the settings say: ipamd's table live, or (external
+        SNAT) absent."""
         self._snat_stale = False
         if self.settings.external_snat:
             if await self._snat.remove():
                 self.health.fixes["snat"] += 1
-            return
+            return True
         plan = await self.snat_plan()
         if plan is None:
             self._snat_stale = True
-            return
+            return False
         if await self._snat.apply(plan):
             self.health.fixes["snat"] += 1
             logger.info(
                 "hostnet.snat_applied primary=%s exempt=%s", plan.primary_ip, plan.exempt_cidrs
             )
+        return True
 
     async def snat_plan(self) -> SnatPlan | None:
         """The SNAT table for the links set up now; None until the primary link is found."""

@@ -2,15 +2,20 @@
 
 `FakeHostNetwork`: a kernel with state.
 
-It holds links (by MAC), ipamd's rules and routes, and what `prepare_link` made of each link, and
-behaves as the netlink adapter does (idempotent adds and deletes, `LinkNotFound`, only ipamd's own
-entries listed). Knobs make it fail the way a kernel can: `unreadable` (listing fails), `fail_writes`
+It holds links (by MAC), ipamd's rules and routes, rules and routes of others (the kernel's
+defaults, and those a test puts there as aws-node leaves them), and what `prepare_link` made of each
+link, and behaves as the netlink adapter does (idempotent adds and deletes, `LinkNotFound`, only
+ipamd's own entries listed unless `foreign=True` asks for the others, routes replaced in place by
+table and destination). Knobs make it fail the way a kernel can: `unreadable` (listing fails), `fail_writes`
 (every change is refused), and links that appear only when a test plugs them.
 
 `FakeSnatTable`: the SNAT table. It holds the plan the "kernel" table was last made from (None: no
 table), compares plans by their rendered script as `NftSnatTable` does, and misbehaves on demand:
 `unreadable` (every call raises `KernelUnreadable`), `fail_apply` (`apply` raises, the table left as it
-was), and `tamper()` (someone edited the table by hand). Neither fake touches a kernel.
+was), and `tamper()` (someone edited the table by hand).
+
+`FakeAwsNodeSnat`: aws-node's SNAT and connmark chains, as names of what is there; `remove` takes
+them all unless `fail` names why it cannot. None of the fakes touches a kernel.
 """
 
 from __future__ import annotations
@@ -18,7 +23,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from ipamd.hostnet.ports import EniLink, HostNetError, KernelUnreadable, LinkNotFound, Route, Rule
+from ipamd.hostnet.aws_snat import Removal
+from ipamd.hostnet.ports import (
+    RESERVED_TABLES,
+    TAKEOVER_PRIORITIES,
+    EniLink,
+    HostNetError,
+    KernelUnreadable,
+    LinkNotFound,
+    Route,
+    Rule,
+)
 from ipamd.hostnet.snat import SnatPlan, render_ruleset
 
 
@@ -43,7 +58,12 @@ class FakeHostNetwork:
         self.rules: set[Rule] = set()
         self.routes: set[Route] = set()
         self.foreign_rules: set[Rule] = {Rule(0, 255), Rule(32766, 254), Rule(32767, 253)}
-        """Rules ipamd did not make (the kernel's defaults): never listed, never touched."""
+        """Rules ipamd did not make (the kernel's defaults, VPC CNI's): listed and deleted only with
+        `foreign=True`, and then only those at `TAKEOVER_PRIORITIES`."""
+        self.foreign_routes: set[Route] = set()
+        """Routes ipamd did not make (VPC CNI's): listed and deleted only with `foreign=True`, and
+        replaced in place (they become ipamd's) by an `add_routes` of the same table and
+        destination."""
         self.unreadable = False
         self.fail_writes = False
         self.calls = 0
@@ -58,6 +78,7 @@ class FakeHostNetwork:
         link = self.links.pop(mac.lower(), None)
         if link is not None:
             self.routes = {r for r in self.routes if r.ifname != link.ifname}
+            self.foreign_routes = {r for r in self.foreign_routes if r.ifname != link.ifname}
 
     def _write(self) -> None:
         self.calls += 1
@@ -85,9 +106,14 @@ class FakeHostNetwork:
         self._write()
         self.rules.update(rules)
 
-    async def delete_rules(self, rules: Collection[Rule]) -> None:
+    async def delete_rules(self, rules: Collection[Rule], *, foreign: bool = False) -> None:
         self._write()
-        self.rules.difference_update(rules)
+        if foreign:
+            self.foreign_rules.difference_update(
+                r for r in rules if r.priority in TAKEOVER_PRIORITIES
+            )
+        else:
+            self.rules.difference_update(rules)
 
     async def add_routes(self, routes: Collection[Route]) -> None:
         self._write()
@@ -95,23 +121,29 @@ class FakeHostNetwork:
         for route in routes:
             if route.ifname not in names:
                 raise LinkNotFound(f"no link {route.ifname}")
+        keys = {(route.table, route.dst) for route in routes}
+        self.foreign_routes = {r for r in self.foreign_routes if (r.table, r.dst) not in keys}
         self.routes.update(routes)
 
-    async def delete_routes(self, routes: Collection[Route]) -> None:
+    async def delete_routes(self, routes: Collection[Route], *, foreign: bool = False) -> None:
         self._write()
-        self.routes.difference_update(routes)
+        (self.foreign_routes if foreign else self.routes).difference_update(routes)
 
     def _read(self) -> None:
         self.calls += 1
         if self.unreadable:
             raise KernelUnreadable("injected: the kernel cannot be read")
 
-    async def list_rules(self) -> frozenset[Rule]:
+    async def list_rules(self, *, foreign: bool = False) -> frozenset[Rule]:
         self._read()
+        if foreign:
+            return frozenset(r for r in self.foreign_rules if r.priority in TAKEOVER_PRIORITIES)
         return frozenset(self.rules)
 
-    async def list_routes(self) -> frozenset[Route]:
+    async def list_routes(self, *, foreign: bool = False) -> frozenset[Route]:
         self._read()
+        if foreign:
+            return frozenset(r for r in self.foreign_routes if r.table not in RESERVED_TABLES)
         return frozenset(self.routes)
 
 
@@ -163,3 +195,20 @@ class FakeSnatTable:
     def _check_readable(self) -> None:
         if self.unreadable:
             raise KernelUnreadable("injected: nft could not list table ip ipamd")
+
+
+class FakeAwsNodeSnat:
+    def __init__(self, *chains: str) -> None:
+        self.chains: set[str] = set(chains)
+        """What of aws-node's is left, e.g. `ip nat chain AWS-SNAT-CHAIN-0`."""
+        self.fail = ""
+        """Non-empty: every `remove` fails with this reason and removes nothing."""
+        self.passes = 0
+        """`remove` calls, whatever they found."""
+
+    async def remove(self) -> Removal:
+        self.passes += 1
+        if self.fail:
+            return Removal(failed=(self.fail,))
+        removed, self.chains = tuple(sorted(self.chains)), set()
+        return Removal(removed=removed)

@@ -4,10 +4,11 @@ Owns: one rtnetlink socket in the calling process's network namespace (or in a n
 ipamd's IPv4 rules and routes (every one tagged `RT_PROTO_IPAMD`), and the links `prepare_link` is
 given (their MTU, state, IPv4 addresses and the subnet's connected route in main).
 
-Must not: list, change or delete a rule or route of any other protocol (the one exception is the
-kernel's connected route `prepare_link` removes); touch a link other than the one `prepare_link`
-resolved; shell out; start anything before `open()` or leave anything running after `close()`; let an
-exception other than a `HostNetError` out of a port method.
+Must not: list, change or delete a rule or route of any other protocol (the exceptions: the
+kernel's connected route `prepare_link` removes, and VPC CNI's rules and routes the takeover lists
+and deletes with `foreign=True`, or replaces in place through `add_routes`); touch a link other than
+the one `prepare_link` resolved; shell out; start anything before `open()` or leave anything
+running after `close()`; let an exception other than a `HostNetError` out of a port method.
 """
 
 from __future__ import annotations
@@ -156,8 +157,8 @@ class NetlinkHostNetwork:
             for rule, req in requests
         )
 
-    async def delete_rules(self, rules: Collection[Rule]) -> None:
-        requests = [(rule, rule_request(rule)) for rule in rules]
+    async def delete_rules(self, rules: Collection[Rule], *, foreign: bool = False) -> None:
+        requests = [(rule, rule_request(rule, foreign=foreign)) for rule in rules]
         await self._all(
             self._request(
                 f"delete rule {rule}",
@@ -188,13 +189,13 @@ class NetlinkHostNetwork:
                 if bool(route.gateway) is via_gateway
             )
 
-    async def delete_routes(self, routes: Collection[Route]) -> None:
+    async def delete_routes(self, routes: Collection[Route], *, foreign: bool = False) -> None:
         if not routes:
             return
         oifs = await self._oifs()
         # A link that is gone took its routes with it.
         requests = [
-            (route, route_request(route, oifs[route.ifname]))
+            (route, route_request(route, oifs[route.ifname], foreign=foreign))
             for route in routes
             if route.ifname in oifs
         ]
@@ -209,17 +210,17 @@ class NetlinkHostNetwork:
                 if bool(route.gateway) is via_gateway
             )
 
-    async def list_rules(self) -> frozenset[Rule]:
+    async def list_rules(self, *, foreign: bool = False) -> frozenset[Rule]:
         messages = await self._dump("rules", _call("rule", "dump", family=AF_INET))
-        return frozenset(rule for rule in map(rule_of, messages) if rule is not None)
+        rules = (rule_of(msg, foreign=foreign) for msg in messages)
+        return frozenset(rule for rule in rules if rule is not None)
 
-    async def list_routes(self) -> frozenset[Route]:
+    async def list_routes(self, *, foreign: bool = False) -> frozenset[Route]:
         messages = await self._dump("routes", _call("route", "dump", family=AF_INET))
         # Links after routes: a route whose index is unknown then belongs to a link that is gone.
         names = {found.index: found.name for found in await self._links()}
-        return frozenset(
-            route for route in (route_of(msg, names) for msg in messages) if route is not None
-        )
+        routes = (route_of(msg, names, foreign=foreign) for msg in messages)
+        return frozenset(route for route in routes if route is not None)
 
     # -- prepare_link's steps -------------------------------------------------------------------
 

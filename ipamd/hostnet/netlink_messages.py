@@ -14,12 +14,36 @@ from dataclasses import dataclass
 from socket import AF_INET
 from typing import Any, Final
 
-from ipamd.hostnet.ports import MAIN_TABLE, RT_PROTO_IPAMD, HostNetError, Route, Rule
+from ipamd.hostnet.ports import (
+    MAIN_TABLE,
+    RESERVED_TABLES,
+    RT_PROTO_IPAMD,
+    TAKEOVER_PRIORITIES,
+    HostNetError,
+    Route,
+    Rule,
+)
 
 RT_SCOPE_UNIVERSE: Final = 0
 RT_SCOPE_LINK: Final = 253
 RTPROT_KERNEL: Final = 2
 IFF_UP: Final = 0x1
+FR_ACT_TO_TBL: Final = 1
+RTN_UNICAST: Final = 1
+
+_OTHER_SELECTORS: Final = (
+    "FRA_IIFNAME",
+    "FRA_OIFNAME",
+    "FRA_UID_RANGE",
+    "FRA_IP_PROTO",
+    "FRA_SPORT_RANGE",
+    "FRA_DPORT_RANGE",
+    "FRA_L3MDEV",
+    "FRA_TUN_ID",
+    "FRA_GOTO",
+)
+"""Rule attributes a `Rule` cannot describe: a foreign rule carrying one is never listed, so it can
+never be taken for VPC CNI's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +69,16 @@ def ipv4_address(text: str) -> ipaddress.IPv4Address:
         raise HostNetError(f"not an IPv4 address: {text!r}") from exc
 
 
-def rule_request(rule: Rule) -> dict[str, object]:
+def rule_request(rule: Rule, *, foreign: bool = False) -> dict[str, object]:
+    """The request for ipamd's rule; with `foreign`, without a protocol, which the kernel then
+    matches whatever it is (VPC CNI's rules carry none)."""
     request: dict[str, object] = {
         "family": AF_INET,
         "priority": rule.priority,
         "table": rule.table,
-        "protocol": RT_PROTO_IPAMD,
     }
+    if not foreign:
+        request["protocol"] = RT_PROTO_IPAMD
     for key, cidr in (("src", rule.src), ("dst", rule.dst)):
         if cidr:
             network = ipv4_network(cidr)
@@ -65,8 +92,12 @@ def rule_request(rule: Rule) -> dict[str, object]:
     return request
 
 
-def rule_of(msg: Any) -> Rule | None:
-    if msg["family"] != AF_INET or msg.get_attr("FRA_PROTOCOL") != RT_PROTO_IPAMD:
+def rule_of(msg: Any, *, foreign: bool = False) -> Rule | None:
+    """ipamd's rule in `msg`, or None; with `foreign`, a rule of another protocol at one of
+    `TAKEOVER_PRIORITIES` that a `Rule` describes whole, or None."""
+    if msg["family"] != AF_INET or (msg.get_attr("FRA_PROTOCOL") == RT_PROTO_IPAMD) is foreign:
+        return None
+    if foreign and not _plain_lookup(msg):
         return None
     return Rule(
         priority=int(msg.get_attr("FRA_PRIORITY") or 0),
@@ -78,7 +109,18 @@ def rule_of(msg: Any) -> Rule | None:
     )
 
 
-def route_request(route: Route, oif: int) -> dict[str, object]:
+def _plain_lookup(msg: Any) -> bool:
+    return bool(
+        int(msg.get_attr("FRA_PRIORITY") or 0) in TAKEOVER_PRIORITIES
+        and msg["action"] == FR_ACT_TO_TBL
+        and not msg["tos"]
+        and not any(msg.get_attr(name) for name in _OTHER_SELECTORS)
+    )
+
+
+def route_request(route: Route, oif: int, *, foreign: bool = False) -> dict[str, object]:
+    """The request for ipamd's route; with `foreign`, without a protocol (the kernel then matches
+    any)."""
     network = ipv4_network(route.dst)
     request: dict[str, object] = {
         "family": AF_INET,
@@ -86,18 +128,23 @@ def route_request(route: Route, oif: int) -> dict[str, object]:
         "dst": str(network.network_address),
         "dst_len": network.prefixlen,
         "oif": oif,
-        "proto": RT_PROTO_IPAMD,
         # Given on delete too: pyroute2 sends scope universe when none is given, and the kernel
         # then finds no link-scope route to delete.
         "scope": RT_SCOPE_UNIVERSE if route.gateway else RT_SCOPE_LINK,
     }
+    if not foreign:
+        request["proto"] = RT_PROTO_IPAMD
     if route.gateway:
         request["gateway"] = str(ipv4_address(route.gateway))
     return request
 
 
-def route_of(msg: Any, names: Mapping[int, str]) -> Route | None:
-    if msg["family"] != AF_INET or msg["proto"] != RT_PROTO_IPAMD:
+def route_of(msg: Any, names: Mapping[int, str], *, foreign: bool = False) -> Route | None:
+    """ipamd's route in `msg`, or None; with `foreign`, a unicast route of another protocol in a
+    table outside `RESERVED_TABLES`, or None."""
+    if msg["family"] != AF_INET or (msg["proto"] == RT_PROTO_IPAMD) is foreign:
+        return None
+    if foreign and (msg["type"] != RTN_UNICAST or _table(msg, "RTA_TABLE") in RESERVED_TABLES):
         return None
     # No RTA_OIF: a multipath route, which ipamd never adds; an unknown one: its link is gone.
     ifname = names.get(msg.get_attr("RTA_OIF"))

@@ -14,13 +14,17 @@ and the default route through it; `from <ENI primary address> lookup <table>` at
 
 With SNAT on (not `AWS_VPC_K8S_CNI_EXTERNALSNAT`): `fwmark 0x80/0x80 lookup main` at 1024, so pod
 connections to outside the VPC (marked by ipamd's nftables table) leave by the primary ENI.
+
+Taking a node over from aws-node (`plan_takeover`): VPC CNI's rules are of these very shapes without
+ipamd's protocol, and its routes are these routes. ipamd's own go in first (the reconcile), then the
+foreign twins go; routes are replaced in place rather than deleted and added.
 """
 
 from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -190,3 +194,101 @@ def diff_kernel(plan: KernelPlan, rules: frozenset[Rule], routes: frozenset[Rout
         add_routes=plan.routes - routes,
         delete_routes=routes - plan.routes,
     )
+
+
+# -- taking over from aws-node (VPC CNI) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TakeoverPlan:
+    """What of VPC CNI's rules and routes goes, once ipamd's own are its plan."""
+
+    delete_rules: frozenset[Rule]
+    claim_routes: frozenset[Route]
+    """Replaced in place by the reconcile's `add_routes` of the same table and destination: they
+    become ipamd's with no moment the table lacks them. Nothing to do; counted."""
+    delete_routes: frozenset[Route]
+
+    def is_empty(self) -> bool:
+        return not (self.delete_rules or self.claim_routes or self.delete_routes)
+
+
+def _selector(rule: Rule) -> tuple[int, str, str, int, int]:
+    """What a rule matches and where it sits, whatever table it sends to."""
+    return (rule.priority, rule.src, rule.dst, rule.fwmark, rule.fwmask)
+
+
+def _host(cidr: str) -> str | None:
+    address, _, length = cidr.partition("/")
+    return address if length == "32" else None
+
+
+def is_vpc_cni_rule(rule: Rule) -> bool:
+    """One of the four rule shapes VPC CNI installs (`to <pod> lookup main` at 512, `fwmark
+    0x80/0x80 lookup main` at 1024, `from <pod> lookup N` at 1536, `from <ENI address> lookup N` at
+    32765): a rule of any other shape at those priorities is someone else's and stays."""
+    marked = rule.fwmark or rule.fwmask
+    if rule.priority == PRIORITY_TO_POD:
+        return bool(_host(rule.dst)) and not rule.src and not marked and rule.table == MAIN_TABLE
+    if rule.priority == PRIORITY_CONNMARK:
+        return (
+            (rule.fwmark, rule.fwmask) == (CONNMARK, CONNMARK)
+            and not (rule.src or rule.dst)
+            and rule.table == MAIN_TABLE
+        )
+    if rule.priority in (PRIORITY_FROM_POD, PRIORITY_FROM_ENI):
+        return bool(_host(rule.src)) and not rule.dst and not marked and rule.table != MAIN_TABLE
+    return False
+
+
+def _is_vpc_cni_route(route: Route) -> bool:
+    """`default via <gw> dev ethX` or `<gw>/32 dev ethX scope link`: what VPC CNI puts in an ENI's
+    table."""
+    if route.dst == DEFAULT_ROUTE:
+        return bool(route.gateway)
+    return _host(route.dst) is not None and not route.gateway
+
+
+def plan_takeover(
+    plan: KernelPlan,
+    adding: Iterable[Route],
+    foreign_rules: Iterable[Rule],
+    foreign_routes: Iterable[Route],
+    *,
+    owned: Container[str],
+    inventory: Container[str],
+) -> TakeoverPlan:
+    """Which of VPC CNI's rules and routes go, for a kernel whose ipamd rules and routes are
+    `plan` once the reconcile has added `adding` (its routes not yet in the kernel). Pure.
+
+    A foreign rule of VPC CNI's shapes goes when ipamd's plan holds a rule of the same priority and
+    selector (replaced: the kernel keeps the first of equals, so a pod is never without one); when
+    it is the connmark rule and the plan has none (AWS_VPC_K8S_CNI_EXTERNALSNAT: the marks it
+    routes are aws-node's, which go with its chains); or when it is a pod rule (512, 1536) of an
+    address in `inventory` that no allocation owns (`owned`): no live pod uses it. Any other stays
+    (an owned address whose rule ipamd has not planned yet keeps VPC CNI's meanwhile).
+
+    A foreign route of VPC CNI's shapes in a table the plan fills is claimed when `adding` has a
+    route of its table and destination (replaced in place), and otherwise goes (stale, or a twin
+    of ipamd's). Routes in other tables stay."""
+    own = {_selector(rule) for rule in plan.rules}
+    connmark = CONNMARK_RULE in plan.rules
+    gone: set[Rule] = set()
+    for rule in foreign_rules:
+        if not is_vpc_cni_rule(rule):
+            continue
+        if _selector(rule) in own or (rule.priority == PRIORITY_CONNMARK and not connmark):
+            gone.add(rule)
+        elif rule.priority in (PRIORITY_TO_POD, PRIORITY_FROM_POD):
+            address = _host(rule.dst or rule.src)
+            if address is not None and address in inventory and address not in owned:
+                gone.add(rule)
+    tables = {route.table for route in plan.routes}
+    replaced = {(route.table, route.dst) for route in adding}
+    claimed: set[Route] = set()
+    stale: set[Route] = set()
+    for route in foreign_routes:
+        if route.table not in tables or not _is_vpc_cni_route(route):
+            continue
+        (claimed if (route.table, route.dst) in replaced else stale).add(route)
+    return TakeoverPlan(frozenset(gone), frozenset(claimed), frozenset(stale))

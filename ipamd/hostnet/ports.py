@@ -6,8 +6,10 @@ Adapters: `ipamd.hostnet.netlink.NetlinkHostNetwork` (pyroute2, the daemon's), a
 
 Ownership: every rule and route ipamd adds carries `RT_PROTO_IPAMD` as its protocol, and listing
 returns only those, so nothing of anyone else's (the kernel's, kube-proxy's, a node's own policy
-routing) is ever listed as stale or removed. The one exception is `prepare_link`, which owns the ENI's
-link outright: it removes the subnet's connected route the kernel adds for that link in main.
+routing) is ever listed as stale or removed. Two exceptions: `prepare_link` owns the ENI's link
+outright (it removes the subnet's connected route the kernel adds for that link in main), and the
+takeover from aws-node (VPC CNI) lists and removes rules and routes of VPC CNI's shapes that carry no
+ipamd protocol (`foreign=True`), as `ipamd.hostnet.plan.plan_takeover` decides.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ PRIORITY_FROM_POD = 1536
 PRIORITY_FROM_ENI = 32765
 """`from <ENI primary address> lookup N`: the node's own traffic from a secondary ENI's address."""
 CONNMARK = 0x80
+
+TAKEOVER_PRIORITIES = frozenset(
+    {PRIORITY_TO_POD, PRIORITY_CONNMARK, PRIORITY_FROM_POD, PRIORITY_FROM_ENI}
+)
+"""The priorities of VPC CNI's rules, which are ipamd's too: the only ones `foreign=True` lists."""
+
+RESERVED_TABLES = frozenset({0, 253, 254, 255})
+"""unspec, default, main, local: never an ENI's table, so `foreign=True` never lists their routes."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -103,25 +113,37 @@ class HostNetwork(Protocol):
         ...
 
     async def add_rules(self, rules: Collection[Rule]) -> None:
-        """Add, tagged `RT_PROTO_IPAMD`; one already there is not an error."""
+        """Add, tagged `RT_PROTO_IPAMD`; one already there is not an error. A rule of the same
+        content without ipamd's protocol (VPC CNI's) does not stop it: the kernel keeps both."""
         ...
 
-    async def delete_rules(self, rules: Collection[Rule]) -> None:
-        """Delete ipamd's rules; one already gone is not an error."""
+    async def delete_rules(self, rules: Collection[Rule], *, foreign: bool = False) -> None:
+        """Delete ipamd's rules; one already gone is not an error. With `foreign`, delete rules of
+        this content that are not ipamd's (VPC CNI's carry no protocol, so the kernel is asked with
+        none and removes the first rule of that content in its list: when ipamd's twin is there,
+        it is normally the later one, and if ever the twin goes instead, the foreign rule left is
+        identical and the next reconcile adds the twin back)."""
         ...
 
     async def add_routes(self, routes: Collection[Route]) -> None:
-        """Add or replace, tagged `RT_PROTO_IPAMD`. Raises `LinkNotFound` for an unknown `ifname`."""
+        """Add or replace, tagged `RT_PROTO_IPAMD`: a route of the same table and destination that
+        is not ipamd's (VPC CNI's) is replaced in place, so the table never lacks it. Raises
+        `LinkNotFound` for an unknown `ifname`."""
         ...
 
-    async def delete_routes(self, routes: Collection[Route]) -> None:
-        """Delete ipamd's routes; one already gone (or whose link is gone) is not an error."""
+    async def delete_routes(self, routes: Collection[Route], *, foreign: bool = False) -> None:
+        """Delete ipamd's routes; one already gone (or whose link is gone) is not an error. With
+        `foreign`, delete routes of this content that are not ipamd's."""
         ...
 
-    async def list_rules(self) -> frozenset[Rule]:
-        """Every IPv4 rule tagged `RT_PROTO_IPAMD`. Raises `KernelUnreadable`."""
+    async def list_rules(self, *, foreign: bool = False) -> frozenset[Rule]:
+        """Every IPv4 rule tagged `RT_PROTO_IPAMD`; with `foreign`, instead every IPv4 lookup rule
+        not tagged so at `TAKEOVER_PRIORITIES` that a `Rule` describes whole (a rule with other
+        selectors, such as an input interface, is not listed). Raises `KernelUnreadable`."""
         ...
 
-    async def list_routes(self) -> frozenset[Route]:
-        """Every IPv4 route tagged `RT_PROTO_IPAMD`, in any table. Raises `KernelUnreadable`."""
+    async def list_routes(self, *, foreign: bool = False) -> frozenset[Route]:
+        """Every IPv4 route tagged `RT_PROTO_IPAMD`, in any table; with `foreign`, instead every
+        IPv4 unicast route not tagged so in a table outside `RESERVED_TABLES`. Raises
+        `KernelUnreadable`."""
         ...

@@ -56,8 +56,10 @@ __all__ = [
     "Randomize",
     "SnatPlan",
     "SnatTable",
+    "absent",
     "normalize_listing",
     "render_ruleset",
+    "run_tool",
 ]
 
 TABLE = "ipamd"
@@ -263,7 +265,7 @@ class NftSnatTable:
             rc, _, err = await self._run(("delete", "table", FAMILY, TABLE))
             if rc == 0:
                 return True
-            if _absent(err):
+            if absent(err):
                 return False
             raise HostNetError(f"nft could not delete table {FAMILY} {TABLE}: {err.strip()}")
 
@@ -282,43 +284,49 @@ class NftSnatTable:
             raise KernelUnreadable(str(exc)) from exc
         if rc == 0:
             return normalize_listing(out)
-        if _absent(err):
+        if absent(err):
             return None
         raise KernelUnreadable(f"nft could not list table {FAMILY} {TABLE}: {err.strip()}")
 
     async def _run(self, args: Sequence[str], stdin: str | None = None) -> tuple[int, str, str]:
-        argv = (*self._command, *args)
-        # The C locale keeps nft's error text (strerror) recognizable; a session of its own lets a
-        # timeout kill whatever the command started (`ip netns exec` and the like).
-        env = {**os.environ, "LC_ALL": "C"}
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                start_new_session=True,
-            )
-        except FileNotFoundError as exc:
-            raise HostNetError(
-                f"{argv[0]!r} not found: ipamd's SNAT needs the nft binary (package nftables)"
-            ) from exc
-        except OSError as exc:
-            raise HostNetError(f"could not run {argv[0]!r}: {exc}") from exc
-        data = stdin.encode() if stdin is not None else None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(data), self._timeout_s)
-        except TimeoutError as exc:
-            _kill(proc)
-            await proc.communicate()
-            raise HostNetError(f"{' '.join(argv)} timed out after {self._timeout_s} s") from exc
-        except asyncio.CancelledError:
-            # Safe even mid-`nft -f`: the kernel commits the whole batch or none of it.
-            _kill(proc)
-            raise
-        assert proc.returncode is not None
-        return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        return await run_tool((*self._command, *args), stdin, self._timeout_s, "package nftables")
+
+
+async def run_tool(
+    argv: Sequence[str], stdin: str | None, timeout_s: float, package: str
+) -> tuple[int, str, str]:
+    """Run a kernel tool (`nft`, `iptables-legacy-save`, ...) as an asyncio subprocess: its exit
+    code, stdout and stderr. Raises `HostNetError` when it cannot be run (naming `package`) or
+    outlives `timeout_s` (it is killed then)."""
+    # The C locale keeps the tools' error text (strerror) recognizable; a session of its own lets a
+    # timeout kill whatever the command started (`ip netns exec` and the like).
+    env = {**os.environ, "LC_ALL": "C"}
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise HostNetError(f"{argv[0]!r} not found: ipamd needs it ({package})") from exc
+    except OSError as exc:
+        raise HostNetError(f"could not run {argv[0]!r}: {exc}") from exc
+    data = stdin.encode() if stdin is not None else None
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(data), timeout_s)
+    except TimeoutError as exc:
+        _kill(proc)
+        await proc.communicate()
+        raise HostNetError(f"{' '.join(argv)} timed out after {timeout_s} s") from exc
+    except asyncio.CancelledError:
+        # Safe even mid-`nft -f` or `iptables-restore`: the kernel commits a batch whole or not.
+        _kill(proc)
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 _ABSENT = re.compile(r"^Error: No such file or directory\b", re.MULTILINE)
@@ -331,5 +339,6 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _absent(stderr: str) -> bool:
+def absent(stderr: str) -> bool:
+    """Whether nft's error says the table it was asked about does not exist."""
     return _ABSENT.search(stderr) is not None
