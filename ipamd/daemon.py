@@ -30,6 +30,7 @@ from ipamd.config import Config
 from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager
 from ipamd.errors import StoreWriteFailed
+from ipamd.hostnet.aws_snat import AwsNodeSnat
 from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
@@ -201,6 +202,9 @@ class HostNetAdapters:
     host: HostNetwork
     snat: SnatTable
     vpc_cidrs: Callable[[str], Awaitable[tuple[str, ...]]]
+    aws_node_snat: AwsNodeSnat | None = None
+    """Where aws-node's SNAT chains are found and removed once ipamd's table is live (None: not
+    looked for)."""
 
 
 async def _describe_when_answered(
@@ -309,6 +313,7 @@ def _datapath(
         vpc_cidrs=adapters.vpc_cidrs,
         clock=clock,
         rng=rng,
+        aws_node_snat=adapters.aws_node_snat,
     )
 
 
