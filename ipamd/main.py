@@ -212,7 +212,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         runner = await _serve_api(app, config.socket_path)
         stack.push_async_callback(runner.cleanup)
         try:
-            await _serve_observability(config, daemon, recorders, stack)
+            await _serve_observability(config, daemon, policy, recorders, stack)
         except ListenFailed as err:
             print(f"ipamd: {err}", file=sys.stderr)
             return EXIT_CONFIG
@@ -277,13 +277,17 @@ def _pool_settings(daemon: Daemon) -> dict[str, object]:
 
 
 async def _serve_observability(
-    config: Config, daemon: Daemon, recorders: Recorders, stack: AsyncExitStack
+    config: Config,
+    daemon: Daemon,
+    policy: NetworkPolicy,
+    recorders: Recorders,
+    stack: AsyncExitStack,
 ) -> None:
     """Metrics and introspection on their TCP addresses, each unless disabled; raises `ListenFailed`
     (a port in use) for `serve` to report in one line."""
     daemon.engine.listeners.append(lambda m, _: recorders.note_commit(daemon.engine.state, m))
     if not config.disable_metrics:
-        metrics = await serve_metrics(recorders, _sources(daemon), config.metrics_addr)
+        metrics = await serve_metrics(recorders, _sources(daemon, policy), config.metrics_addr)
         stack.push_async_callback(metrics.cleanup)
     if not config.disable_introspection:
         settings = config.describe()
@@ -312,7 +316,7 @@ def _actions_in_progress(daemon: Daemon) -> dict[str, int]:
     }
 
 
-def _sources(daemon: Daemon) -> Sources:
+def _sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
     limits = daemon.parts.node.limits
     snat = daemon.datapath is not None and not daemon.config.external_snat
     return Sources(
@@ -330,6 +334,7 @@ def _sources(daemon: Daemon) -> Sources:
         hostnet_reconciles=lambda: daemon.datapath.health.reconciles if daemon.datapath else {},
         actions_in_progress=lambda: _actions_in_progress(daemon),
         connmark_backend="nftables" if snat else "",
+        network_policy_calls=lambda: policy.calls,
     )
 
 

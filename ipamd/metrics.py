@@ -163,6 +163,8 @@ class Sources:
     """Whether subnet-scarcity mode is on (`ipamd.policy.scarcity`)."""
     prefix_fallback: Callable[[], bool] = bool
     """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
+    network_policy_calls: Callable[[], Mapping[tuple[str, str], int]] = dict
+    """Calls to the network-policy agent: (enforce or delete, ok/refused/unavailable) → calls."""
 
 
 POOL_METRICS = (
@@ -228,6 +230,7 @@ DAEMON_METRICS = (
     "ipamd_prefix_fallback",
     "ipamd_hostnet_fixes_total",
     "ipamd_hostnet_add_failures_total",
+    "ipamd_network_policy_calls_total",
 )
 
 
@@ -280,6 +283,8 @@ class DaemonCollector(Collector):
         for kind, n in sorted(s.hostnet_fixes().items()):
             f.add("ipamd_hostnet_fixes_total", n, kind=kind)
         f.add("ipamd_hostnet_add_failures_total", s.hostnet_add_failures())
+        for (call, outcome), n in sorted(s.network_policy_calls().items()):
+            f.add("ipamd_network_policy_calls_total", n, call=call, outcome=outcome)
         yield from f
 
 

@@ -81,6 +81,8 @@ CATALOGUE: tuple[MetricSpec, ...] = _catalogue((
     ("ipamd_hostnet_fixes_total", "counter", "kind", "Host-network reconcile repairs by kind"),
     ("ipamd_hostnet_add_failures_total", "counter", "",
      "ADDs undone: the pod's rules could not be set"),
+    ("ipamd_network_policy_calls_total", "counter", "call outcome",
+     "Calls to the network-policy agent by call (enforce, delete) and outcome"),
     ("ipamd_add_latency_seconds", "histogram", "", "Latency of ADD requests on the socket"),
     ("ipamd_del_latency_seconds", "histogram", "", "Latency of DEL requests on the socket"),
 ))

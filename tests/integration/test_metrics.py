@@ -31,6 +31,7 @@ NEEDS_AN_EVENT = {
     "awscni_aws_api_error_count",
     "ipamd_pool_failures_total",
     "ipamd_hostnet_fixes_total",
+    "ipamd_network_policy_calls_total",  # no agent beside this run's daemon
     "ipamd_ec2_retries_total",
     "ipamd_reconcile_runs_total",  # the schedule's first rounds may not have run yet
     "awscni_reconcile_count",

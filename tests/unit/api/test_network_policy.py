@@ -243,4 +243,5 @@ async def test_a_refusal_after_a_concurrent_del_keeps_the_del_and_its_intent(
         await enforcing
     assert engine.state.allocations() == {}
     assert "c1" in engine.state.intents()  # the DEL's intent stands: retract undid nothing
+    assert policy.calls == {("enforce", "unavailable"): 1, ("delete", "ok"): 1}
     node.check()

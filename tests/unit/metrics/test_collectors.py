@@ -64,6 +64,7 @@ async def test_every_catalogued_metric_is_published_with_its_type_and_labels(
         hostnet_fixes=lambda: {"rule_added": 1},
         actions_in_progress=lambda: {"nodeInit": 0},
         subnet_free=lambda: 40,
+        network_policy_calls=lambda: {("enforce", "ok"): 1},
     )
     families = scrape(recorders, src)
     assert set(families) == {family_name(s.name) for s in CATALOGUE}, "nothing else, no _created"
@@ -146,6 +147,7 @@ async def test_daemon_counters_map_to_vpc_cni_names(node: NodeFixture) -> None:
         hostnet_reconciles=lambda: {"ok": 5, "failed": 1, "unreadable": 1},
         actions_in_progress=lambda: {"nodeInit": 1, "increaseDatastorePool": 0},
         connmark_backend="nftables",
+        network_policy_calls=lambda: {("enforce", "ok"): 2, ("delete", "unavailable"): 1},
     )
     families = scrape(Recorders(), src)
     assert value(families, "awscni_reconcile_count", fn="ec2_drift") == 4
@@ -159,6 +161,9 @@ async def test_daemon_counters_map_to_vpc_cni_names(node: NodeFixture) -> None:
     assert value(families, "awscni_connmark_reconcile_total", result="success") == 5
     assert value(families, "awscni_connmark_reconcile_total", result="error") == 2
     assert value(families, "ipamd_reconcile_runs_total", job="ec2_drift", outcome="CloudError") == 1
+    np_calls = "ipamd_network_policy_calls_total"
+    assert value(families, np_calls, call="enforce", outcome="ok") == 2
+    assert value(families, np_calls, call="delete", outcome="unavailable") == 1
     [build] = families["awscni_build_info"].samples
     assert build.value == 1 and build.labels["version"]
 
