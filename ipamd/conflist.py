@@ -9,11 +9,12 @@ ipamd's file survives an older one's exit.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 from pathlib import Path
+
+from ipamd.atomic_file import replace_file
 
 logger = logging.getLogger(__name__)
 
@@ -47,26 +48,9 @@ def render(template: Path, socket_path: str, mtu: int | None = None) -> bytes:
 
 
 def write(conf_dir: Path, name: str, data: bytes) -> Path:
-    """Write `conf_dir/name` atomically: a hidden temp file (libcni ignores it), fsync, rename,
-    fsync the directory."""
-    conf_dir.mkdir(parents=True, exist_ok=True)
+    """Write `conf_dir/name` atomically (`ipamd.atomic_file`: libcni ignores the hidden temp file)."""
     target = conf_dir / name
-    temp = conf_dir / f".{name}.{os.getpid()}.tmp"
-    try:
-        with temp.open("wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        temp.chmod(0o644)
-        os.replace(temp, target)
-        fd = os.open(conf_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
+    replace_file(target, data)
     logger.info("cni.conflist_written path=%s", target)
     return target
 

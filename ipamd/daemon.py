@@ -25,6 +25,9 @@ from cloud.errors import CloudError
 from cloud.models import UnitKind
 from cloud.ports import Imds, Instance
 from cloud.ratelimit import background_calls
+from ipamd.awsnode.checkpoint import CheckpointFile
+from ipamd.awsnode.keeper import CheckpointKeeper
+from ipamd.awsnode.takeover import Takeover
 from ipamd.clock import Clock
 from ipamd.config import Config
 from ipamd.engine.engine import Engine
@@ -70,6 +73,10 @@ class Daemon:
     addresses: SandboxAddresses
     datapath: Datapath | None = None
     """The host's datapath (IPAMD_HOST_NETWORK=on); None when ipamd only hands out addresses."""
+    takeover: Takeover | None = None
+    """Adopting the pods aws-node's checkpoint records, in start-up; None without a checkpoint."""
+    keeper: CheckpointKeeper | None = None
+    """ipamd's copy of that checkpoint, for a rollback to aws-node; None without a checkpoint."""
     jobs: Jobs = field(default_factory=Jobs)
     restart_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once repair rebuilt the state file: the daemon exits so its supervisor starts it afresh."""
@@ -148,6 +155,12 @@ class Daemon:
         except RuntimeUnavailable as err:
             # An unreachable runtime proves nothing and blocks nothing: ipamd serves without it.
             logger.warning("daemon.runtime_unreachable error=%s", err)
+        if self.takeover is not None:
+            # After EC2's inventory (an adopted address must be on a unit EC2 lists) and before
+            # the datapath's first pass, which then gives the adopted pods ipamd's rules.
+            await self.takeover.run()
+        if self.keeper is not None:
+            self.keeper.arm()  # only now: the takeover has read aws-node's file
         if self.datapath is not None:
             # Before ready (and so before the conflist): every live pod's rules are back, and none
             # of a pod gone while ipamd was down is left.
@@ -240,12 +253,14 @@ async def build_daemon(
     open_engine: EngineOpener = Engine.open,
     rng: random.Random | None = None,
     hostnet: HostNetAdapters | None = None,
+    checkpoint: CheckpointFile | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Daemon:
     """Read this instance from IMDS and EC2, open the state and build every part on the adapters
     `main` made; nothing runs until `start()` and the task group. (`open_engine` and `rng` let a
-    simulation on virtual time build the same parts.) Raises `CloudError` when EC2 refuses this
-    instance for good; an error worth retrying is waited out."""
+    simulation on virtual time build the same parts.) `checkpoint`: aws-node's checkpoint file, to
+    take the node over from and keep for a rollback (None: neither). Raises `CloudError` when EC2
+    refuses this instance for good; an error worth retrying is waited out."""
     identity = await imds.identity()
     node = await _describe_when_answered(ec2, identity.instance_id, rng or random.Random(), sleep)
     parts = await open_parts(
@@ -275,6 +290,8 @@ async def build_daemon(
         runtime=runtime,
         addresses=addresses,
         datapath=datapath,
+        takeover=None if checkpoint is None else Takeover(parts.engine, checkpoint, runtime),
+        keeper=None if checkpoint is None else CheckpointKeeper(parts.engine, checkpoint),
         rng=rng or random.Random(),
     )
 

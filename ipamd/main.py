@@ -42,9 +42,11 @@ from cloud.ec2 import Boto3Ec2, client_config, make_client
 from cloud.errors import CloudError
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
 from ipamd import conflist
-from ipamd.api.app import create_app
+from ipamd.api.app import EngineOnly, PodAddresses, create_app
 from ipamd.api.server import App, Runner, SocketPathError, serve_unix
 from ipamd.api.views import POD_GATEWAY
+from ipamd.awsnode.checkpoint import CheckpointFile
+from ipamd.awsnode.keeper import CheckpointedPods
 from ipamd.clock import SystemClock
 from ipamd.config import Config, ConfigError
 from ipamd.daemon import Daemon, HostNetAdapters, build_daemon, repair
@@ -190,6 +192,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
                 addresses=runtime,
                 clock=clock,
                 hostnet=hostnet,
+                checkpoint=CheckpointFile(Path(config.aws_node_checkpoint)),
             )
         except CloudError as err:
             raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err
@@ -204,7 +207,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,
             pool_settings=lambda: _pool_settings(daemon),
-            pods=daemon.datapath,
+            pods=_pods(daemon),
             repair=lambda apply: repair(daemon, apply),
             network_policy=policy,
         )
@@ -338,6 +341,13 @@ def _sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
     )
 
 
+def _pods(daemon: Daemon) -> PodAddresses:
+    """ADD and DEL as the API serves them: the engine's, through the host's datapath when it is
+    on, an ADD answered once aws-node's checkpoint holds it (`ipamd.awsnode.keeper`)."""
+    pods: PodAddresses = daemon.datapath or EngineOnly(daemon.engine)
+    return pods if daemon.keeper is None else CheckpointedPods(pods, daemon.keeper)
+
+
 async def _run_until_stopped(daemon: Daemon, config_server: ConfigServer) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -357,6 +367,11 @@ async def _run_until_stopped(daemon: Daemon, config_server: ConfigServer) -> int
                     if daemon.datapath is not None
                     else []
                 ),
+                *(
+                    [tasks.create_task(daemon.keeper.run(), name="checkpoint")]
+                    if daemon.keeper is not None
+                    else []
+                ),
             ]
             if serving
             else []
@@ -368,6 +383,8 @@ async def _run_until_stopped(daemon: Daemon, config_server: ConfigServer) -> int
         await asyncio.wait({stopped, failed, rebuilt}, return_when=asyncio.FIRST_COMPLETED)
         for task in (*workers, served, stopped, failed, rebuilt):
             task.cancel()
+    if daemon.keeper is not None and serving:
+        daemon.keeper.write_now()  # the last word before aws-node may start again on this node
     if daemon.restart_wanted.is_set():
         logger.warning("daemon.stopped reason=state_rebuilt: start ipamd again to serve from it")
         return EXIT_RESTART

@@ -260,6 +260,11 @@ class Engine:
             )
         )
 
+    async def adopt(self, decide: Decide[T]) -> T:
+        """A change planned outside the engine from what another CNI left (`ipamd.awsnode`),
+        decided against the state as it is when its turn comes."""
+        return await self._mutate(decide)
+
     async def commit_repair(self, mutation: Mutation) -> None:
         """Repair's quarantine changes; refused if an address it restores was taken meanwhile."""
         await self._mutate(lambda state, now: (mutation, None))

@@ -46,6 +46,7 @@ from cloud.errors import (
 )
 from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
 from cloud.ports import ImdsIdentity, ImdsInterface, Instance
+from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.clock import Clock, FakeClock
 from ipamd.config import Config
 from ipamd.daemon import Daemon, build_daemon
@@ -680,15 +681,19 @@ async def fake_daemon(
     ec2: FakeEc2,
     clock: FakeClock,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    *,
+    runtime: FakeRuntime | None = None,
+    checkpoint: CheckpointFile | None = None,
 ) -> Daemon:
     """The daemon's parts, built by `build_daemon` itself, on the in-memory EC2 and IMDS (`sleep`:
-    how its start-up waits)."""
+    how its start-up waits; `checkpoint`: aws-node's checkpoint file, to take over and keep)."""
     return await build_daemon(
         config,
         ec2=ec2,
         imds=FakeImds(ec2),
-        runtime=FakeRuntime(clock),
+        runtime=runtime or FakeRuntime(clock),
         addresses=NoSandboxAddresses(),
         clock=clock,
+        checkpoint=checkpoint,
         sleep=sleep,
     )

@@ -1,0 +1,224 @@
+"""Taking a node over from aws-node: the pods its checkpoint records become ipamd's allocations, in
+place, with the same keys and addresses, so nothing running is re-addressed.
+
+When (`Takeover.run`, in start-up after the first EC2 read and before ready): the checkpoint exists,
+parses as VPC CNI's, and was not written by ipamd (`Checkpoint.foreign`). A file ipamd wrote is its
+own copy of the state file, which stays the truth.
+
+What each entry becomes (`plan_adoption`, pure):
+- an allocation of its key (network, container ID, ifname) with its address, the pod's namespace and
+  name and its allocation time, when the address is on a unit of the inventory EC2 gave and no other
+  allocation owns it. Every entry is adopted whatever the runtime says: one whose sandbox is gone is
+  released by the runtime leak GC like any other (two listings, past the grace period, with a delete
+  intent and a cooldown), so a runtime that cannot be read at this moment releases nothing;
+- nothing, logged, when its address is not on this node per EC2 (never an allocation EC2 cannot
+  back), when its container has an active delete intent (invariant 3), or when two entries claim one
+  address: the one whose sandbox the runtime runs wins, else the newest (as restore decides duplicate
+  owners: an address is only handed out once free, so the older claim's DEL went missing);
+- when ipamd's state already gives the address to another key (a node rolled back to aws-node and
+  then forward again, with ipamd's old state file), the entry replaces that allocation only if the
+  runtime runs the entry's sandbox and not the other's; otherwise ipamd's own claim stays.
+Free addresses of the ENIs that hold adopted pods start cooling: the checkpoint records no release
+times, and an address aws-node freed a moment ago may still be in a peer's conntrack or policy maps.
+
+A checkpoint that cannot be read is logged and ignored: addresses then come from EC2 and the runtime
+alone, as on any start. No path here hands out an address that an allocation owns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from datastore.records import AllocationKey, AllocationRecord, CooldownRecord, Mutation
+from ipamd.awsnode.checkpoint import Checkpoint, CheckpointError, CheckpointFile, Entry, parse
+from ipamd.engine.engine import Engine
+from ipamd.engine.state import NodeState
+from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """What a takeover did, for logs and its caller."""
+
+    adopted: tuple[AllocationKey, ...] = ()
+    replaced: tuple[AllocationKey, ...] = ()
+    """ipamd's own allocations that an adopted entry took the address of."""
+    refused: tuple[str, ...] = ()
+    """Why each entry left out was left out."""
+    cooling: int = 0
+
+
+@dataclass(slots=True)
+class _Claims:
+    by_address: dict[str, Entry] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
+
+
+def plan_adoption(
+    state: NodeState,
+    checkpoint: Checkpoint,
+    live: Collection[str] | None,
+    now: float,
+    intent_ttl_s: float,
+) -> tuple[Mutation, Adoption]:
+    """The mutation that adopts `checkpoint`'s entries into `state`; `live` is the runtime's sandbox
+    IDs (None when it could not be listed)."""
+    claims = _claims(state, checkpoint, live, now, intent_ttl_s)
+    unit_of = {
+        a: cidr
+        for cidr, unit in state.units().items()
+        if unit.state == "active"
+        for a in state.addresses_of(cidr)
+    }
+    records: list[AllocationRecord] = []
+    replaced: list[AllocationKey] = []
+    refused = claims.refused
+    for address, entry in claims.by_address.items():
+        cidr = unit_of.get(address)
+        if cidr is None:
+            refused.append(f"{_who(entry)}: {address} is on no ENI of this node per EC2")
+            continue
+        owner = state.owner_of(address)
+        if owner == entry.key:
+            continue  # already ipamd's, as the checkpoint says
+        if state.allocation(entry.key) is not None:
+            refused.append(f"{_who(entry)}: ipamd holds another address for this attachment")
+            continue
+        if owner is not None:
+            if not _entry_wins(owner, entry, live):
+                refused.append(f"{_who(entry)}: {address} is owned by {owner.container_id}")
+                continue
+            replaced.append(owner)
+        records.append(_record(state, entry, cidr, now))
+    mutation, cooling = _with_cooling(state, records, replaced, now)
+    adoption = Adoption(tuple(r.key for r in records), tuple(replaced), tuple(refused), cooling)
+    return mutation, adoption
+
+
+def _claims(
+    state: NodeState,
+    checkpoint: Checkpoint,
+    live: Collection[str] | None,
+    now: float,
+    intent_ttl_s: float,
+) -> _Claims:
+    """One entry per address (duplicates decided), entries of deleted containers refused."""
+    claims = _Claims(refused=list(checkpoint.skipped))
+    for entry in checkpoint.entries:
+        first_del = state.intents().get(entry.key.container_id)
+        if first_del is not None and now < first_del + intent_ttl_s:
+            claims.refused.append(f"{_who(entry)}: its container was deleted (delete intent)")
+            continue
+        other = claims.by_address.get(entry.address)
+        if other is None or _rank(entry, live) > _rank(other, live):
+            if other is not None:
+                claims.refused.append(f"{_who(other)}: {entry.address} also claimed, newer or live")
+            claims.by_address[entry.address] = entry
+        else:
+            claims.refused.append(f"{_who(entry)}: {entry.address} also claimed, newer or live")
+    return claims
+
+
+def _rank(entry: Entry, live: Collection[str] | None) -> tuple[bool, float, str]:
+    running = live is not None and entry.key.container_id in live
+    return (running, entry.allocated_at, entry.key.container_id)
+
+
+def _entry_wins(owner: AllocationKey, entry: Entry, live: Collection[str] | None) -> bool:
+    return live is not None and entry.key.container_id in live and owner.container_id not in live
+
+
+def _who(entry: Entry) -> str:
+    pod = f" ({entry.namespace}/{entry.name})" if entry.name else ""
+    return f"{entry.key.container_id[:12]}{pod}"
+
+
+def _record(state: NodeState, entry: Entry, cidr: str, now: float) -> AllocationRecord:
+    unit = state.units()[cidr]
+    return AllocationRecord(
+        key=entry.key,
+        addresses=(entry.address,),
+        unit_cidrs=(cidr,),
+        eni_id=unit.eni_id,
+        created_at=entry.allocated_at or now,
+        pod_namespace=entry.namespace,
+        pod_name=entry.name,
+    )
+
+
+def _with_cooling(
+    state: NodeState,
+    records: list[AllocationRecord],
+    replaced: list[AllocationKey],
+    now: float,
+) -> tuple[Mutation, int]:
+    """The adoption's mutation, with every free address of the adopting ENIs put in cooldown."""
+    adopted = {r.addresses[0] for r in records}
+    cooling = [
+        CooldownRecord(address, now)
+        for eni_id in sorted({r.eni_id for r in records})
+        for cidr in state.units_on(eni_id)
+        for address in state.addresses_of(cidr)
+        if address not in adopted and state.owner_of(address) is None
+    ]
+    stale = tuple(a for a in adopted if a in state.cooldowns())
+    mutation = Mutation(
+        delete_allocations=tuple(replaced),
+        put_allocations=tuple(records),
+        delete_cooldowns=stale,
+        put_cooldowns=tuple(cooling),
+    )
+    return mutation, len(cooling)
+
+
+@dataclass
+class Takeover:
+    """Start-up's takeover step on the engine, the checkpoint file and the runtime."""
+
+    engine: Engine
+    file: CheckpointFile
+    runtime: RuntimeApi
+
+    async def run(self) -> Adoption | None:
+        """Adopt what aws-node's checkpoint records; None when there is nothing to take over."""
+        checkpoint = self._read()
+        if checkpoint is None:
+            return None
+        live = await self._live()
+        ttl = self.engine.settings.intent_ttl_s
+        adoption = await self.engine.adopt(
+            lambda state, now: plan_adoption(state, checkpoint, live, now, ttl)
+        )
+        for reason in adoption.refused:
+            logger.warning("takeover.entry_refused path=%s reason=%s", self.file.path, reason)
+        logger.info(
+            "takeover.adopted path=%s adopted=%d replaced=%d refused=%d cooling=%d",
+            self.file.path,
+            len(adoption.adopted),
+            len(adoption.replaced),
+            len(adoption.refused),
+            adoption.cooling,
+        )
+        return adoption
+
+    def _read(self) -> Checkpoint | None:
+        try:
+            raw = self.file.read()
+            checkpoint = None if raw is None else parse(raw)
+        except CheckpointError as err:
+            logger.warning("takeover.checkpoint_ignored path=%s reason=%s", self.file.path, err)
+            return None
+        if checkpoint is None or not checkpoint.foreign:
+            return None
+        return checkpoint
+
+    async def _live(self) -> frozenset[str] | None:
+        try:
+            return frozenset(s.sandbox_id for s in await self.runtime.list_sandboxes())
+        except RuntimeUnavailable as err:
+            logger.warning("takeover.runtime_unreachable error=%s", err)
+            return None

@@ -1,0 +1,143 @@
+"""VPC CNI's checkpoint format: what aws-node writes parses, anything else is refused or skipped
+with a reason, and what ipamd writes is what aws-node reads back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from datastore.records import AllocationKey, AllocationRecord
+from ipamd.awsnode.checkpoint import (
+    FORMAT_VERSION,
+    CheckpointError,
+    CheckpointFile,
+    parse,
+    render,
+)
+
+WEB_0: dict[str, object] = {
+    "networkName": "aws-cni",
+    "containerID": "6f0d7e2b9a41",
+    "ifName": "eth0",
+    "ipv4": "10.0.1.23",
+    "allocationTimestamp": 1764000000123456789,
+    "metadata": {"k8sPodNamespace": "default", "k8sPodName": "web-0", "interfacesCount": 1},
+}
+AWS_NODE_FILE: dict[str, object] = {
+    "version": "vpc-cni-ipam/1",
+    "allocations": [
+        WEB_0,
+        {
+            "networkName": "aws-cni",
+            "containerID": "77aa",
+            "ifName": "eth0",
+            "ipv4": "10.0.2.9",
+            "allocationTimestamp": 1764000001000000000,
+        },
+    ],
+}
+
+
+def test_aws_nodes_file_parses_into_entries_with_keys_and_pods() -> None:
+    checkpoint = parse(json.dumps(AWS_NODE_FILE).encode())
+
+    assert checkpoint.foreign and not checkpoint.skipped
+    first, second = checkpoint.entries
+    assert first.key == AllocationKey("aws-cni", "6f0d7e2b9a41", "eth0")
+    assert (first.address, first.namespace, first.name) == ("10.0.1.23", "default", "web-0")
+    assert first.allocated_at == pytest.approx(1764000000.123456789)
+    assert (second.namespace, second.name) == ("", "")
+
+
+def test_a_node_without_pods_is_null_allocations() -> None:
+    assert parse(b'{"version":"vpc-cni-ipam/1","allocations":null}').entries == ()
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b"{not json", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (b'{"version":"vpc-cni-ipam/2","allocations":[]}', "version"),
+        (b'{"allocations":[]}', "version"),
+        (b'{"version":"vpc-cni-ipam/1","allocations":{}}', "not a list"),
+    ],
+)
+def test_a_file_that_is_not_the_format_is_refused_whole(raw: bytes, why: str) -> None:
+    with pytest.raises(CheckpointError, match=why):
+        parse(raw)
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({"ipv6": "2600::1"}, "no ipv4"),
+        ({"ipv4": "10.0.1.300"}, "not an IPv4 address"),
+        ({"containerID": "../etc"}, "containerID"),
+        ({"ifName": "a/b"}, "ifName"),
+        ({"networkName": 7}, "networkName"),
+        ("just a string", "not an object"),
+    ],
+)
+def test_an_entry_that_cannot_be_an_allocation_is_skipped_with_why(entry: object, why: str) -> None:
+    good = WEB_0
+    bad = {**good, **entry} if isinstance(entry, dict) else entry
+    if isinstance(bad, dict) and "ipv6" in bad:
+        bad.pop("ipv4")
+    doc = {"version": FORMAT_VERSION, "allocations": [bad, good]}
+
+    checkpoint = parse(json.dumps(doc).encode())
+
+    assert [e.address for e in checkpoint.entries] == ["10.0.1.23"]
+    assert len(checkpoint.skipped) == 1 and why in checkpoint.skipped[0]
+    assert checkpoint.skipped[0].startswith("allocations[0]")
+
+
+def test_what_ipamd_writes_reads_back_as_vpc_cnis_format_marked_as_ipamds() -> None:
+    record = AllocationRecord(
+        AllocationKey("aws-cni", "abc", "eth0"),
+        ("10.0.3.4",),
+        ("10.0.3.4/32",),
+        "eni-1",
+        1764000000.5,
+        pod_namespace="kube-system",
+        pod_name="coredns-1",
+    )
+
+    raw = render([record])
+    doc = json.loads(raw)
+    back = parse(raw)
+
+    assert doc["version"] == FORMAT_VERSION and doc["writer"] == "ipamd"
+    item = doc["allocations"][0]
+    assert item["allocationTimestamp"] == 1764000000500000000
+    assert item["metadata"] == {
+        "k8sPodNamespace": "kube-system",
+        "k8sPodName": "coredns-1",
+        "interfacesCount": 1,
+    }
+    assert not back.foreign
+    assert [(e.key, e.address, e.name) for e in back.entries] == [
+        (record.key, "10.0.3.4", "coredns-1")
+    ]
+
+
+def test_the_file_is_replaced_whole_and_an_absent_one_reads_as_none(tmp_path: Path) -> None:
+    file = CheckpointFile(tmp_path / "aws-node" / "ipam.json")
+    assert file.read() is None
+
+    file.write(b"first")
+    file.write(b"second")
+
+    assert file.read() == b"second"
+    assert sorted(p.name for p in file.path.parent.iterdir()) == ["ipam.json"], "no temp file left"
+
+
+def test_an_unreadable_path_is_a_checkpoint_error(tmp_path: Path) -> None:
+    (tmp_path / "ipam.json").mkdir()
+
+    with pytest.raises(CheckpointError, match="cannot read"):
+        CheckpointFile(tmp_path / "ipam.json").read()
