@@ -1,0 +1,319 @@
+"""A node of the emulated VPC as aws-node leaves it, made before ipamd ever starts, and the probes that
+say what of aws-node is still there.
+
+What aws-node would have made, and `AwsNode` makes without it:
+- EC2: secondary ENIs with VPC CNI's description and tags, attached, secondary addresses on each ENI
+  (`tests.e2e.vpc.aws_node_ec2`, run in the node's namespace where the world's EC2 listens);
+- each secondary ENI's link as `setupENINetwork` sets it up: MTU 9001, up, the ENI's primary address
+  with the subnet's mask, table device+1 with `<gateway> scope link` and `default via <gateway>`, the
+  subnet's connected route gone from main, `from <ENI address> lookup device+1` at 32765;
+- its SNAT: iptables (the nft backend, Debian's default) nat `AWS-SNAT-CHAIN-0` and
+  `AWS-CONNMARK-CHAIN-0` with their jumps, mangle PREROUTING's "AWS, primary ENI" connmark rules,
+  `fwmark 0x80/0x80 lookup main` at 1024 (`updateHostIptablesRules`), IPv4 forwarding on;
+- `10-aws.conflist` (network `aws-cni`) in containerd's conf dir and a stand-in `aws-cni` plugin
+  (`tests.e2e.vpc.aws_cni_plugin`) that gives each pod the address the test wrote for it;
+- the checkpoint (VPC CNI's `vpc-cni-ipam/1`) at ipamd's AWS_VPC_K8S_CNI_BACKING_STORE.
+
+No rule, route or chain made here carries a protocol tag: ipamd's are the ones tagged 167. Every
+command names the node's namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.e2e.support import wait_until
+from tests.e2e.vpc.fabric import ENI_MTU, in_netns, ip, ip_batch, node_link, run, sysctl
+from tests.e2e.vpc.harness import REPO, VpcNode
+from tests.e2e.vpc.rules import CONNMARK, PRIORITY_CONNMARK, PRIORITY_FROM_ENI, PROTO_IPAMD
+
+NETWORK = "aws-cni"
+"""aws-node's network name, which ipamd's conflist keeps."""
+AWS_CONFLIST = "10-aws.conflist"
+POD_NAMESPACE = "e2e"
+"""The namespace `VpcNode.run_pod` gives its pods."""
+CHECKPOINT_VERSION = "vpc-cni-ipam/1"
+SNAT_CHAINS = ("AWS-SNAT-CHAIN-0", "AWS-CONNMARK-CHAIN-0")
+
+
+@dataclass(frozen=True, slots=True)
+class AwsEni:
+    eni_id: str
+    device_index: int
+    mac: str
+    primary_ip: str
+    secondary_ips: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AwsPod:
+    """A pod aws-node's plugin set up."""
+
+    name: str
+    sandbox_id: str
+    address: str
+    device_index: int
+
+
+@dataclass
+class AwsNode:
+    node: VpcNode
+    enis: list[AwsEni]
+    table: Path
+    """The stand-in plugin's address table."""
+
+    # -- EC2 and the ENIs' links ------------------------------------------------------------------
+
+    @classmethod
+    def prepare(cls, node: VpcNode, secondary_ips: Mapping[int, int]) -> AwsNode:
+        """ENIs, their links, SNAT, the plugin and its conflist; no pod yet."""
+        enis = create_enis(node, secondary_ips)
+        ready = node.world_ready
+        sysctl(node.ns.node, "net.ipv4.ip_forward", "1")
+        for eni in enis:
+            if eni.device_index >= 1:
+                setup_eni_link(node, eni, ready.subnet_cidr, ready.gateway)
+        install_snat(node, ready.primary_ip, ready.vpc_cidr)
+        return cls(node, enis, install_plugin(node))
+
+    def eni(self, device_index: int) -> AwsEni:
+        return next(e for e in self.enis if e.device_index == device_index)
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    def run_pods(self, placement: Iterable[tuple[str, int]]) -> list[AwsPod]:
+        """Runs one pod per (name, device index), each on the next unused secondary address of that
+        ENI, through containerd and the stand-in plugin."""
+        used: dict[int, int] = {}
+        entries: dict[str, dict[str, object]] = {}
+        pods = []
+        for name, index in placement:
+            address = self.eni(index).secondary_ips[used.get(index, 0)]
+            used[index] = used.get(index, 0) + 1
+            entries[f"{POD_NAMESPACE}/{name}"] = {"address": address, "device_index": index}
+            _write_json(self.table, entries)
+            sandbox_id = self.node.run_pod(name)
+            pods.append(AwsPod(name, sandbox_id, address, index))
+        return pods
+
+    def write_checkpoint(self, pods: Iterable[AwsPod]) -> Path:
+        """aws-node's checkpoint of `pods`, where ipamd reads it."""
+        path = checkpoint_path(self.node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        now = time.time_ns()
+        _write_json(
+            path,
+            {
+                "version": CHECKPOINT_VERSION,
+                "allocations": [
+                    {
+                        "networkName": NETWORK,
+                        "containerID": pod.sandbox_id,
+                        "ifName": "eth0",
+                        "ipv4": pod.address,
+                        "allocationTimestamp": now,
+                        "metadata": {
+                            "k8sPodNamespace": POD_NAMESPACE,
+                            "k8sPodName": pod.name,
+                            "interfacesCount": 1,
+                        },
+                    }
+                    for pod in pods
+                ],
+            },
+        )
+        return path
+
+
+def checkpoint_path(node: VpcNode) -> Path:
+    return Path(node.ipamd_env["AWS_VPC_K8S_CNI_BACKING_STORE"])
+
+
+def _write_json(path: Path, value: object) -> None:
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(json.dumps(value, indent=2) + "\n")
+    os.replace(staged, path)  # a reader never sees half a file
+
+
+def create_enis(node: VpcNode, secondary_ips: Mapping[int, int]) -> list[AwsEni]:
+    ready = node.world_ready
+    spec = node.workdir / "aws-node-ec2.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "ec2_url": ready.ec2_url,
+                "region": ready.region,
+                "instance_id": ready.instance_id,
+                "primary_eni_id": ready.primary_eni_id,
+                "secondary_ips": {str(k): v for k, v in secondary_ips.items()},
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    done = subprocess.run(
+        in_netns(node.ns.node, sys.executable, "-m", "tests.e2e.vpc.aws_node_ec2", str(spec)),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"aws-node's EC2 preparation failed:\n{done.stderr[-3000:]}"
+    return [
+        AwsEni(
+            eni_id=str(e["eni_id"]),
+            device_index=int(e["device_index"]),
+            mac=str(e["mac"]),
+            primary_ip=str(e["primary_ip"]),
+            secondary_ips=tuple(str(a) for a in e["secondary_ips"]),
+        )
+        for e in json.loads(done.stdout)
+    ]
+
+
+def _link_with_mac(node: VpcNode, name: str, mac: str) -> bool | None:
+    done = subprocess.run(
+        ["ip", "-j", "-n", node.ns.node, "link", "show", "dev", name],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if done.returncode != 0:
+        return None
+    return True if str(json.loads(done.stdout)[0].get("address")) == mac else None
+
+
+def setup_eni_link(node: VpcNode, eni: AwsEni, subnet_cidr: str, gateway: str) -> None:
+    """`setupENINetwork`: once the hypervisor shows the ENI's link (found by its MAC)."""
+    link, table = node_link(eni.device_index), str(eni.device_index + 1)
+    wait_until(lambda: _link_with_mac(node, link, eni.mac), f"{link} of {eni.eni_id}", 30.0)
+    prefixlen = subnet_cidr.partition("/")[2]
+    ip_batch(
+        node.ns.node,
+        [
+            f"link set {link} mtu {ENI_MTU}",
+            f"link set {link} up",
+            f"addr flush dev {link}",
+            f"addr add {eni.primary_ip}/{prefixlen} dev {link}",
+            f"route del {subnet_cidr} dev {link}",
+            f"route add {gateway} dev {link} scope link table {table}",
+            f"route add default via {gateway} dev {link} table {table}",
+            f"rule add from {eni.primary_ip}/32 lookup {table} priority {PRIORITY_FROM_ENI}",
+        ],
+    )
+
+
+def install_snat(node: VpcNode, primary_ip: str, vpc_cidr: str) -> None:
+    """`updateHostIptablesRules` with its defaults (SNAT on, `--random-fully`, node-port support),
+    in one iptables-restore transaction that keeps whatever else is there."""
+    mark = f"{CONNMARK:#x}"
+    script = f"""\
+*nat
+:AWS-SNAT-CHAIN-0 - [0:0]
+:AWS-CONNMARK-CHAIN-0 - [0:0]
+-A PREROUTING -i eni+ -m comment --comment "AWS, outbound connections" -j AWS-CONNMARK-CHAIN-0
+-A PREROUTING -m comment --comment "AWS, CONNMARK" -j CONNMARK --restore-mark --mask {mark}
+-A POSTROUTING -m comment --comment "AWS SNAT CHAIN" -j AWS-SNAT-CHAIN-0
+-A AWS-SNAT-CHAIN-0 -d {vpc_cidr} -m comment --comment "AWS SNAT CHAIN" -j RETURN
+-A AWS-SNAT-CHAIN-0 ! -o vlan+ -m comment --comment "AWS, SNAT" -m addrtype ! --dst-type LOCAL \
+-j SNAT --to-source {primary_ip} --random-fully
+-A AWS-CONNMARK-CHAIN-0 -d {vpc_cidr} -m comment --comment "AWS CONNMARK CHAIN, VPC CIDR" -j RETURN
+-A AWS-CONNMARK-CHAIN-0 -m comment --comment "AWS, CONNMARK" -j CONNMARK --set-xmark {mark}/{mark}
+COMMIT
+*mangle
+-A PREROUTING -m comment --comment "AWS, primary ENI" -i eth0 -m addrtype --dst-type LOCAL \
+--limit-iface-in -j CONNMARK --set-xmark {mark}/{mark}
+-A PREROUTING -m comment --comment "AWS, primary ENI" -i eni+ -j CONNMARK --restore-mark \
+--mask {mark}
+-A PREROUTING -m comment --comment "AWS, primary ENI" -i vlan+ -j CONNMARK --restore-mark \
+--mask {mark}
+COMMIT
+"""
+    run(in_netns(node.ns.node, "iptables-restore", "--noflush"), script)
+    ip(
+        node.ns.node,
+        "rule",
+        "add",
+        "fwmark",
+        f"{mark}/{mark}",
+        "lookup",
+        "main",
+        "priority",
+        str(PRIORITY_CONNMARK),
+    )
+
+
+def install_plugin(node: VpcNode) -> Path:
+    """The stand-in `aws-cni` in containerd's CNI bin dir and `10-aws.conflist` (VPC CNI's, less
+    the chained egress-cni and portmap) in its conf dir; returns the address table's path."""
+    bin_dir = node.workdir / "bin"
+    table, log = bin_dir / "aws-cni.addresses.json", bin_dir / "aws-cni.log"
+    _write_json(table, {})
+    plugin = Path(__file__).with_name("aws_cni_plugin.py")
+    launcher = bin_dir / "aws-cni"
+    launcher.write_text(
+        f"#!{sys.executable}\n"
+        "import runpy, sys\n"
+        f"sys.argv[1:] = [{str(table)!r}, {str(log)!r}]\n"
+        f"runpy.run_path({str(plugin)!r}, run_name='__main__')\n"
+    )
+    launcher.chmod(0o755)
+    conf = {
+        "cniVersion": "0.4.0",
+        "name": NETWORK,
+        "disableCheck": True,
+        "plugins": [
+            {
+                "name": NETWORK,
+                "type": "aws-cni",
+                "vethPrefix": "eni",
+                "mtu": str(ENI_MTU),
+                "podSGEnforcingMode": "strict",
+                "pluginLogFile": str(log),
+                "pluginLogLevel": "DEBUG",
+                "capabilities": {"io.kubernetes.cri.pod-annotations": True},
+            }
+        ],
+    }
+    _write_json(node.workdir / "net.d" / AWS_CONFLIST, conf)
+    return table
+
+
+# -- what is left of aws-node ---------------------------------------------------------------------
+
+
+def iptables_rules(node: VpcNode) -> str:
+    """`iptables-save` of the node (the nft backend's tables, as aws-node made them)."""
+    return run(in_netns(node.ns.node, "iptables-save"))
+
+
+def snat_chains(node: VpcNode) -> set[str]:
+    """Which of aws-node's chains exist, or are jumped to, in the node."""
+    saved = iptables_rules(node)
+    return {chain for chain in SNAT_CHAINS if chain in saved}
+
+
+def untagged_rules(node: VpcNode, priorities: Iterable[int]) -> list[dict[str, object]]:
+    """Rules at `priorities` that are not ipamd's (no protocol 167): VPC CNI's, as `ip -j` lists
+    them."""
+    wanted = set(priorities)
+    listed = json.loads(run(["ip", "-j", "-4", "-n", node.ns.node, "rule", "show"]) or "[]")
+    return [
+        item
+        for item in listed
+        if int(str(item["priority"])) in wanted and str(item.get("protocol")) != str(PROTO_IPAMD)
+    ]
