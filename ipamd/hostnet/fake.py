@@ -6,8 +6,9 @@ It holds links (by MAC), ipamd's rules and routes, rules and routes of others (t
 defaults, and those a test puts there as aws-node leaves them), and what `prepare_link` made of each
 link, and behaves as the netlink adapter does (idempotent adds and deletes, `LinkNotFound`, only
 ipamd's own entries listed unless `foreign=True` asks for the others, routes replaced in place by
-table and destination). Knobs make it fail the way a kernel can: `unreadable` (listing fails), `fail_writes`
-(every change is refused), and links that appear only when a test plugs them.
+table and destination). Knobs make it fail the way a kernel can: `unreadable` (listing fails;
+`unreadable_foreign`: only the listing of others' rules and routes), `fail_writes` (every change is
+refused), and links that appear only when a test plugs them.
 
 `FakeSnatTable`: the SNAT table. It holds the plan the "kernel" table was last made from (None: no
 table), compares plans by their rendered script as `NftSnatTable` does, and misbehaves on demand:
@@ -65,6 +66,8 @@ class FakeHostNetwork:
         replaced in place (they become ipamd's) by an `add_routes` of the same table and
         destination."""
         self.unreadable = False
+        self.unreadable_foreign = False
+        """Only the listings with `foreign=True` fail."""
         self.fail_writes = False
         self.calls = 0
 
@@ -129,19 +132,19 @@ class FakeHostNetwork:
         self._write()
         (self.foreign_routes if foreign else self.routes).difference_update(routes)
 
-    def _read(self) -> None:
+    def _read(self, foreign: bool = False) -> None:
         self.calls += 1
-        if self.unreadable:
+        if self.unreadable or (foreign and self.unreadable_foreign):
             raise KernelUnreadable("injected: the kernel cannot be read")
 
     async def list_rules(self, *, foreign: bool = False) -> frozenset[Rule]:
-        self._read()
+        self._read(foreign)
         if foreign:
             return frozenset(r for r in self.foreign_rules if r.priority in TAKEOVER_PRIORITIES)
         return frozenset(self.rules)
 
     async def list_routes(self, *, foreign: bool = False) -> frozenset[Route]:
-        self._read()
+        self._read(foreign)
         if foreign:
             return frozenset(r for r in self.foreign_routes if r.table not in RESERVED_TABLES)
         return frozenset(self.routes)
