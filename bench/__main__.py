@@ -24,6 +24,7 @@ from bench import (
     policy,
     reconcile,
     restore,
+    takeover,
 )
 
 Family = Callable[[Path], Awaitable[dict[str, float]]]
@@ -38,6 +39,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("hostnet", hostnet.run),
     ("plugin", plugin.run),
     ("api", api.run),
+    ("takeover", takeover.run),
 )
 
 
