@@ -242,7 +242,7 @@ async def _network_policy(
     agent = GrpcPolicyAgent(config.network_policy_agent_socket)
     stack.push_async_callback(agent.close)
     try:
-        reply = await read_agent_config(imds, config.network_policy_mode)
+        reply = await read_agent_config(imds, config.network_policy_mode, daemon.node_ip)
     except CloudError as err:
         raise StartupError(f"cannot read this instance from IMDS: {err}") from err
     server = ConfigServer(config.config_server_socket, reply)

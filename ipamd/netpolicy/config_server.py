@@ -23,6 +23,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from cloud.errors import CloudError
 from cloud.ports import Imds
 from ipamd.netpolicy._generated import rpc_pb2 as rpc
 from ipamd.netpolicy._generated import rpc_pb2_grpc as rpc_grpc
@@ -40,12 +41,18 @@ _add_servicer: Callable[[object, grpc.aio.Server], None] = (
 )
 
 
-async def read_agent_config(imds: Imds, configured_mode: str) -> AgentConfig:
+async def read_agent_config(imds: Imds, configured_mode: str, known_ipv4: str = "") -> AgentConfig:
     """The reply, from IMDS: the instance, its region, and the primary ENI's (device 0) primary
-    private address. Raises `CloudError`."""
+    private address. The interfaces' listing can fail where the identity did not (an ENI detached
+    while it is read): the address is then `known_ipv4`, EC2's word on the same fact, rather than a
+    failed start. Raises `CloudError` when the identity cannot be read."""
     identity = await imds.identity()
-    primary = [eni for eni in await imds.interfaces() if eni.device_number == 0]
-    node_ipv4 = primary[0].local_ipv4s[0] if primary and primary[0].local_ipv4s else ""
+    try:
+        primary = [eni for eni in await imds.interfaces() if eni.device_number == 0]
+    except CloudError as err:
+        logger.warning("netpolicy.interfaces_unread error=%s node_ipv4=%s", err, known_ipv4)
+        primary = []
+    node_ipv4 = primary[0].local_ipv4s[0] if primary and primary[0].local_ipv4s else known_ipv4
     return AgentConfig(
         network_policy_mode=agent_mode(configured_mode),
         node_ipv4=node_ipv4,

@@ -17,6 +17,7 @@ import grpc.aio
 import pytest
 from google.protobuf import empty_pb2  # type: ignore[import-untyped]
 
+from cloud.errors import NotFound
 from cloud.ports import ImdsIdentity, ImdsInterface
 from ipamd.netpolicy._generated import rpc_pb2, rpc_pb2_grpc
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
@@ -118,5 +119,17 @@ class Imds:
 async def test_the_reply_comes_from_imds_with_a_mode_the_agent_accepts(
     configured: str, told: str
 ) -> None:
-    config = await read_agent_config(Imds(), configured)
+    config = await read_agent_config(Imds(), configured, "10.9.9.9")
     assert config == AgentConfig(told, "10.0.0.10", "i-0abc", "us-east-2")
+
+
+class LaggingImds(Imds):
+    """IMDS whose interface listing fails (an ENI detached while it was read)."""
+
+    async def interfaces(self) -> tuple[ImdsInterface, ...]:
+        raise NotFound("ImdsGet", "404", "network/interfaces/macs/0b/")
+
+
+async def test_an_unreadable_interface_listing_falls_back_to_the_known_address() -> None:
+    config = await read_agent_config(LaggingImds(), "strict", "10.0.0.10")
+    assert config == AgentConfig("strict", "10.0.0.10", "i-0abc", "us-east-2")
