@@ -64,3 +64,39 @@ def remove(target: Path, reason: str, only_if: bytes | None = None) -> None:
     except FileNotFoundError:
         return
     logger.info("cni.conflist_removed path=%s reason=%s", target, reason)
+
+
+AWS_NODE_CONFLIST = "10-aws.conflist"
+"""aws-node's conflist (VPC CNI's entrypoint writes it into the same conf dir)."""
+
+
+def remove_aws_node(own: Path) -> Path | None:
+    """Remove aws-node's conflist from the directory ipamd just wrote `own` into; the path removed,
+    or None (absent, or `own` is that very file).
+
+    Why: the runtime (libcni) takes the first conflist by name, and `10-aws.conflist` sorts before
+    ipamd's, so ADDs would keep going to VPC CNI's plugin, whose ipamd no longer answers. Only once
+    ipamd's own is written, so the directory never holds no network (the kubelet would call the
+    node not ready).
+
+    No copy is kept: aws-node writes its conflist afresh from its own template whenever it starts,
+    so a rollback needs none, and a copy in the directory would itself be read as a network unless
+    renamed to an extension libcni skips, where it would only go stale. The file's contents are
+    logged instead (`cni.aws_node_conflist_removed`), for whoever wants to see what was there."""
+    target = own.parent / AWS_NODE_CONFLIST
+    if own.name == AWS_NODE_CONFLIST:
+        return None
+    try:
+        data = target.read_bytes()
+        target.unlink()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        logger.warning("cni.aws_node_conflist_unremoved path=%s error=%s", target, err)
+        return None
+    logger.warning(
+        "cni.aws_node_conflist_removed path=%s contents=%s",
+        target,
+        data.decode(errors="replace").replace("\n", " "),
+    )
+    return target

@@ -124,13 +124,19 @@ async def _hostnet(
     if config.host_network != "on":
         logger.info("hostnet.off reason=IPAMD_HOST_NETWORK=off: pods on secondary ENIs cannot send")
         return None
+    from ipamd.hostnet.aws_snat import NftAwsNodeSnat
     from ipamd.hostnet.netlink import NetlinkHostNetwork
     from ipamd.hostnet.snat import NftSnatTable
 
     host = NetlinkHostNetwork()
     await host.open()
     stack.push_async_callback(host.close)
-    return HostNetAdapters(host=host, snat=NftSnatTable(), vpc_cidrs=imds.vpc_cidrs)
+    return HostNetAdapters(
+        host=host,
+        snat=NftSnatTable(),
+        vpc_cidrs=imds.vpc_cidrs,
+        aws_node_snat=NftAwsNodeSnat.installed(),
+    )
 
 
 async def _serve_api(app: App, path: str) -> Runner:
@@ -223,6 +229,8 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         if daemon.engine.unavailable is not None:
             print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
         written = _publish_conflist(config, daemon, conflist_bytes)
+        if written is not None:
+            conflist.remove_aws_node(written)  # only now: it sorts first and aws-node is gone
         if node is not None:  # the hints only once ready; else the line above says why
             hints = node.how_to_try(config) if daemon.ready else node.how_to_repair(config)
             print(hints, file=sys.stderr)
