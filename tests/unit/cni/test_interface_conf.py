@@ -8,9 +8,12 @@ import json
 
 import pytest
 
+from ipamd.cni.client import DaemonError
 from ipamd.cni.invocation import CniError, Invocation, parse_conf, parse_invocation
+from ipamd.cni.plugin import ERR_NETWORK_POLICY, from_daemon
 from ipamd.cni.pod_interface import PodInterface
 from ipamd.cni.pod_plugin import host_veth_name, interface_result
+from ipamd.wire import CODE_NETWORK_POLICY_REFUSED, ErrorBody
 from ipamd.wire_pod import veth_name
 
 SOCKET = {"type": "ipamd-cni", "socket": "/run/ipamd/ipamd.sock"}
@@ -109,3 +112,10 @@ def test_the_result_lists_both_ends_and_the_address_on_the_pods() -> None:
     assert old["ips"] == [
         {"version": "4", "address": "10.0.1.23/32", "gateway": "169.254.1.1", "interface": 1}
     ]
+
+
+def test_an_agent_refusal_is_code_105_naming_the_agents_answer() -> None:
+    body = ErrorBody(CODE_NETWORK_POLICY_REFUSED, "agent: pod has no policy endpoint", False)
+    err = from_daemon(DaemonError(502, body))
+    assert err.code == ERR_NETWORK_POLICY == 105
+    assert "agent: pod has no policy endpoint" in err.msg
