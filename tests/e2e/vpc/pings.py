@@ -8,6 +8,12 @@ its sequence number. Its send time is the reply's time less its RTT, or the "no 
 time less the interval (`-O` prints that line when the next request goes out unanswered, `-D` the
 Unix time). The last request sent before the stop may still be in flight and is not counted.
 `Pings.close` kills whatever still runs, whatever happened.
+
+A continuous ping is one flow: the kernel keeps its NAT and its connection mark whatever becomes
+of the rules that made them. `FreshFlows` probes the rules themselves: a thread per (pod, target)
+sends one `ping -c 1` after another (each a new ICMP id, so a new connection that the SNAT and
+connmark rules of the moment decide) and records each probe's start time and whether it was
+answered.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,3 +126,44 @@ class Pings:
                 process.kill()
                 process.wait()
         self.processes.clear()
+
+
+@dataclass
+class FreshFlows:
+    """One-shot pings in a loop per (pod, target), each a new connection, until `stop`."""
+
+    probes: dict[tuple[str, str], list[tuple[float, bool]]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self, source: str, netns: str, target: str) -> None:
+        record = self.probes.setdefault((source, target), [])
+        argv = ["nsenter", f"--net={netns}", "ping", "-n", "-q", "-c", "1", "-W", "1", target]
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                at = time.time()
+                done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+                record.append((at, done.returncode == 0))
+                self._stop.wait(INTERVAL_S)
+
+        thread = threading.Thread(target=loop, name=f"flows-{source}-{target}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> dict[tuple[str, str], list[tuple[float, bool]]]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self._threads.clear()
+        return self.probes
+
+    def close(self) -> None:
+        self.stop()
+
+    def lost_after(self, since: float) -> dict[tuple[str, str], list[float]]:
+        """Per (pod, target), the start times of unanswered probes started at or after `since`."""
+        return {
+            key: [at for at, ok in record if at >= since and not ok]
+            for key, record in self.probes.items()
+        }

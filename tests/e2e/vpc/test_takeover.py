@@ -3,7 +3,9 @@
 The node is prepared as aws-node leaves it (`aws_node.AwsNode`: VPC CNI's ENIs and their links, its
 SNAT chains, its plugin's pods on the primary ENI and two secondary ENIs, its checkpoint) and shown
 to work before ipamd ever starts. Then ipamd starts with host networking on while every pod pings
-the VPC host and the internet host; no reply may be lost after the first second. Afterwards every
+the VPC host and the internet host, and opens new connections to the internet host one after
+another (which SNAT and the connmark decide anew, where a running ping keeps what its connection
+got); no reply may be lost after the first second. Afterwards every
 pod has kept its address, ipamd's rules, table and conflist have replaced aws-node's, a new pod comes
 up through ipamd, an adopted pod's removal reaches ipamd, and once ipamd stops, its checkpoint read
 as aws-node reads it names every live pod and nothing else.
@@ -42,7 +44,7 @@ from tests.e2e.vpc.aws_node import (
 )
 from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, Namespaces, run
 from tests.e2e.vpc.harness import DEPLOYED_CONFLIST, LEAK_GRACE_S, VpcNode
-from tests.e2e.vpc.pings import Pings
+from tests.e2e.vpc.pings import FreshFlows, Pings
 from tests.e2e.vpc.rules import PRIORITY_FROM_POD, PRIORITY_TO_POD, expected_rules, host
 
 pytestmark = pytest.mark.timeout(600)
@@ -192,10 +194,13 @@ def prepare_aws_node(node: VpcNode) -> tuple[AwsNode, list[AwsPod]]:
     return aws, pods
 
 
-def start_pings(node: VpcNode, pings: Pings, pods: list[AwsPod]) -> None:
+def start_pings(node: VpcNode, pings: Pings, flows: FreshFlows, pods: list[AwsPod]) -> None:
+    """A continuous ping per pod and target, and new connections to the internet host from every
+    pod (what SNAT and the connmark decide anew)."""
     for pod in pods:
         for target in (VPC_HOST, INET_HOST):
             pings.start(pod.name, node.netns_of(pod.sandbox_id), target)
+        flows.start(pod.name, node.netns_of(pod.sandbox_id), INET_HOST)
 
     def all_answering() -> bool | None:
         texts = [path.read_text(errors="replace") for path in pings.logs.values()]
@@ -235,29 +240,45 @@ def takeover_problems(node: VpcNode, pods: list[AwsPod]) -> list[str]:
     return problems
 
 
-def ping_losses(pings: Pings, since: float) -> list[str]:
+def ping_losses(pings: Pings, flows: FreshFlows, since: float) -> list[str]:
     losses = []
     for (source, target), log in sorted(pings.stop().items()):
         lost = log.lost_after(since)
         if log.sent < 2 or lost:
             losses.append(f"{source} → {target}: {len(lost)} of {log.sent} lost {lost[:20]}")
+    flows.stop()
+    for (source, target), unanswered in sorted(flows.lost_after(since).items()):
+        probes = len(flows.probes[(source, target)])
+        if probes < 2 or unanswered:
+            times = [f"{at - since:+.2f} s" for at in unanswered[:20]]
+            losses.append(
+                f"{source} → {target}, new connections: {len(unanswered)} of {probes} "
+                f"unanswered, started at {times} after the first second"
+            )
     return losses
 
 
 def test_ipamd_takes_over_a_node_from_aws_node(pause_image: Path) -> None:
-    with aws_vpc_node(pause_image) as node, contextlib.closing(Pings(node.workdir)) as pings:
+    with contextlib.ExitStack() as stack:
+        node = stack.enter_context(aws_vpc_node(pause_image))
+        pings = stack.enter_context(contextlib.closing(Pings(node.workdir)))
+        flows = stack.enter_context(contextlib.closing(FreshFlows()))
         _aws, pods = prepare_aws_node(node)
-        start_pings(node, pings, pods)
+        start_pings(node, pings, flows, pods)
 
         started = time.time()
         node.start_ipamd()
         node.wait_ipamd_ready()
         complete = within(TAKEOVER_DEADLINE_S, lambda: taken_over(node))
         time.sleep(SETTLE_S)  # the pings' window after the takeover, not an ordering
-        losses = ping_losses(pings, since=started + 1.0)
+        losses = ping_losses(pings, flows, since=started + 1.0)
         problems = [] if complete else [f"takeover incomplete after {TAKEOVER_DEADLINE_S} s"]
         problems += takeover_problems(node, pods)
         problems += [f"lost pings: {loss}" for loss in losses]
+        print(
+            f"left of aws-node: rules {untagged_rules(node, (1024, 32765))}, iptables "
+            f"{[r for r in iptables_rules(node).splitlines() if 'AWS' in r]}"
+        )
         assert not problems, "\n".join(problems)
 
         live = after_the_takeover(node, pods)
