@@ -276,3 +276,41 @@ async def test_one_reconcile_takes_the_node_over_and_a_second_changes_nothing(
     assert diff.is_empty()
     assert kernel(netns) == before, "a second pass changes nothing"
     assert dict(datapath.health.fixes) == fixes
+
+
+async def test_the_netlink_adapter_lists_and_deletes_only_vpc_cnis_shapes(netns: str) -> None:
+    run(
+        netns,
+        "ip",
+        "rule",
+        "add",
+        "from",
+        f"{GONE}/32",
+        "iif",
+        "eth0",
+        "lookup",
+        "2",
+        "pref",
+        "1536",
+    )
+    host = NetlinkHostNetwork(netns=netns)
+    await host.open()
+    try:
+        foreign = await host.list_rules(foreign=True)
+        assert len(foreign) == len(VPC_CNI_RULES) + 1, "the rule with an iif is not listed"
+        assert await host.list_rules() == frozenset(), "none of ipamd's yet"
+        routes = await host.list_routes(foreign=True)
+        assert {(r.table, r.dst, r.gateway) for r in routes} == {
+            (2, f"{GATEWAY}/32", ""),
+            (2, "0.0.0.0/0", GATEWAY),
+        }, "only the ENI table's: main's and local's are never listed"
+
+        twin = next(r for r in foreign if r.dst == f"{ON_PRIMARY}/32")
+        await host.add_rules([twin])
+        await host.delete_rules([twin], foreign=True)
+        assert await host.list_rules() == {twin}, "ipamd's twin stays"
+        assert twin not in await host.list_rules(foreign=True)
+        iif = [r for r in ip_json(netns, "-4", "rule", "show") if r.get("iif") == "eth0"]
+        assert len(iif) == 1, "a rule with other selectors is never taken"
+    finally:
+        await host.close()
