@@ -149,8 +149,13 @@ def render(allocations: Iterable[AllocationRecord]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointFile:
-    """The file at `path`: read whole; written by temp file, fsync and rename, as aws-node writes it
-    (and the directory fsynced), so a crash leaves the old file or the new one, never half."""
+    """The file at `path`: read whole; written by temp file and rename, so a reader, or a crash of
+    either daemon, sees the old file or the new one, never half.
+
+    Not fsynced (aws-node fsyncs its writes): the file only matters while the pods it names run,
+    and none survives the machine's crash. `/var/run` is a tmpfs on EKS's AMIs, so the file is gone
+    with a reboot; where it is not, aws-node drops the entries whose veth is gone. An fsync and the
+    directory's would instead put a disk flush on every pod's ADD, which waits for this file."""
 
     path: Path
 
@@ -170,4 +175,4 @@ class CheckpointFile:
 
     def write(self, data: bytes) -> None:
         """Replace the file with `data` (`ipamd.atomic_file`); raises OSError."""
-        replace_file(self.path, data)
+        replace_file(self.path, data, durable=False)

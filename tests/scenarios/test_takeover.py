@@ -31,7 +31,9 @@ def aws_cni(container_id: str) -> AllocationKey:
     return AllocationKey("aws-cni", container_id, "eth0")
 
 
-def entry(container_id: str, address: str, name: str, at_s: float = 1_700_000_000.0) -> dict[str, object]:
+def entry(
+    container_id: str, address: str, name: str, at_s: float = 1_700_000_000.0
+) -> dict[str, object]:
     return {
         "networkName": "aws-cni",
         "containerID": container_id,
