@@ -307,6 +307,12 @@ def snat_chains(node: VpcNode) -> set[str]:
     return {chain for chain in SNAT_CHAINS if chain in saved}
 
 
+def aws_node_iptables(node: VpcNode) -> list[str]:
+    """Every line of the node's iptables that is aws-node's: its chains, the jumps to them and its
+    connmark rules (all of which carry an "AWS" comment)."""
+    return [line for line in iptables_rules(node).splitlines() if "AWS" in line]
+
+
 def untagged_rules(node: VpcNode, priorities: Iterable[int]) -> list[dict[str, object]]:
     """Rules at `priorities` that are not ipamd's (no protocol 167): VPC CNI's, as `ip -j` lists
     them."""

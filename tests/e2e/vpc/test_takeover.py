@@ -21,7 +21,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from tests.e2e.vpc.aws_node import (
     POD_NAMESPACE,
     AwsNode,
     AwsPod,
+    aws_node_iptables,
     checkpoint_path,
     create_enis,
     iptables_rules,
@@ -140,14 +141,13 @@ def taken_over(node: VpcNode) -> bool:
     return (
         not rules_mismatch(node)
         and not untagged_rules(node, (PRIORITY_TO_POD, PRIORITY_FROM_POD))
-        and not snat_chains(node)
+        and not aws_node_iptables(node)
     )
 
 
-def within(deadline_s: float, done: object) -> bool:
+def within(deadline_s: float, done: Callable[[], bool]) -> bool:
     """Whether `done()` came true within the deadline (False instead of a failure: the checks
     that follow say what is missing)."""
-    assert callable(done)
     end = time.monotonic() + deadline_s
     while not done():
         if time.monotonic() > end:
@@ -225,8 +225,18 @@ def takeover_problems(node: VpcNode, pods: list[AwsPod]) -> list[str]:
         problems.append(f"VPC CNI's rules at 512/1536 still there: {left}")
     if chains := snat_chains(node):
         problems.append(f"aws-node's chains still there: {sorted(chains)}")
+    elif left_rules := aws_node_iptables(node):
+        problems.append(f"aws-node's connmark rules still there: {left_rules}")
     if not node.ipamd_nft():
         problems.append("no `ip ipamd` nftables table")
+    drops = node.sdc_drops()
+    if set(drops.values()) - {0} or node.igw_drops():
+        problems.append(f"source/destination check drops {drops}, gateway {node.igw_drops()}")
+    return problems + conflist_problems(node)
+
+
+def conflist_problems(node: VpcNode) -> list[str]:
+    problems = []
     conf_dir = node.workdir / "net.d"
     if (conf_dir / AWS_CONFLIST).exists():
         problems.append(f"{AWS_CONFLIST} is still in the conf dir")
@@ -234,9 +244,6 @@ def takeover_problems(node: VpcNode, pods: list[AwsPod]) -> list[str]:
     name = json.loads(ours.read_text()).get("name") if ours.exists() else None
     if name != NETWORK:
         problems.append(f"ipamd's conflist: {'absent' if name is None else f'network {name!r}'}")
-    drops = node.sdc_drops()
-    if set(drops.values()) - {0} or node.igw_drops():
-        problems.append(f"source/destination check drops {drops}, gateway {node.igw_drops()}")
     return problems
 
 
@@ -275,10 +282,6 @@ def test_ipamd_takes_over_a_node_from_aws_node(pause_image: Path) -> None:
         problems = [] if complete else [f"takeover incomplete after {TAKEOVER_DEADLINE_S} s"]
         problems += takeover_problems(node, pods)
         problems += [f"lost pings: {loss}" for loss in losses]
-        print(
-            f"left of aws-node: rules {untagged_rules(node, (1024, 32765))}, iptables "
-            f"{[r for r in iptables_rules(node).splitlines() if 'AWS' in r]}"
-        )
         assert not problems, "\n".join(problems)
 
         live = after_the_takeover(node, pods)
