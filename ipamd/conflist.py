@@ -25,7 +25,7 @@ class ConflistError(ValueError):
 
 def render(template: Path, socket_path: str, mtu: int | None = None) -> bytes:
     """The template with every `ipamd-cni` plugin's socket set, and with `mtu` (POD_MTU) on each
-    plugin that chains it (ptp gives the pod's veth that MTU)."""
+    plugin that uses it (the interface plugin gives the pod's veth that MTU)."""
     try:
         conf = json.loads(template.read_text())
     except (OSError, ValueError) as err:
