@@ -64,6 +64,7 @@ PLACEMENT = [
 SETTLE_S = 3.0
 """How long the pings go on once the takeover is complete."""
 TAKEOVER_DEADLINE_S = 60.0
+CNI_CACHE = Path("/var/lib/cni/results")
 IGNORED_EVENT = "takeover.checkpoint_ignored"
 """What ipamd logs of a checkpoint it will not read."""
 
@@ -103,7 +104,22 @@ def aws_vpc_node(pause_image: Path) -> Iterator[VpcNode]:
             print(f"== aws-cni log\n{plugin_log.read_text()[-3000:]}", file=sys.stderr)
         raise
     finally:
-        node.close()
+        sandboxes = []
+        with contextlib.suppress(Exception):
+            sandboxes = [s.id for s in node.runtime.client.list_sandboxes()]
+        try:
+            node.close()
+        finally:
+            forget_cached_results(sandboxes)
+
+
+def forget_cached_results(sandbox_ids: list[str]) -> None:
+    """The runtime's cached CNI results of these sandboxes (libcni's, in the machine's
+    /var/lib/cni): a DEL that failed, because ipamd was down when a failed test cleaned up,
+    leaves them behind."""
+    for sandbox_id in sandbox_ids:
+        for cached in CNI_CACHE.glob(f"*-{sandbox_id}-*"):
+            cached.unlink(missing_ok=True)
 
 
 def allocations(node: VpcNode) -> dict[Key, list[str]]:
@@ -298,6 +314,10 @@ def test_ipamd_takes_over_a_node_from_aws_node(pause_image: Path) -> None:
                 POD_NAMESPACE,
                 pod.name,
             ), metadata
+
+        # Started again, as the DaemonSet restarts it: the pods' DELs at clean-up reach it.
+        node.start_ipamd()
+        node.wait_ipamd_ready()
 
 
 def after_the_takeover(node: VpcNode, pods: list[AwsPod]) -> list[AwsPod]:
