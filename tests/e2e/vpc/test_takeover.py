@@ -5,7 +5,8 @@ SNAT chains, its plugin's pods on the primary ENI and two secondary ENIs, its ch
 to work before ipamd ever starts. Then ipamd starts with host networking on while every pod pings
 the VPC host and the internet host, and opens new connections to the internet host one after
 another (which SNAT and the connmark decide anew, where a running ping keeps what its connection
-got); no reply may be lost after the first second. Afterwards every
+got); no reply may be lost after the first second. At ready the spare addresses of the adopting
+ENIs are cooling (aws-node's checkpoint says nothing of when they were released). Afterwards every
 pod has kept its address, ipamd's rules, table and conflist have replaced aws-node's, a new pod comes
 up through ipamd, an adopted pod's removal reaches ipamd, and once ipamd stops, its checkpoint read
 as aws-node reads it names every live pod and nothing else.
@@ -65,6 +66,7 @@ SETTLE_S = 3.0
 """How long the pings go on once the takeover is complete."""
 TAKEOVER_DEADLINE_S = 60.0
 CNI_CACHE = Path("/var/lib/cni/results")
+COOLDOWN_S = 30
 IGNORED_EVENT = "takeover.checkpoint_ignored"
 """What ipamd logs of a checkpoint it will not read."""
 
@@ -93,7 +95,8 @@ def aws_vpc_node(pause_image: Path) -> Iterator[VpcNode]:
     try:
         node.start_world()
         node.start_containerd(pause_image)
-        node.configure_ipamd("on", {})
+        # VPC CNI's cooldown, not the harness's 1 s: the spare addresses are still cooling at ready.
+        node.configure_ipamd("on", {"IP_COOLDOWN_PERIOD": str(COOLDOWN_S)})
         yield node
     except BaseException:
         print(node.diagnostics(), file=sys.stderr)
@@ -286,18 +289,23 @@ def test_ipamd_takes_over_a_node_from_aws_node(pause_image: Path) -> None:
         node = stack.enter_context(aws_vpc_node(pause_image))
         pings = stack.enter_context(contextlib.closing(Pings(node.workdir)))
         flows = stack.enter_context(contextlib.closing(FreshFlows()))
-        _aws, pods = prepare_aws_node(node)
+        aws, pods = prepare_aws_node(node)
         start_pings(node, pings, flows, pods)
 
         started = time.time()
         node.start_ipamd()
         node.wait_ipamd_ready()
+        spare = {a for e in aws.enis for a in e.secondary_ips} - {p.address for p in pods}
+        states = node.daemon.address_states()
+        warm = {a: states.get(a) for a in sorted(spare) if states.get(a) != "cooling"}
         complete = within(TAKEOVER_DEADLINE_S, lambda: taken_over(node))
         time.sleep(SETTLE_S)  # the pings' window after the takeover, not an ordering
         losses = ping_losses(pings, flows, since=started + 1.0)
         problems = [] if complete else [f"takeover incomplete after {TAKEOVER_DEADLINE_S} s"]
         problems += takeover_problems(node, pods)
         problems += [f"lost pings: {loss}" for loss in losses]
+        if warm:
+            problems.append(f"spare addresses of adopting ENIs not cooling at ready: {warm}")
         assert not problems, "\n".join(problems)
 
         live = after_the_takeover(node, pods)
