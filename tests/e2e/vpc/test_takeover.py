@@ -47,7 +47,13 @@ from tests.e2e.vpc.aws_node import (
 from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, Namespaces, run
 from tests.e2e.vpc.harness import DEPLOYED_CONFLIST, LEAK_GRACE_S, VpcNode
 from tests.e2e.vpc.pings import FreshFlows, Pings
-from tests.e2e.vpc.rules import PRIORITY_FROM_POD, PRIORITY_TO_POD, expected_rules, host
+from tests.e2e.vpc.rules import (
+    PRIORITY_FROM_POD,
+    PRIORITY_TO_POD,
+    KernelRule,
+    expected_rules,
+    host,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -138,10 +144,11 @@ def allocations(node: VpcNode) -> dict[Key, list[str]]:
 
 
 def rules_mismatch(node: VpcNode) -> str:
-    """ "" when the node's protocol-167 rules are what ipamd's API implies (read before and after
-    the kernel, so that a change meanwhile is allowed either way), else what differs."""
+    """What differs between the node's protocol-167 rules and those ipamd's API implies (read
+    before and after the kernel, so that a change meanwhile is allowed either way); empty if
+    nothing does."""
 
-    def expected() -> frozenset[object]:
+    def expected() -> frozenset[KernelRule]:
         items = node.daemon.get("/v1/allocations")["allocations"]
         enis = node.daemon.get("/v1/enis")["enis"]
         assert isinstance(items, list) and isinstance(enis, list)
@@ -333,7 +340,7 @@ def after_the_takeover(node: VpcNode, pods: list[AwsPod]) -> list[AwsPod]:
     sandbox_id = node.run_pod("after-0")
     held = allocations(node).get(key_of(sandbox_id))
     assert held is not None and len(held) == 1, f"ipamd's allocation of the new pod: {held}"
-    fresh = AwsPod("after-0", sandbox_id, held[0], -1)
+    fresh = AwsPod("after-0", sandbox_id, held[0], device_index=-1)  # ipamd's choice
     assert fresh.address not in {p.address for p in pods}, "a live pod's address handed out again"
     links = run(["ip", "-br", "-n", node.ns.node, "link", "show"])
     assert veth_name("eni", POD_NAMESPACE, fresh.name) in links, f"VPC CNI's veth name:\n{links}"
