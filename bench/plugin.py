@@ -1,11 +1,20 @@
 """What a pod's ADD costs in the CNI plugin, measured from outside as the node's runtime pays it:
 whole processes, from spawn to exit.
 
-- `cni_plugin_add_p50_ms`: the shipped plugin (the static launcher and its bundled runtime, built
-  from this interpreter as the image's build stage builds them and installed by the init
-  container's `install-cni.sh` into a bin dir in the workdir) doing an ADD against `ipamd run
-  --embedded` running as its own process with its own socket and state dir; each ADD's DEL
-  follows, untimed.
+- `cni_plugin_add_p50_ms`: the shipped plugin (the static launcher and bundled runtime built from
+  this interpreter as the image's build stage builds them, installed by the init container's
+  `install-cni.sh` into a bin dir in the workdir) as an IPAM plugin (ptp's conf: no interface),
+  ADD against `ipamd run --embedded` in its own process, socket and state dir; DEL after, untimed.
+- `cni_pod_add_p50_ms`: the same plugin as the interface plugin, given the shipped conflist's
+  plugin conf (`type` `ipamd-cni`) as a runtime hands it: the allocation and the pod's veth, into
+  a pod namespace made before and deleted after (its DEL between, all untimed), the host end in
+  a namespace for the node's (`bench.netns`) which the bench's thread is in during the loop, so
+  every process of it starts there with no `nsenter` in any span. Root only.
+- `cni_pod_add_over_ipam_add`: the interface-mode p50 over the IPAM-mode p50 of the same loop;
+  the target is at most 1.5. Both pay the same Python start and daemon call; the interface mode
+  adds what ptp does after its IPAM plugin returns (a veth pair, an address, routes, neighbours:
+  about ten netlink round trips, a few ms). Half again the IPAM ADD leaves room for that on a
+  loaded node; an interface mode costing more than a second plugin process would not beat ptp.
 - `cni_plugin_version_p50_ms`: the same plugin answering VERSION: start-up only, no daemon.
 - `python_bare_start_p50_ms`: the bundle's interpreter started as the launcher starts it (its own
   loader and libraries) running `-I -S -c pass`: the floor of any Python plugin.
@@ -14,15 +23,16 @@ whole processes, from spawn to exit.
   with its data dir in the workdir: the reference.
 
 The daemon keeps `WARM_IP_TARGET` addresses free with no cooldown, so no ADD waits for the pool;
-timing starts once the pool holds them, after one untimed ADD that is retried while the daemon
-answers "try again later" (CNI code 11). Every figure's runs alternate in one loop, so each sees
-the same machine at the same moments.
+timing starts once the pool holds them, after one untimed ADD in each mode, the first retried
+while the daemon answers "try again later" (CNI code 11). Every figure's runs alternate in one
+loop, so each sees the same machine at the same moments.
 
 Without gcc (the launcher is linked statically) the plugin's figures are skipped, without
-`/usr/lib/cni/host-local` the reference is; either is said on stderr. Nothing here touches the
-machine's network configuration: IPAM plugins create no interfaces and never enter CNI_NETNS (a
-path that does not exist), ipamd runs embedded with host networking off, writes no conflist and
-listens on no port.
+`/usr/lib/cni/host-local` the reference is, and without root (or `ip`) the interface mode's are;
+each is said on stderr. Nothing here touches the machine's network namespace: IPAM plugins never
+enter CNI_NETNS (a path that does not exist), the interface plugin works only in namespaces the
+bench makes and deletes even on failure, ipamd runs embedded with host networking off, writes no
+conflist and listens on no port.
 """
 
 from __future__ import annotations
@@ -35,9 +45,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import netns
 from bench.timing import p50
 from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call
 from ipamd.wire import PATH_POOL, PATH_READYZ
@@ -46,6 +59,7 @@ RUNS = 50
 WARM_IPS = 20
 """The daemon's WARM_IP_TARGET: an embedded m5.large holds 27 pod addresses."""
 IMAGE_DIR = Path(__file__).resolve().parents[1] / "deploy" / "image"
+CONFLIST = Path(__file__).resolve().parents[1] / "deploy" / "cni" / "10-ipamd.conflist"
 HOST_LOCAL = Path("/usr/lib/cni/host-local")
 """Debian's reference IPAM plugin (package containernetworking-plugins)."""
 NETNS = "/var/run/netns/ipamd-bench-absent"
@@ -242,15 +256,33 @@ def _conf(ipam: dict[str, object]) -> bytes:
     return json.dumps(conf).encode()
 
 
-def _add_then_del(plugin: Path, conf: bytes, container_id: str) -> Ran:
+def _pod_conf(socket: Path) -> bytes:
+    """The shipped conflist's plugin as a runtime hands it to `ipamd-cni` (the list's cniVersion
+    and name added), its socket this bench's daemon's."""
+    whole = json.loads(CONFLIST.read_text())
+    (plugin,) = whole["plugins"]
+    plugin["ipam"] = {**plugin["ipam"], "socket": str(socket)}
+    conf = {"cniVersion": whole["cniVersion"], "name": whole["name"], **plugin}
+    return json.dumps(conf).encode()
+
+
+def _add_then_del(plugin: Path, conf: bytes, container_id: str, netns_path: str = NETNS) -> Ran:
     """A timed ADD, then its untimed DEL; fails on any error."""
-    added = _run([str(plugin)], _cni_env("ADD", container_id), conf)
+    extra = {"CNI_NETNS": netns_path}
+    added = _run([str(plugin)], _cni_env("ADD", container_id, extra), conf)
     if added.returncode != 0:
         raise RuntimeError(f"{plugin.name} ADD failed: {added.stdout!r} {added.stderr!r}")
-    deleted = _run([str(plugin)], _cni_env("DEL", container_id), conf)
+    deleted = _run([str(plugin)], _cni_env("DEL", container_id, extra), conf)
     if deleted.returncode != 0:
         raise RuntimeError(f"{plugin.name} DEL failed: {deleted.stdout!r} {deleted.stderr!r}")
     return added
+
+
+def _pod_add(plugin: Path, conf: bytes, pods: netns.Pods, container_id: str) -> Ran:
+    """An interface-mode ADD (timed) into a pod namespace made for it, then its DEL and the
+    namespace's removal (untimed)."""
+    with pods.pod() as pod_path:
+        return _add_then_del(plugin, conf, container_id, pod_path)
 
 
 async def _first_add(plugin: Path, conf: bytes, deadline_s: float = 60.0) -> None:
@@ -268,6 +300,9 @@ async def _first_add(plugin: Path, conf: bytes, deadline_s: float = 60.0) -> Non
 
 # -- the family ------------------------------------------------------------------------------------
 
+Probe = Callable[[int], float]
+"""One run of one figure: its elapsed ms, given the run's number."""
+
 
 async def run(workdir: Path) -> dict[str, float]:
     bundle = _build_bundle(workdir)
@@ -281,52 +316,82 @@ async def run(workdir: Path) -> dict[str, float]:
             await daemon.wait_ready()
             ours = _conf({"type": "ipamd-cni", "socket": str(daemon.socket)})
             await _first_add(plugin, ours)
-        return _measure(workdir, bundle, plugin, daemon, host_local)
+        why = "the plugin is not built" if plugin is None else netns.unavailable()
+        if why is not None:
+            _note(f"{why}: cni_pod_add_* figures skipped")
+        node: AbstractContextManager[netns.Pods | None] = (
+            nullcontext() if why is not None else netns.node_namespace("ipamd-bench")
+        )
+        with node as pods:
+            if pods is not None and plugin is not None and daemon is not None:
+                # Untimed, as the IPAM mode's first: it also turns on the node's ip_forward once.
+                _pod_add(plugin, _pod_conf(daemon.socket), pods, "bench-pod-warmup")
+            probes = _probes(workdir, bundle, plugin, daemon, host_local, pods)
+            return _measure(probes)
     finally:
         if daemon is not None:
             daemon.stop()
 
 
-def _measure(
+def _version(plugin: Path) -> float:
+    version = _run([str(plugin)], {"CNI_COMMAND": "VERSION"})
+    if version.returncode != 0:
+        raise RuntimeError(f"VERSION failed: {version.stdout!r} {version.stderr!r}")
+    return version.elapsed_ms
+
+
+def _probes(
     workdir: Path,
     bundle: Path,
     plugin: Path | None,
     daemon: Daemon | None,
     host_local: Path | None,
-) -> dict[str, float]:
-    samples: dict[str, list[float]] = {
-        "cni_plugin_add_p50_ms": [],
-        "cni_plugin_version_p50_ms": [],
-        "python_bare_start_p50_ms": [],
-        "host_local_add_p50_ms": [],
-    }
+    pods: netns.Pods | None,
+) -> dict[str, Probe]:
+    """Each figure's run, in the order the loop alternates them."""
     bare = _bare_python(bundle)
-    ours = None if daemon is None else _conf({"type": "ipamd-cni", "socket": str(daemon.socket)})
-    reference = _conf(
-        {
-            "type": "host-local",
-            "ranges": [[{"subnet": "10.255.0.0/16"}]],
-            "dataDir": str(workdir / "host-local"),
-        }
-    )
+    probes: dict[str, Probe] = {"python_bare_start_p50_ms": lambda n: _run(bare, {}).elapsed_ms}
+    if plugin is not None and daemon is not None:
+        ours = _conf({"type": "ipamd-cni", "socket": str(daemon.socket)})
+        probes["cni_plugin_version_p50_ms"] = lambda n: _version(plugin)
+        probes["cni_plugin_add_p50_ms"] = lambda n: (
+            _add_then_del(plugin, ours, f"bench-ipamd-{n}").elapsed_ms
+        )
+        if pods is not None:
+            pod_conf = _pod_conf(daemon.socket)
+            probes["cni_pod_add_p50_ms"] = lambda n: (
+                _pod_add(plugin, pod_conf, pods, f"bench-pod-{n}").elapsed_ms
+            )
+    if host_local is not None:
+        reference = _conf(
+            {
+                "type": "host-local",
+                "ranges": [[{"subnet": "10.255.0.0/16"}]],
+                "dataDir": str(workdir / "host-local"),
+            }
+        )
+        probes["host_local_add_p50_ms"] = lambda n: (
+            _add_then_del(host_local, reference, f"bench-host-local-{n}").elapsed_ms
+        )
+    return probes
+
+
+def _measure(probes: dict[str, Probe]) -> dict[str, float]:
+    samples: dict[str, list[float]] = {name: [] for name in probes}
     for n in range(RUNS):
-        samples["python_bare_start_p50_ms"].append(_run(bare, {}).elapsed_ms)
-        if plugin is not None and ours is not None:
-            version = _run([str(plugin)], {"CNI_COMMAND": "VERSION"})
-            if version.returncode != 0:
-                raise RuntimeError(f"VERSION failed: {version.stdout!r} {version.stderr!r}")
-            samples["cni_plugin_version_p50_ms"].append(version.elapsed_ms)
-            added = _add_then_del(plugin, ours, f"bench-ipamd-{n}")
-            samples["cni_plugin_add_p50_ms"].append(added.elapsed_ms)
-        if host_local is not None:
-            added = _add_then_del(host_local, reference, f"bench-host-local-{n}")
-            samples["host_local_add_p50_ms"].append(added.elapsed_ms)
-    figures = {name: p50(values) for name, values in samples.items() if values}
+        for name, probe in probes.items():
+            samples[name].append(probe(n))
+    figures = {name: p50(values) for name, values in samples.items()}
     if "cni_plugin_version_p50_ms" in figures:
         ratio = figures["cni_plugin_version_p50_ms"] / figures["python_bare_start_p50_ms"]
         figures["cni_plugin_start_ratio"] = ratio
+    if "cni_pod_add_p50_ms" in figures:
+        ratio = figures["cni_pod_add_p50_ms"] / figures["cni_plugin_add_p50_ms"]
+        figures["cni_pod_add_over_ipam_add"] = ratio
     order = (
         "cni_plugin_add_p50_ms",
+        "cni_pod_add_p50_ms",
+        "cni_pod_add_over_ipam_add",
         "cni_plugin_version_p50_ms",
         "python_bare_start_p50_ms",
         "cni_plugin_start_ratio",
