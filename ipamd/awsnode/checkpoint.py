@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,25 +126,37 @@ def _text(value: object) -> str:
 
 def render(allocations: Iterable[AllocationRecord]) -> bytes:
     """The checkpoint aws-node would read back for `allocations` (IPv4, one entry per address)."""
-    items: list[Mapping[str, object]] = []
-    for alloc in sorted(allocations, key=lambda a: (a.created_at, a.key.container_id)):
-        for address in alloc.addresses:
-            items.append(
-                {
-                    "networkName": alloc.key.network,
-                    "containerID": alloc.key.container_id,
-                    "ifName": alloc.key.ifname,
-                    "ipv4": address,
-                    "allocationTimestamp": int(alloc.created_at * 1e9),
-                    "metadata": {
-                        "k8sPodNamespace": alloc.pod_namespace,
-                        "k8sPodName": alloc.pod_name,
-                        "interfacesCount": 1,
-                    },
-                }
-            )
-    doc = {"version": FORMAT_VERSION, "allocations": items, "writer": WRITER}
-    return json.dumps(doc, separators=(",", ":")).encode()
+    ordered = sorted(allocations, key=lambda a: (a.created_at, a.key.container_id))
+    return document(entries_of(a) for a in ordered)
+
+
+def entries_of(alloc: AllocationRecord) -> str:
+    """The allocation's entries (one per address) as JSON text, comma-separated: the part of the
+    file that changes only with the allocation, so a writer can keep it between writes."""
+    return ",".join(
+        json.dumps(
+            {
+                "networkName": alloc.key.network,
+                "containerID": alloc.key.container_id,
+                "ifName": alloc.key.ifname,
+                "ipv4": address,
+                "allocationTimestamp": int(alloc.created_at * 1e9),
+                "metadata": {
+                    "k8sPodNamespace": alloc.pod_namespace,
+                    "k8sPodName": alloc.pod_name,
+                    "interfacesCount": 1,
+                },
+            },
+            separators=(",", ":"),
+        )
+        for address in alloc.addresses
+    )
+
+
+def document(entries: Iterable[str]) -> bytes:
+    """The whole file around allocations' entries (`entries_of`)."""
+    listed = ",".join(e for e in entries if e)
+    return f'{{"version":"{FORMAT_VERSION}","allocations":[{listed}],"writer":"{WRITER}"}}'.encode()
 
 
 @dataclass(frozen=True, slots=True)

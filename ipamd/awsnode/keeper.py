@@ -1,14 +1,15 @@
 """ipamd's copy of VPC CNI's checkpoint, kept current so that aws-node, started again on this node
 (a rollback), restores every running pod and hands out no address a pod holds.
 
-Every commit that adds or removes an allocation asks for a new file; one writer task writes the state
-as it is when its turn comes (so a burst of changes costs one write, as the engine's group commit
-does), off the event loop, atomically. ADD waits for the write that covers its allocation
-(`CheckpointedPods`), since aws-node started from a file without a live pod could hand that pod's
-address to another; a DEL does not (a stale entry only makes aws-node hold an address longer, and
-aws-node drops entries whose veth is gone). A write that fails (a full or read-only disk) is logged
-and tried again; an ADD waits for it at most `wait_s`, and not at all while writes fail, because the
-state file, not this copy, is what ipamd answers from.
+Every commit that adds or removes an allocation asks for a new file; one writer task writes the
+state as it is when its turn comes (so a burst of changes costs one write, as the engine's group
+commit does), off the event loop, atomically. Each allocation's entry is kept as JSON text from its
+commit on, so a write joins strings rather than serializing every pod again. ADD waits for the write
+that covers its allocation (`CheckpointedPods`), since aws-node started from a file without a live
+pod could hand that pod's address to another; a DEL does not (a stale entry only makes aws-node hold
+an address longer, and aws-node drops entries whose veth is gone). A write that fails (a full or
+read-only disk) is logged and tried again; an ADD waits for it at most `wait_s`, and not at all
+while writes fail, because the state file, not this copy, is what ipamd answers from.
 
 Nothing is written before `arm()`: start-up's takeover reads aws-node's file first, and writing
 ipamd's over it sooner would erase what it is about to adopt.
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from datastore.records import AllocationKey, AllocationRecord, Mutation
-from ipamd.awsnode.checkpoint import CheckpointFile, render
+from ipamd.awsnode.checkpoint import CheckpointFile, document, entries_of
 from ipamd.engine.engine import Engine
 from ipamd.model import PodRef
 
@@ -53,6 +54,7 @@ class CheckpointKeeper:
         self._changed = asyncio.Event()
         self._done = asyncio.Condition()
         self._failing = False
+        self._entries: dict[AllocationKey, str] = {}
         self.failures = 0
         engine.listeners.append(self._on_commit)
 
@@ -62,14 +64,23 @@ class CheckpointKeeper:
 
     def arm(self) -> None:
         """From now on the file is ipamd's to write (after start-up's takeover read it)."""
+        allocations = self._engine.state.allocations().values()
+        ordered = sorted(allocations, key=lambda a: (a.created_at, a.key.container_id))
+        self._entries = {a.key: entries_of(a) for a in ordered}
         self._armed = True
         self._changed.set()
 
     def _on_commit(self, m: Mutation, _removed: tuple[AllocationRecord, ...]) -> None:
-        if m.put_allocations or m.delete_allocations:
-            self._wanted += 1
-            if self._armed:
-                self._changed.set()
+        if not (m.put_allocations or m.delete_allocations):
+            return
+        self._wanted += 1
+        if not self._armed:
+            return  # arm() reads every allocation afresh
+        for key in m.delete_allocations:
+            self._entries.pop(key, None)
+        for alloc in m.put_allocations:
+            self._entries[alloc.key] = entries_of(alloc)
+        self._changed.set()
 
     async def run(self) -> None:
         """The writer: one write at a time, each of the state as it is then."""
@@ -77,7 +88,7 @@ class CheckpointKeeper:
             await self._changed.wait()
             self._changed.clear()
             target = self._wanted
-            data = render(self._engine.state.allocations().values())
+            data = document(self._entries.values())
             try:
                 await asyncio.to_thread(self._write, data)
             except OSError as err:
@@ -109,7 +120,7 @@ class CheckpointKeeper:
         if not self._armed:
             return
         try:
-            self._write(render(self._engine.state.allocations().values()))
+            self._write(document(self._entries.values()))
         except OSError as err:
             logger.warning("checkpoint.write_failed path=%s error=%s", self.path, err)
 

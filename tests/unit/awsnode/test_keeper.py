@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from datastore.records import AllocationKey, AllocationRecord
-from ipamd.awsnode.checkpoint import CheckpointFile, parse
+from ipamd.awsnode.checkpoint import CheckpointFile, parse, render
 from ipamd.awsnode.keeper import CheckpointedPods, CheckpointKeeper
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
@@ -78,6 +78,12 @@ async def test_an_add_is_answered_only_once_the_checkpoint_holds_it(tmp_path: Pa
         assert raw is not None
         assert {e.key for e in parse(raw).entries} == {key(f"c{i}") for i in range(5)}
         assert len(disk.writes) <= 3, "the burst shares writes"
+
+        await pods.release(key("c2"))
+        keeper.write_now()
+        raw = file.read()
+        assert raw is not None
+        assert raw == render(node.engine.state.allocations().values()), "the kept entries agree"
     finally:
         disk.gate.set()
         writer.cancel()
