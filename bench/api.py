@@ -11,6 +11,10 @@ thousand pairs a second would cool 30,000 addresses. Every pair uses a fresh con
 leaves a delete intent for its ID), as the runtime does. Host networking is off: the socket, the
 engine and the state file are what this family measures (`bench.hostnet` prices the rules).
 
+aws-node's checkpoint, which every ADD waits for (`ipamd.awsnode.keeper`), is kept on a tmpfs, as
+on an EKS node, where `/var/run/aws-node` is one (`/dev/shm` here; the state directory's disk when
+there is none, said on stderr).
+
 Each request is one HTTP/1.1 exchange on its own connection, as `ipamd-cni` makes it. The one-client
 figures follow 200 untimed pairs: the first writes of a fresh state file also grow its write-ahead
 log (each fsync then commits file metadata too), which a daemon that has run a while no longer pays.
@@ -24,8 +28,9 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +159,26 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@contextlib.contextmanager
+def _tmpfs_dir() -> Iterator[Path]:
+    """A directory on a tmpfs, where a node keeps aws-node's checkpoint; removed afterwards."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        print("bench: no /dev/shm: the checkpoint goes on the state's disk", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="ipamd-bench-", dir=shm if shm.is_dir() else None) as d:
+        yield Path(d)
+
+
 @contextlib.asynccontextmanager
 async def _daemon(workdir: Path) -> AsyncIterator[tuple[Path, int]]:
+    stack = contextlib.ExitStack()
+    with stack:
+        async with _daemon_in(workdir, stack) as daemon:
+            yield daemon
+
+
+@contextlib.asynccontextmanager
+async def _daemon_in(workdir: Path, stack: contextlib.ExitStack) -> AsyncIterator[tuple[Path, int]]:
     host = EmbeddedEc2("server").start()
     imds: ImdsSimulator | None = None
     process: asyncio.subprocess.Process | None = None
@@ -174,6 +197,7 @@ async def _daemon(workdir: Path) -> AsyncIterator[tuple[Path, int]]:
             metrics_port=_free_port(),
         )
         env = daemon_environment(ends, os.environ) | SETTINGS
+        env["AWS_VPC_K8S_CNI_BACKING_STORE"] = str(stack.enter_context(_tmpfs_dir()) / "ipam.json")
         env = {k: v for k, v in env.items() if v}
         with (workdir / "ipamd.log").open("ab") as log:
             process = await asyncio.create_subprocess_exec(
@@ -210,8 +234,6 @@ async def _ready(socket_path: Path, process: asyncio.subprocess.Process, workdir
 
 
 if __name__ == "__main__":
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="ipamd-bench-api-") as tmp:
         for name, value in asyncio.run(run(Path(tmp))).items():
             print(f"{name}: {value:.3f}", file=sys.stdout)

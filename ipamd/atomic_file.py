@@ -9,12 +9,8 @@ import os
 from pathlib import Path
 
 
-def replace_file(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
-    """Write `data` as `target` atomically (its directory made if missing); raises OSError.
-
-    `durable=False` leaves out both fsyncs: the file is still whole for every reader and through a
-    crash of any process, but not through a crash of the machine, for files that a reboot makes
-    meaningless anyway."""
+def replace_file(target: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `data` as `target` atomically (its directory made if missing); raises OSError."""
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
     temp = directory / f".{target.name}.{os.getpid()}.tmp"
@@ -22,12 +18,9 @@ def replace_file(target: Path, data: bytes, mode: int = 0o644, *, durable: bool 
         with temp.open("wb") as f:
             f.write(data)
             f.flush()
-            if durable:
-                os.fsync(f.fileno())
+            os.fsync(f.fileno())
         temp.chmod(mode)
         os.replace(temp, target)
-        if not durable:
-            return
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)

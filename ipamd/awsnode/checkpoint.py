@@ -21,14 +21,15 @@ engine; `ipamd.awsnode.takeover` decides what the entries become.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from datastore.records import AllocationKey, AllocationRecord
-from ipamd.atomic_file import replace_file
 from ipamd.wire import WireError, check_container_id, check_ifname, check_network
 
 FORMAT_VERSION = "vpc-cni-ipam/1"
@@ -186,5 +187,24 @@ class CheckpointFile:
         return raw
 
     def write(self, data: bytes) -> None:
-        """Replace the file with `data` (`ipamd.atomic_file`); raises OSError."""
-        replace_file(self.path, data, durable=False)
+        """Replace the file with `data` (a hidden temp file beside it, then rename); raises
+        OSError. Every pod's ADD waits for this, so it is the fewest syscalls that keep it whole:
+        the directory is made only when it is missing."""
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        try:
+            os.replace(temp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise

@@ -5,7 +5,6 @@ for longer than the keeper's wait."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 from datastore.records import AllocationKey, AllocationRecord
@@ -31,18 +30,28 @@ class Addresses:
         return await self.engine.release(key)
 
 
-class GatedWrites:
-    """A disk whose writes wait for the test's word (in the writer's thread)."""
+class Order:
+    """What happened, in order: each write (the keys it held) and each ADD answered."""
 
     def __init__(self, file: CheckpointFile) -> None:
         self.file = file
-        self.gate = threading.Event()
-        self.writes: list[bytes] = []
+        self.events: list[tuple[str, frozenset[AllocationKey]]] = []
+        self.writes = 0
 
     def write(self, data: bytes) -> None:
-        self.gate.wait(timeout=10)
         self.file.write(data)
-        self.writes.append(data)
+        self.writes += 1
+        self.events.append(("write", frozenset(e.key for e in parse(data).entries)))
+
+    async def add(self, pods: CheckpointedPods, k: AllocationKey) -> None:
+        await pods.add(k, None)
+        self.events.append(("answered", frozenset({k})))
+
+    def written_before_answered(self, k: AllocationKey) -> bool:
+        for kind, keys in self.events:
+            if k in keys:
+                return kind == "write"
+        return False
 
 
 def key(cid: str) -> AllocationKey:
@@ -54,30 +63,20 @@ async def test_an_add_is_answered_only_once_the_checkpoint_holds_it(tmp_path: Pa
     await node.seed(enis=1, per_eni=8)
     assert node.engine is not None
     file = CheckpointFile(tmp_path / "ipam.json")
-    disk = GatedWrites(file)
-    keeper = CheckpointKeeper(node.engine, file, write=disk.write, wait_s=30)
+    order = Order(file)
+    keeper = CheckpointKeeper(node.engine, file, write=order.write)
     pods = CheckpointedPods(Addresses(node.engine), keeper)
     writer = asyncio.create_task(keeper.run())
     try:
         keeper.arm()
-        committed = asyncio.Event()
-        engine = node.engine
-        engine.listeners.append(
-            lambda _m, _r: committed.set() if len(engine.state.allocations()) == 5 else None
-        )
-        adds = [asyncio.create_task(pods.add(key(f"c{i}"), None)) for i in range(5)]
-        await committed.wait()  # in the store's thread, so not within a few loop turns
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert not any(a.done() for a in adds), "no ADD answered before its write"
+        keys = [key(f"c{i}") for i in range(5)]
+        await asyncio.gather(*(order.add(pods, k) for k in keys))
 
-        disk.gate.set()
-        await asyncio.gather(*adds)
-
+        assert all(order.written_before_answered(k) for k in keys), order.events
         raw = file.read()
         assert raw is not None
-        assert {e.key for e in parse(raw).entries} == {key(f"c{i}") for i in range(5)}
-        assert len(disk.writes) <= 3, "the burst shares writes"
+        assert {e.key for e in parse(raw).entries} == set(keys)
+        assert order.writes <= 4, "the burst shares writes"
 
         await pods.release(key("c2"))
         keeper.write_now()
@@ -85,7 +84,6 @@ async def test_an_add_is_answered_only_once_the_checkpoint_holds_it(tmp_path: Pa
         assert raw is not None
         assert raw == render(node.engine.state.allocations().values()), "the kept entries agree"
     finally:
-        disk.gate.set()
         writer.cancel()
         await node.close()
 
@@ -110,23 +108,22 @@ async def test_nothing_is_written_before_arm(tmp_path: Path) -> None:
         await node.close()
 
 
-async def test_a_failing_disk_delays_an_add_by_the_wait_only_and_is_retried(tmp_path: Path) -> None:
+async def test_a_failing_disk_delays_no_add_and_is_retried(tmp_path: Path) -> None:
     node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineSettings())
     await node.seed(enis=1, per_eni=4)
     assert node.engine is not None
     file = CheckpointFile(tmp_path / "ipam.json")
     failures = {"left": 2}
     written = asyncio.Event()
-    loop = asyncio.get_running_loop()
 
     def flaky(data: bytes) -> None:
         if failures["left"]:
             failures["left"] -= 1
             raise OSError(28, "No space left on device")
         file.write(data)
-        loop.call_soon_threadsafe(written.set)
+        written.set()
 
-    keeper = CheckpointKeeper(node.engine, file, write=flaky, wait_s=0.0, retry_s=0.0)
+    keeper = CheckpointKeeper(node.engine, file, write=flaky, retry_s=0.0)
     pods = CheckpointedPods(Addresses(node.engine), keeper)
     writer = asyncio.create_task(keeper.run())
     try:
@@ -137,6 +134,41 @@ async def test_a_failing_disk_delays_an_add_by_the_wait_only_and_is_retried(tmp_
         raw = file.read()
         assert raw is not None and [e.key for e in parse(raw).entries] == [key("c1")]
         assert keeper.failures == 2
+    finally:
+        writer.cancel()
+        await node.close()
+
+
+async def test_a_removal_waits_for_the_next_adds_write(tmp_path: Path) -> None:
+    """A DEL costs no write of its own: its removal goes out with the next ADD's (or after
+    `defer_s`); a stale entry only makes aws-node hold an address longer."""
+    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineSettings(cooldown_s=0))
+    await node.seed(enis=1, per_eni=4)
+    assert node.engine is not None
+    file = CheckpointFile(tmp_path / "ipam.json")
+    written: list[bytes] = []
+
+    def record(data: bytes) -> None:
+        file.write(data)
+        written.append(data)
+
+    keeper = CheckpointKeeper(node.engine, file, write=record, defer_s=3600)
+    pods = CheckpointedPods(Addresses(node.engine), keeper)
+    writer = asyncio.create_task(keeper.run())
+    try:
+        keeper.arm()
+        await pods.add(key("a"), None)
+        before = len(written)
+        await pods.release(key("a"))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert len(written) == before, "the DEL alone wrote nothing"
+
+        await pods.add(key("b"), None)
+
+        raw = file.read()
+        assert raw is not None
+        assert [e.key for e in parse(raw).entries] == [key("b")], "the ADD's write took both"
     finally:
         writer.cancel()
         await node.close()
