@@ -1,0 +1,139 @@
+"""Properties of taking a node over from aws-node's checkpoint, over checkpoints hypothesis makes up:
+whatever the file holds, parsing either refuses it as a whole or yields entries, and adopting them
+never gives an address two owners, never owns an address EC2 does not list, never revives a deleted
+container, and takes an address from ipamd's own claim only on the runtime's evidence."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datastore.records import (
+    AllocationKey,
+    AllocationRecord,
+    EniRecord,
+    IntentRecord,
+    Mutation,
+    UnitRecord,
+)
+from ipamd.awsnode.checkpoint import CheckpointError, parse
+from ipamd.awsnode.takeover import plan_adoption
+from ipamd.engine.state import NodeState
+from tests.support.invariants import check_state
+
+EXAMPLES = int(os.environ.get("IPAMD_HYPOTHESIS_EXAMPLES", "200"))
+NOW = 1_800_000_000.0
+COOLDOWN_S = 30.0
+TTL_S = 600.0
+SECONDARIES = [f"10.0.0.{n}" for n in range(10, 18)]
+PREFIX = "10.1.0.0/28"
+ON_NODE = SECONDARIES + [f"10.1.0.{n}" for n in range(16)]
+ELSEWHERE = ["10.9.9.9", "10.0.0.200"]
+CONTAINERS = ["c1", "c2", "c3", "c4", "c5", "c6"]
+
+
+def base_state(owned: dict[str, str], intents: dict[str, float]) -> NodeState:
+    """Two ENIs (eight /32s on the primary, one /28 on the other) and ipamd's own allocations."""
+    enis = (
+        EniRecord("eni-0", 0, "subnet-1", True, NOW - 900, "0a:00:00:00:00:00", "10.0.0.5"),
+        EniRecord("eni-1", 1, "subnet-1", False, NOW - 900, "0a:00:00:00:00:01", "10.0.0.6"),
+    )
+    units = tuple(UnitRecord(f"{a}/32", "eni-0", "ip", "active", NOW - 900) for a in SECONDARIES)
+    units += (UnitRecord(PREFIX, "eni-1", "prefix", "active", NOW - 900),)
+    records = tuple(
+        AllocationRecord(
+            AllocationKey("aws-cni", cid, "eth0"),
+            (address,),
+            (f"{address}/32" if address in SECONDARIES else PREFIX,),
+            "eni-0" if address in SECONDARIES else "eni-1",
+            NOW - 500,
+        )
+        for address, cid in owned.items()
+        if intents.get(cid, -1e12) + TTL_S <= NOW  # invariant 3 holds in the state we start from
+    )
+    state = NodeState()
+    state.apply(
+        Mutation(
+            put_enis=enis,
+            put_units=units,
+            put_allocations=records,
+            put_intents=tuple(IntentRecord(c, t) for c, t in intents.items()),
+        )
+    )
+    return state
+
+
+entries = st.fixed_dictionaries(
+    {
+        "networkName": st.sampled_from(["aws-cni", "aws-cni", "k8s-pod-network", ""]),
+        "containerID": st.sampled_from([*CONTAINERS, "../etc", ""]),
+        "ifName": st.sampled_from(["eth0", "eth0", "eth1", "a/b"]),
+        "ipv4": st.sampled_from([*ON_NODE, *ELSEWHERE, "300.1.1.1", ""]),
+        "allocationTimestamp": st.integers(min_value=-5, max_value=2**62),
+    },
+    optional={"metadata": st.fixed_dictionaries({"k8sPodName": st.text(max_size=8)})},
+)
+owned_by_ipamd = st.dictionaries(
+    st.sampled_from(ON_NODE), st.sampled_from([*CONTAINERS, "own1", "own2"]), max_size=6
+).filter(lambda d: len(set(d.values())) == len(d))  # one address per ipamd container
+intents = st.dictionaries(
+    st.sampled_from(CONTAINERS), st.sampled_from([NOW - 10, NOW - 2 * TTL_S]), max_size=3
+)
+live = st.none() | st.frozensets(st.sampled_from([*CONTAINERS, "own1", "own2"]))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    items=st.lists(entries | st.integers() | st.text(max_size=4), max_size=12),
+    owned=owned_by_ipamd,
+    deleted=intents,
+    running=live,
+)
+def test_adopting_any_checkpoint_keeps_every_invariant(
+    items: list[Any],
+    owned: dict[str, str],
+    deleted: dict[str, float],
+    running: frozenset[str] | None,
+) -> None:
+    state = base_state(owned, deleted)
+    before = dict(state.allocations())
+    checkpoint = parse(json.dumps({"version": "vpc-cni-ipam/1", "allocations": items}).encode())
+
+    mutation, adoption = plan_adoption(state, checkpoint, running, NOW, TTL_S)
+    state.apply(mutation)
+
+    check_state(state, NOW, COOLDOWN_S, TTL_S)
+    assert len(checkpoint.entries) + len(checkpoint.skipped) == len(items)
+    for key in adoption.adopted:
+        (address,) = state.allocations()[key].addresses
+        assert address in ON_NODE, f"{address} owned though EC2 lists it nowhere here"
+    for key, record in before.items():
+        if key in adoption.replaced:
+            taker = state.owner_of(record.addresses[0])
+            assert running is not None and taker is not None
+            assert taker.container_id in running and key.container_id not in running
+        else:
+            assert state.allocations().get(key) == record, "ipamd's own claim kept"
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    st.binary(max_size=200)
+    | st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        ),
+        max_leaves=12,
+    ).map(lambda doc: json.dumps(doc).encode())
+)
+def test_any_bytes_parse_or_are_refused_as_not_a_checkpoint(raw: bytes) -> None:
+    try:
+        checkpoint = parse(raw)
+    except CheckpointError:
+        return
+    assert all(e.address for e in checkpoint.entries)
