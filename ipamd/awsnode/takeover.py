@@ -13,8 +13,9 @@ What each entry becomes (`plan_adoption`, pure):
   intent and a cooldown), so a runtime that cannot be read at this moment releases nothing;
 - nothing, logged, when its address is not on this node per EC2 (never an allocation EC2 cannot
   back), when its container has an active delete intent (invariant 3), or when two entries claim one
-  address: the one whose sandbox the runtime runs wins, else the newest (as restore decides duplicate
-  owners: an address is only handed out once free, so the older claim's DEL went missing);
+  address, or one attachment two addresses: the one whose sandbox the runtime runs wins, else the
+  newest (as restore decides duplicate owners: an address is only handed out once free, so the older
+  claim's DEL went missing);
 - when ipamd's state already gives the address to another key (a node rolled back to aws-node and
   then forward again, with ipamd's old state file), the entry replaces that allocation only if the
   runtime runs the entry's sandbox and not the other's; otherwise ipamd's own claim stays.
@@ -120,6 +121,16 @@ def _claims(
             claims.by_address[entry.address] = entry
         else:
             claims.refused.append(f"{_who(entry)}: {entry.address} also claimed, newer or live")
+    # One address per attachment too: an attachment listed twice keeps its newer or live entry.
+    best: dict[AllocationKey, Entry] = {}
+    for entry in claims.by_address.values():
+        other = best.get(entry.key)
+        if other is None or _rank(entry, live) > _rank(other, live):
+            best[entry.key] = entry
+    for address, entry in list(claims.by_address.items()):
+        if best[entry.key] is not entry:
+            del claims.by_address[address]
+            claims.refused.append(f"{_who(entry)}: the attachment is listed twice ({address})")
     return claims
 
 

@@ -224,9 +224,11 @@ async def test_a_malformed_or_foreign_checkpoint_is_logged_and_ignored(
 async def test_entries_that_cannot_be_backed_are_refused_and_nothing_is_owned_twice(
     node: AwsNodeLeft,
 ) -> None:
-    a0, a1, a2, _ = node.addresses[0]
+    a0, a1, a2, a3 = node.addresses[0]
     node.write(
         [
+            entry("twice", a1, "t", at_s=1_700_000_000),  # one attachment, two addresses
+            entry("twice", a3, "t", at_s=1_700_000_900),  # the newer wins
             entry("old", a0, "web-0", at_s=1_700_000_000),
             entry("new", a0, "web-0b", at_s=1_700_000_500),  # a duplicate: the newer wins
             entry("elsewhere", "10.99.0.5", "x"),  # on no ENI of this node per EC2
@@ -239,7 +241,7 @@ async def test_entries_that_cannot_be_backed_are_refused_and_nothing_is_owned_tw
         await daemon.start()
 
         owned = {k.container_id: a.addresses for k, a in daemon.engine.state.allocations().items()}
-        assert owned == {"new": (a0,), "fine": (a2,)}
+        assert owned == {"new": (a0,), "fine": (a2,), "twice": (a3,)}
         node.check(daemon)
     finally:
         await daemon.close()
