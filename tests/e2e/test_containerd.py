@@ -13,6 +13,7 @@ their routes are made there, never in the machine's own namespace.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -44,6 +45,9 @@ from tests.e2e.support import (
 )
 
 PODS = 20
+POD_MTU = 1400
+"""Not the ENI MTU's 9001 default: the pods' interfaces must take POD_MTU from the conflist ipamd
+writes."""
 LEAK_GRACE_S = 2
 """ipamd's leak grace: short, so that the GC acts within seconds, but longer than a RunPodSandbox, whose
 allocation exists before the sandbox is listed."""
@@ -106,6 +110,19 @@ def wait_for_file(path: Path, deadline_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def link_mtu(netns: str, name: str) -> int:
+    """The MTU of `name` in the namespace at `netns`, as the kernel reports it."""
+    done = subprocess.run(
+        ["nsenter", f"--net={netns}", "ip", "-j", "link", "show", name],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    (link,) = json.loads(done.stdout)
+    return int(link["mtu"])
+
+
 @pytest.fixture(scope="module")
 def node(pause_image: Path) -> Iterator[Node]:
     require_root()
@@ -138,6 +155,7 @@ def node(pause_image: Path) -> Iterator[Node]:
                 "IPAMD_CRI_SOCKET": str(containerd.socket),
                 "IPAMD_LEAK_GC_INTERVAL": "1",
                 "IPAMD_LEAK_GRACE": str(LEAK_GRACE_S),
+                "POD_MTU": str(POD_MTU),
                 # ipamd writes the conflist itself once ready, from the file the DaemonSet ships.
                 "IPAMD_CNI_CONF_DIR": str(cni_conf),
                 "IPAMD_CNI_CONFLIST_TEMPLATE": str(DEPLOYED_CONFLIST),
@@ -171,8 +189,10 @@ def test_pods_get_distinct_addresses_from_the_pool_and_free_them(node: Node) -> 
         assert states.get(address) == "assigned", f"{address} is an assigned address of an ENI"
         status = node.containerd.client.sandbox_status(sandbox_id)
         assert status.ready and status.ips == (address,), (status, address)
-        in_netns = netns_addresses(node.containerd.netns_path(sandbox_id), "eth0")
+        netns = node.containerd.netns_path(sandbox_id)
+        in_netns = netns_addresses(netns, "eth0")
         assert {bare(a) for a in in_netns} == {address}
+        assert link_mtu(netns, "eth0") == POD_MTU, "the pod's interface takes POD_MTU"
         assert items[sandbox_id]["pod"] == {"namespace": "e2e", "name": name, "uid": f"uid-{name}"}
 
     def stop_then_remove(sandbox_id: str) -> None:
