@@ -19,6 +19,7 @@ TARGETS: Mapping[str, float] = {
     "api_add_del_p99_ms": 10.0,
     "api_add_del_p99_ms_32_clients": 50.0,
     "api_add_del_over_socket_floor": 25.0,
+    "hostnet_add_overhead_over_netlink_floor": 3.0,
     "cni_plugin_start_ratio": 2.0,
     "cni_pod_add_over_ipam_add": 1.5,
     "daemon_rss_mib_250_pods": 120.0,
