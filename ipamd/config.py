@@ -7,8 +7,9 @@ code that interprets environment variables: `ipamd.main` passes `os.environ` to 
 start and hands the frozen `Config` to everything else.
 
 It must not do I/O other than reading the mapping it is given (no sockets, clocks or logging, and no
-file but the one IPAMD_ENI_CONFIG_FILE names, read once by `ipamd.eniconfig_file` so that its problems
-are reported with the rest) and must not import asyncio. It never falls back silently: a value that
+file but those IPAMD_ENI_CONFIG_FILE and IPAMD_KUBELET_CONFIG name, read once by
+`ipamd.eniconfig_file` and `ipamd.kubelet_config` so that their problems are reported with the rest)
+and must not import asyncio. It never falls back silently: a value that
 does not parse is an error, reported together with every other bad value in one `ConfigError`. An
 empty value counts as unset, because Kubernetes manifests often set variables to "".
 """
@@ -52,6 +53,7 @@ from ipamd.eniconfig_file import (
     read_eni_config_file,
     show_eni_config_file,
 )
+from ipamd.kubelet_config import DEFAULT_KUBELET_CONFIG, KUBELET_CONFIG, KubeletConfig
 
 LogFormat = Literal["auto", "json", "text"]
 HostNetworkMode = Literal["on", "off"]
@@ -206,9 +208,10 @@ class Config:
         "embedded cloud is first made."))
     max_pods_override: int | None = field(metadata=declare(
         "IPAMD_MAX_PODS", integer(1, none=""), "", "pods", "none (node's pod capacity)",
-        "Max pods of the node; unset = as EKS computes it from the instance type: "
-        "ENIs * (IPv4 per ENI - 1) + 2 (x 16 per slot in prefix mode), capped at 110 "
-        "(30 vCPUs or fewer) or 250; `ipamctl status` says which rule applied."))
+        "Max pods of the node; unset = the kubelet's (IPAMD_KUBELET_CONFIG), else as EKS "
+        "computes it from the instance type: ENIs * (IPv4 per ENI - 1) + 2 (x 16 per slot in "
+        "prefix mode), capped at 110 (30 vCPUs or fewer) or 250; `ipamctl status` says which "
+        "rule applied."))
     log_format: LogFormat = field(metadata=declare(
         "IPAMD_LOG_FORMAT", choice("auto", "json", "text"), "auto", "", "none (always JSON)",
         "Log format: `json`, `text`, or `auto` (text on a terminal, JSON otherwise)."))
@@ -352,6 +355,13 @@ class Config:
         "VPC CNI's checkpoint (`vpc-cni-ipam/1`): read at start to adopt the pods aws-node left "
         "running, and kept current (every ADD waits for it) so aws-node started again restores "
         "every pod.", "./.run/aws-node/ipam.json"))
+    kubelet_config: KubeletConfig | None = field(default=None, metadata=declare(
+        "IPAMD_KUBELET_CONFIG", KUBELET_CONFIG, DEFAULT_KUBELET_CONFIG, "",
+        "the node's `status.capacity.pods` (the kubelet's maxPods), from the API server",
+        "The kubelet's config file (JSON, as the EKS AMI writes it) and its `<file>.d/*.conf` "
+        "drop-ins, read at start: the last `maxPods` is the node's max pods (rule `kubelet`), "
+        "unless IPAMD_MAX_PODS is set. No file, or no `maxPods`: as EKS computes it. A file that "
+        "cannot be read or is not JSON stops the start."))
     # fmt: on
 
     @classmethod

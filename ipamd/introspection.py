@@ -9,6 +9,7 @@
 | `/v1/pods` | `<pod name>_<namespace>_<container ID>` → `{"IPAMKey", "IP", "DeviceNumber"}` |
 | `/v1/ipamd-env-settings` | the effective settings, as `Config.describe()` gives them, except ... |
 | `/v1/networkutils-env-settings` | ... the host network's, which VPC CNI lists apart |
+| `/v1/max-pods` | ipamd's own: the node's max pods, the rule that set it and why, the kubelet config read |
 
 Each answer is built from one engine snapshot and the allocations and cooldowns read in the same
 synchronous step (no `await` between them, and the engine changes memory only in a synchronous
@@ -35,7 +36,8 @@ PATH_ENIS = "/v1/enis"
 PATH_PODS = "/v1/pods"
 PATH_IPAMD_ENV = "/v1/ipamd-env-settings"
 PATH_NETWORKUTILS_ENV = "/v1/networkutils-env-settings"
-PATHS = (PATH_ENIS, PATH_PODS, PATH_IPAMD_ENV, PATH_NETWORKUTILS_ENV)
+PATH_MAX_PODS = "/v1/max-pods"
+PATHS = (PATH_ENIS, PATH_PODS, PATH_IPAMD_ENV, PATH_NETWORKUTILS_ENV, PATH_MAX_PODS)
 
 NETWORKUTILS_SETTINGS = frozenset(
     {
@@ -55,6 +57,7 @@ _GO_ZERO_TIME = "0001-01-01T00:00:00Z"
 
 ENGINE = web.AppKey("engine", Engine)
 SETTINGS: web.AppKey[Mapping[str, str]] = web.AppKey("settings")
+MAX_PODS: web.AppKey[Mapping[str, object]] = web.AppKey("max_pods")
 
 
 def _go_time(epoch_s: float | None) -> str:
@@ -196,22 +199,35 @@ async def _networkutils_env(request: web.Request) -> web.Response:
     return web.json_response(split_settings(request.app[SETTINGS])[1])
 
 
-def create_introspection_app(engine: Engine, settings: Mapping[str, str]) -> web.Application:
-    """The endpoint's app: GET only; `settings` is the effective configuration by variable."""
+async def _max_pods(request: web.Request) -> web.Response:
+    body: Mapping[str, object] = request.app[MAX_PODS]
+    return web.json_response(dict(body))
+
+
+def create_introspection_app(
+    engine: Engine, settings: Mapping[str, str], max_pods: Mapping[str, object] | None = None
+) -> web.Application:
+    """The endpoint's app: GET only; `settings` is the effective configuration by variable,
+    `max_pods` the node's max pods and the rule that set it (fixed once the daemon is built)."""
     app = web.Application()
     app[ENGINE] = engine
     app[SETTINGS] = dict(settings)
+    app[MAX_PODS] = dict(max_pods or {})
     app.router.add_get("/", _root)
     app.router.add_get(PATH_ENIS, _enis)
     app.router.add_get(PATH_PODS, _pods)
     app.router.add_get(PATH_IPAMD_ENV, _ipamd_env)
     app.router.add_get(PATH_NETWORKUTILS_ENV, _networkutils_env)
+    app.router.add_get(PATH_MAX_PODS, _max_pods)
     return app
 
 
 async def serve_introspection(
-    engine: Engine, settings: Mapping[str, str], addr: HostPort
+    engine: Engine,
+    settings: Mapping[str, str],
+    addr: HostPort,
+    max_pods: Mapping[str, object] | None = None,
 ) -> web.AppRunner:
     """Serve the endpoint on `addr`; raises `ipamd.metrics_http.ListenFailed` if it cannot listen."""
-    app = create_introspection_app(engine, settings)
+    app = create_introspection_app(engine, settings, max_pods)
     return await serve_tcp(app, addr, "INTROSPECTION_BIND_ADDRESS")

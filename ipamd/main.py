@@ -263,7 +263,6 @@ def _pool_settings(daemon: Daemon) -> dict[str, object]:
     """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`), with the
     rule that set max pods (the same pure rule the daemon's parts applied)."""
     targets, limits = daemon.parts.targets, daemon.parts.node.limits
-    max_pods = compute_pod_limit_rule(targets, limits, daemon.pool.strategy)
     return {
         "mode": daemon.pool.strategy.kind,
         "targets": {
@@ -275,15 +274,27 @@ def _pool_settings(daemon: Daemon) -> dict[str, object]:
         "limits": {
             "max_enis": limits.max_enis,
             "units_per_eni": limits.units_per_eni,
-            "max_pods": daemon.engine.settings.max_pods,
-            "max_pods_rule": str(max_pods.rule),
-            "max_pods_reason": max_pods.reason,
+            **_max_pods(daemon),
         },
         "subnets": {
             "free_addresses": daemon.pool.mode.subnet_free,
             "scarce": daemon.pool.mode.scarce,
             "prefix_fallback": daemon.pool.mode.prefix_fallback,
         },
+    }
+
+
+def _max_pods(daemon: Daemon) -> dict[str, object]:
+    """The node's max pods, the rule that set it (the same pure rule the daemon's parts applied),
+    why, and what the kubelet's config said."""
+    parts = daemon.parts
+    rule = compute_pod_limit_rule(parts.targets, parts.node.limits, daemon.pool.strategy)
+    kubelet = daemon.config.kubelet_config
+    return {
+        "max_pods": daemon.engine.settings.max_pods,
+        "max_pods_rule": str(rule.rule),
+        "max_pods_reason": rule.reason,
+        "kubelet_config": kubelet.describe() if kubelet else "not read",
     }
 
 
@@ -303,7 +314,7 @@ async def _serve_observability(
     if not config.disable_introspection:
         settings = config.describe()
         addr = config.introspection_bind_address
-        introspection = await serve_introspection(daemon.engine, settings, addr)
+        introspection = await serve_introspection(daemon.engine, settings, addr, _max_pods(daemon))
         stack.push_async_callback(introspection.cleanup)
 
 
@@ -334,6 +345,7 @@ def _sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
         snapshot=daemon.engine.snapshot,
         max_enis=limits.max_enis,
         max_addresses=daemon.engine.settings.max_pods or 0,
+        max_pods_rule=str(_max_pods(daemon)["max_pods_rule"]),
         job_outcomes=lambda: daemon.jobs.outcomes,
         leaks_released=lambda: daemon.leak_gc.released,
         pool_failures=lambda: daemon.pool.health.errors_by_code,

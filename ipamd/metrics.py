@@ -165,6 +165,8 @@ class Sources:
     """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
     network_policy_calls: Callable[[], Mapping[tuple[str, str], int]] = dict
     """Calls to the network-policy agent: (enforce or delete, ok/refused/unavailable) → calls."""
+    max_pods_rule: str = ""
+    """The rule that set the node's max pods (`ipamd.policy.MaxPodsRule`); "" = not known."""
 
 
 POOL_METRICS = (
@@ -181,6 +183,7 @@ POOL_METRICS = (
     "ipamd_delete_intents",
     "ipamd_quarantined_allocations",
     "ipamd_enis_blocked",
+    "ipamd_max_pods",
 )
 
 
@@ -201,6 +204,8 @@ class PoolCollector(Collector):
         f.add("awscni_eni_allocated", len(snap.enis))
         f.add("awscni_eni_max", self._sources.max_enis)
         f.add("awscni_ip_max", self._sources.max_addresses)
+        if self._sources.max_pods_rule:
+            f.add("ipamd_max_pods", self._sources.max_addresses, rule=self._sources.max_pods_rule)
         for eni in snap.enis:
             f.add("awscni_assigned_ip_per_eni", eni.counts[AddressState.ASSIGNED], eni=eni.eni_id)
             for unit in eni.units:

@@ -74,10 +74,13 @@ def render_status(pool: dict[str, Any]) -> str:
         knobs = "  ".join(f"{k}={v}" for k, v in pool["targets"].items())
         limits = dict(pool["limits"])
         reason = limits.pop("max_pods_reason", None)
+        kubelet = limits.pop("kubelet_config", None)
         shown = "  ".join(f"{k}={v}" for k, v in limits.items())
         lines += [f"mode: {pool.get('mode', '')}  targets: {knobs}", f"limits: {shown}"]
         if reason:
             lines.append(f"max pods: {limits.get('max_pods')}, {reason}")
+        if kubelet:
+            lines.append(f"kubelet config: {kubelet}")
     if "subnets" in pool:
         lines.append("subnets: " + "  ".join(f"{k}={v}" for k, v in pool["subnets"].items()))
     return "\n".join(lines)

@@ -10,14 +10,17 @@ managed node groups give kubelet):
    with /28 prefixes. The + 2 are the host-network pods (aws-node, kube-proxy) that take no address.
    Prefixes need the Nitro system: elsewhere the secondary-IP formula applies in prefix mode too.
 3. The cap by vCPU count: at most 110 pods with 30 vCPUs or fewer, at most 250 above 30.
-4. IPAMD_MAX_PODS, when set, replaces all of this.
+4. The kubelet's `maxPods`, when ipamd reads one (IPAMD_KUBELET_CONFIG, `ipamd.kubelet_config`),
+   replaces 2 and 3: the kubelet admits that many pods, whatever the calculator says.
+5. IPAMD_MAX_PODS, when set, replaces all of this.
 
 Decisions where the published sources differ or say nothing:
 - The vCPU cap applies in secondary-IP mode too, as the calculator and EKS managed node groups apply
   it, although VPC CNI's `eni-max-pods.txt` lists the uncapped formula (737 for m5.16xlarge, where
   the calculator says 250). Kubelet on an EKS-recommended node admits no more pods than the cap, and
   addresses held past it would never be used; an operator whose kubelet allows more sets
-  IPAMD_MAX_PODS to match.
+  IPAMD_MAX_PODS to match. A kubelet config that says otherwise wins (rule 4): a self-managed
+  node's kubelet, given the uncapped formula by the EKS AMI, admits 737 pods there.
 - Bare-metal types count as Nitro (`cloud.ec2_answers.parse_limits`), as VPC CNI counts them for
   prefix delegation; the calculator keys on the reported hypervisor only, which bare metal lacks,
   and so uses the secondary-IP formula there. ipamd does assign prefixes on bare metal, so the prefix
@@ -25,7 +28,9 @@ Decisions where the published sources differ or say nothing:
   the vCPU cap unless MAX_ENI is small.)
 - An unknown vCPU count (None: a test double, never DescribeInstanceTypes) applies no cap.
 - The override is taken as given, above the cap or the formula: it is the operator's statement of
-  kubelet's max pods.
+  kubelet's max pods, so it wins over the kubelet config too. The kubelet's value is taken as given
+  as well, even above the formula: ipamd's pool still stops at what the ENIs hold, and pods past
+  that fail their ADD, as they would with VPC CNI.
 
 Pure; no asyncio, no I/O.
 """
@@ -54,6 +59,7 @@ class MaxPodsRule(StrEnum):
     """The rule that set the node's max pods, as `/v1/pool` and `ipamctl status` name it."""
 
     OVERRIDE = "override"
+    KUBELET = "kubelet"
     SECONDARY_IP = "secondary-ip-formula"
     PREFIX = "prefix-formula"
     LOW_CPU_CAP = "cap-110-vcpus-30-or-fewer"
@@ -73,7 +79,8 @@ class MaxPods:
 
     value: int
     rule: MaxPodsRule
-    """The rule that set `value`: the override, a formula, or the vCPU cap that lowered it."""
+    """The rule that set `value`: the override, the kubelet's config, a formula, or the vCPU cap
+    that lowered it."""
     formula: MaxPodsRule
     """The formula that applies to the node (`SECONDARY_IP` or `PREFIX`), override or not."""
     formula_pods: int
@@ -96,6 +103,8 @@ class MaxPods:
         formula = _FORMULA_NAMES[self.formula]
         if self.rule is MaxPodsRule.OVERRIDE:
             return f"IPAMD_MAX_PODS={self.value} (the {formula} gives {sum_})"
+        if self.rule is MaxPodsRule.KUBELET:
+            return f"the kubelet's maxPods={self.value} (the {formula} gives {sum_})"
         if self.vcpus is None:
             return f"{formula}: {sum_}"
         cap = f"the {_ceiling(self.vcpus)} cap for {_count(self.vcpus, 'vCPU')}"
@@ -111,10 +120,12 @@ def compute_node_max_pods(
     *,
     custom_networking: bool = False,
     override: int | None = None,
+    kubelet: int | None = None,
 ) -> MaxPods:
     """The node's max pods under the rules of this module's docstring. `enis` is the ENIs ipamd may
     use (the instance type's limit capped by MAX_ENI, `plan.effective_max_enis`); custom networking
-    takes the primary away from it. `strategy` is the mode; without Nitro it counts as secondary IPs."""
+    takes the primary away from it. `strategy` is the mode; without Nitro it counts as secondary IPs.
+    `kubelet` is the kubelet config's `maxPods`, `override` IPAMD_MAX_PODS."""
     addressed = strategy if limits.nitro else SECONDARY_IPS
     formula = _FORMULA_RULES[addressed.kind]
     for_pods = max(enis - 1, 0) if custom_networking else enis
@@ -123,6 +134,8 @@ def compute_node_max_pods(
     value, rule = formula_pods, formula
     if override is not None:
         value, rule = override, MaxPodsRule.OVERRIDE
+    elif kubelet is not None:
+        value, rule = kubelet, MaxPodsRule.KUBELET
     elif limits.vcpus is not None and _ceiling(limits.vcpus) < formula_pods:
         value = _ceiling(limits.vcpus)
         rule = MaxPodsRule.HIGH_CPU_CAP if limits.vcpus > CPU_THRESHOLD else MaxPodsRule.LOW_CPU_CAP

@@ -76,12 +76,15 @@ class PoolTargets:
     max_eni: int | None = None
     """MAX_ENI: a cap below the instance type's ENI limit; None (or < 1) = no cap."""
     max_pods: int | None = None
-    """The node's max pods; None = computed from the instance limits (`compute_max_pods`)."""
+    """IPAMD_MAX_PODS; None = the kubelet's, else computed from the instance limits
+    (`compute_max_pods`)."""
     min_eni_lifetime_s: float = 60.0
     """An ENI younger than this is never released."""
     custom_networking: bool = False
     """AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: the primary ENI carries no pods, so the pool is the
     secondary ENIs alone (`ipamd.policy.plan.pod_stats`) and max pods counts one ENI fewer."""
+    kubelet_max_pods: int | None = None
+    """The kubelet config's `maxPods` (IPAMD_KUBELET_CONFIG); None = none read."""
 
     @classmethod
     def from_config(cls, config: Config) -> PoolTargets:
@@ -92,6 +95,7 @@ class PoolTargets:
             warm_prefix_target=config.warm_prefix_target,
             max_eni=config.max_eni,
             max_pods=config.max_pods_override,
+            kubelet_max_pods=config.kubelet_config.max_pods if config.kubelet_config else None,
             min_eni_lifetime_s=config.min_eni_lifetime_s,
             custom_networking=config.custom_networking,
         )

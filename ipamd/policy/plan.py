@@ -108,8 +108,9 @@ def compute_max_pods(limits: NodeLimits, strategy: UnitStrategy, enis: int | Non
 def compute_pod_limit_rule(
     targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
 ) -> MaxPods:
-    """The max pods growth respects and the rule that set it: the override, else EKS's rules over
-    the ENIs ipamd may use (with custom networking, the primary among them carries no pods)."""
+    """The max pods growth respects and the rule that set it: the override, else the kubelet's,
+    else EKS's rules over the ENIs ipamd may use (with custom networking, the primary among them
+    carries no pods)."""
     enis = effective_max_enis(targets, limits)
     return compute_node_max_pods(
         limits,
@@ -117,6 +118,7 @@ def compute_pod_limit_rule(
         enis,
         custom_networking=targets.custom_networking,
         override=targets.max_pods,
+        kubelet=targets.kubelet_max_pods,
     )
 
 

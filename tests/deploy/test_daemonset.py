@@ -104,9 +104,11 @@ def test_host_paths_are_the_node_paths_ipamd_uses() -> None:
         "cni-conf": "/etc/cni/net.d",
         "containerd": "/run/containerd",
         "aws-node": "/var/run/aws-node",
+        "kubelet-config": "/etc/kubernetes/kubelet",
     }
     ipamd = mounts(container("ipamd"))
     assert ipamd["containerd"]["readOnly"] is True
+    assert ipamd["kubelet-config"]["readOnly"] is True, "ipamd only reads the kubelet's config"
     assert set(mounts(container("install-cni"))) == {"cni-bin"}, "the installer touches only bin"
     assert "cni-bin" not in ipamd
 
@@ -139,6 +141,11 @@ def test_every_path_setting_points_into_its_mount() -> None:
         "AWS_VPC_K8S_CNI_BACKING_STORE",
     ):
         assert env_value(ipamd, setting).startswith(m["aws-node"] + "/"), setting
+    # The kubelet's config at the node's path, where the EKS AMI writes it and ipamd's default.
+    kubelet = env_value(ipamd, "IPAMD_KUBELET_CONFIG")
+    assert kubelet.startswith(m["kubelet-config"] + "/")
+    assert m["kubelet-config"] == host_paths()["kubelet-config"]
+    assert kubelet == {s.env: s.default for s in SETTINGS}["IPAMD_KUBELET_CONFIG"]
     installer = container("install-cni")
     assert env_value(installer, "IPAMD_CNI_BIN_DIR") == mounts(installer)["cni-bin"]["mountPath"]
 

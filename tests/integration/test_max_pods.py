@@ -1,8 +1,10 @@
 """`ipamd run --embedded` on an m5.large (2 vCPUs): `GET /v1/pool` and `ipamctl status` say the
-node's max pods and the rule that set it, from the embedded EC2's DescribeInstanceTypes answer."""
+node's max pods and the rule that set it, from the kubelet's config when it has maxPods, else from
+the embedded EC2's DescribeInstanceTypes answer; a malformed kubelet config stops the start."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,13 @@ def started(tmp_path: Path) -> Iterator[list[EmbeddedDaemon]]:
 @pytest.mark.parametrize(
     ("prefix_delegation", "max_pods", "rule", "line"),
     [
+        (
+            "true",
+            58,
+            "kubelet",
+            "max pods: 58, the kubelet's maxPods=58"
+            " (the prefix formula gives 3 ENIs x 144 addresses + 2 = 434)",
+        ),
         (
             "false",
             29,
@@ -47,11 +56,16 @@ def test_pool_and_status_say_which_rule_set_max_pods(
     rule: str,
     line: str,
 ) -> None:
+    kubelet = tmp_path / "kubelet" / "config.json"
+    if rule == "kubelet":
+        kubelet.parent.mkdir()
+        kubelet.write_text(json.dumps({"kind": "KubeletConfiguration", "maxPods": 58}))
     daemon = start_daemon(
         tmp_path,
         IPAMD_EMBEDDED_INSTANCE_TYPE="m5.large",
         ENABLE_PREFIX_DELEGATION=prefix_delegation,
         IPAMD_HOST_NETWORK="off",
+        IPAMD_KUBELET_CONFIG=str(kubelet),
     )
     started.append(daemon)
     daemon.wait_for("/readyz")
@@ -69,4 +83,24 @@ def test_pool_and_status_say_which_rule_set_max_pods(
     assert shown.returncode == 0, shown.stderr
     assert line in shown.stdout.splitlines(), shown.stdout
     assert f"max_pods_rule={rule}" in shown.stdout
+    said = f"maxPods=58 in {kubelet}" if rule == "kubelet" else f"no file at {kubelet}"
+    assert f"kubelet config: {said}" in shown.stdout.splitlines(), shown.stdout
     assert daemon.stop() == 0
+
+
+def test_a_malformed_kubelet_config_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    kubelet = tmp_path / "config.json"
+    kubelet.write_text('{"kind": "KubeletConfiguration", "maxPods": "lots"}')
+    state = tmp_path / "state"
+    result = subprocess.run(
+        [str(BIN / "ipamd"), "run", "--embedded"],
+        env=clean_env(IPAMD_KUBELET_CONFIG=str(kubelet), IPAMD_STATE_DIR=str(state)),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"IPAMD_KUBELET_CONFIG='{kubelet}': {kubelet}: maxPods 'lots'" in result.stderr
+    assert not state.exists(), "a bad configuration touches nothing"

@@ -143,6 +143,7 @@ def test_vpc_cni_metrics_count_what_the_daemon_did(daemon: Running, served: dict
     assert startup.value == 1 and startup.labels["success"] == "true"
     [build] = families["awscni_build_info"].samples
     assert build.value == 1
+    assert value("ipamd_max_pods", rule="secondary-ip-formula") == value("awscni_ip_max") == 29
 
 
 def test_introspection_paths_answer_in_vpc_cni_shapes(
@@ -150,7 +151,13 @@ def test_introspection_paths_answer_in_vpc_cni_shapes(
 ) -> None:
     root = introspect(daemon, "/")
     assert sorted(root["AvailableCommands"]) == sorted(
-        ["/v1/enis", "/v1/pods", "/v1/ipamd-env-settings", "/v1/networkutils-env-settings"]
+        [
+            "/v1/enis",
+            "/v1/pods",
+            "/v1/ipamd-env-settings",
+            "/v1/networkutils-env-settings",
+            "/v1/max-pods",
+        ]
     )
     enis = introspect(daemon, "/v1/enis")
     assert {"TotalIPs", "AssignedIPs", "ENIs"} == set(enis) and enis["AssignedIPs"] == 1
@@ -175,6 +182,9 @@ def test_introspection_paths_answer_in_vpc_cni_shapes(
     assert ipamd["INTROSPECTION_BIND_ADDRESS"] == f"127.0.0.1:{daemon.introspection_port}"
     assert ipamd["IPAMD_SOCKET"] == str(daemon.socket_path)
     assert network["IPAMD_HOST_NETWORK"] == "off", "embedded"
+    max_pods = introspect(daemon, "/v1/max-pods")
+    assert (max_pods["max_pods"], max_pods["max_pods_rule"]) == (29, "secondary-ip-formula")
+    assert max_pods["kubelet_config"].startswith("no file at "), "no kubelet on the test machine"
     status, _ = http_get(daemon.introspection_port, "/v1/nothing")
     assert status == 404
 

@@ -9,6 +9,7 @@ import pytest
 
 from ipamd.config import SETTINGS, Config, ConfigError, render_settings_table
 from ipamd.config_kinds import HostPort
+from ipamd.kubelet_config import DEFAULT_KUBELET_CONFIG, read_kubelet_config
 
 TAGS = (("team", "net"), ("env", "x"))
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -77,7 +78,11 @@ def test_defaults_from_an_empty_mapping() -> None:
         subnet_refresh_interval_s=1800.0,
         host_network_reconcile_interval_s=60.0,
         ec2_call_timeout_s=10.0,
+        # Read from the node's path (no such file on a test machine: the calculator applies).
+        kubelet_config=read_kubelet_config(DEFAULT_KUBELET_CONFIG),
     )
+    assert config.kubelet_config is not None
+    assert config.kubelet_config.path == "/etc/kubernetes/kubelet/config.json"
 
 
 @pytest.mark.parametrize(

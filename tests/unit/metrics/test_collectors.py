@@ -65,6 +65,7 @@ async def test_every_catalogued_metric_is_published_with_its_type_and_labels(
         actions_in_progress=lambda: {"nodeInit": 0},
         subnet_free=lambda: 40,
         network_policy_calls=lambda: {("enforce", "ok"): 1},
+        max_pods_rule="kubelet",
     )
     families = scrape(recorders, src)
     assert set(families) == {family_name(s.name) for s in CATALOGUE}, "nothing else, no _created"
@@ -97,6 +98,9 @@ async def test_pool_gauges_count_one_snapshot(node: NodeFixture) -> None:
     assert value(families, "awscni_eni_allocated") == 2
     assert value(families, "awscni_total_ipv4_prefixes") == 0
     assert value(families, "awscni_eni_max") == 3 and value(families, "awscni_ip_max") == 29
+    assert "ipamd_max_pods" not in families or not families["ipamd_max_pods"].samples
+    ruled = scrape(Recorders(), sources(engine, max_pods_rule="secondary-ip-formula"))
+    assert value(ruled, "ipamd_max_pods", rule="secondary-ip-formula") == 29
     per_eni = {
         eni: value(families, "awscni_assigned_ip_per_eni", eni=eni)
         for eni in ("eni-0000", "eni-0001")

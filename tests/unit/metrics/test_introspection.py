@@ -26,12 +26,18 @@ from ipamd.model import PodRef
 from tests.support.node import NodeFixture, key
 
 SETTINGS = Config.from_env({}).describe()
+MAX_PODS = {
+    "max_pods": 737,
+    "max_pods_rule": "kubelet",
+    "max_pods_reason": "the kubelet's maxPods=737 (...)",
+    "kubelet_config": "maxPods=737 in /etc/kubernetes/kubelet/config.json",
+}
 
 
 @pytest.fixture
 async def served(node: NodeFixture) -> AsyncIterator[tuple[Engine, aiohttp.ClientSession, str]]:
     engine = await node.open()
-    server = TestServer(create_introspection_app(engine, SETTINGS))
+    server = TestServer(create_introspection_app(engine, SETTINGS, MAX_PODS))
     await server.start_server()
     try:
         async with aiohttp.ClientSession() as session:
@@ -132,6 +138,13 @@ async def test_settings_are_split_as_vpc_cni_lists_them(
     assert {**ipamd, **network} == SETTINGS and not set(ipamd) & set(network)
     assert ipamd["WARM_ENI_TARGET"] == "1" and network["AWS_VPC_ENI_MTU"] == "9001"
     assert ipamd["INTROSPECTION_BIND_ADDRESS"] == "127.0.0.1:61679"
+
+
+async def test_max_pods_says_which_rule_set_it(
+    served: tuple[Engine, aiohttp.ClientSession, str],
+) -> None:
+    _, session, url = served
+    assert await get(session, f"{url}/v1/max-pods") == MAX_PODS
 
 
 async def test_a_port_in_use_is_listen_failed(node: NodeFixture) -> None:

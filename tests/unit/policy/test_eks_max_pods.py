@@ -16,7 +16,14 @@ from moto.ec2.models.instance_types import INSTANCE_TYPES
 
 from cloud.ec2_answers import parse_limits
 from cloud.limits import FALLBACK_LIMITS
-from ipamd.policy import PREFIXES, SECONDARY_IPS, NodeLimits, UnitStrategy, compute_node_max_pods
+from ipamd.policy import (
+    PREFIXES,
+    SECONDARY_IPS,
+    MaxPodsRule,
+    NodeLimits,
+    UnitStrategy,
+    compute_node_max_pods,
+)
 
 FIGURES = Path(__file__).with_name("eks_max_pods.txt")
 
@@ -71,6 +78,11 @@ EKS = _figures()
 
 def _value(row: Figure, strategy: UnitStrategy) -> int:
     return compute_node_max_pods(row.limits, strategy, row.enis).value
+
+
+def _with_kubelet(row: Figure, strategy: UnitStrategy, kubelet: int) -> tuple[int, MaxPodsRule]:
+    got = compute_node_max_pods(row.limits, strategy, row.enis, kubelet=kubelet)
+    return got.value, got.rule
 
 
 def test_the_figures_cover_the_table() -> None:
@@ -141,5 +153,31 @@ def test_prefix_mode_is_the_calculator_for_every_type() -> None:
         (row.instance_type, got, row.calc_prefixes)
         for row in EKS.values()
         if (got := _value(row, PREFIXES)) != row.calc_prefixes
+    ]
+    assert mismatches == []
+
+
+def test_with_the_eks_amis_kubelet_config_max_pods_is_eni_max_pods_for_every_type() -> None:
+    """A self-managed node's kubelet, given eni-max-pods.txt's figure by the EKS AMI: ipamd follows
+    it in both modes, above the calculator's cap (c5.18xlarge: 737, not 250) or below it."""
+    mismatches = [
+        (row.instance_type, strategy.kind, got)
+        for row in EKS.values()
+        for strategy in (SECONDARY_IPS, PREFIXES)
+        if (got := _with_kubelet(row, strategy, row.eni_max_pods))
+        != (row.eni_max_pods, MaxPodsRule.KUBELET)
+    ]
+    assert mismatches == []
+    assert _with_kubelet(EKS["c5.18xlarge"], SECONDARY_IPS, 737) == (737, MaxPodsRule.KUBELET)
+
+
+def test_with_a_managed_node_groups_kubelet_config_max_pods_is_the_calculator() -> None:
+    """A kubelet given the calculator's value (what EKS managed node groups do): the same number,
+    now because the kubelet says so."""
+    mismatches = [
+        (row.instance_type, strategy.kind, got)
+        for row in EKS.values()
+        for strategy, want in ((SECONDARY_IPS, row.calc_ips), (PREFIXES, row.calc_prefixes))
+        if (got := _with_kubelet(row, strategy, want)) != (want, MaxPodsRule.KUBELET)
     ]
     assert mismatches == []

@@ -297,3 +297,24 @@ def test_the_pool_never_grows_past_max_pods(
     greedy = PoolTargets(warm_ip_target=20_000, minimum_ip_target=20_000)
     settled = settle(fresh_node(), greedy, row.limits, strategy, pods=20_000)
     assert addresses(settled.stats) == held
+
+
+def test_the_kubelet_wins_over_the_formula_and_the_cap_and_the_override_over_it() -> None:
+    m5_16xlarge = next(r for r in TABLE if r.instance_type == "m5.16xlarge")
+    got = max_pods(m5_16xlarge, SECONDARY_IPS, kubelet=737)
+    assert (got.value, got.rule, got.formula_pods) == (737, MaxPodsRule.KUBELET, 737)
+    assert got.reason == (
+        "the kubelet's maxPods=737 (the secondary-IP formula gives 15 ENIs x 49 addresses + 2 = 737)"
+    )
+    assert max_pods(m5_16xlarge, PREFIXES, kubelet=58).value == 58
+    got = max_pods(m5_16xlarge, SECONDARY_IPS, kubelet=737, override=300)
+    assert (got.value, got.rule) == (300, MaxPodsRule.OVERRIDE)
+
+
+def test_pod_limit_follows_the_kubelet() -> None:
+    m5_16xlarge = next(r for r in TABLE if r.instance_type == "m5.16xlarge").limits
+    kubelet = compute_pod_limit_rule(PoolTargets(kubelet_max_pods=737), m5_16xlarge, SECONDARY_IPS)
+    assert (kubelet.value, kubelet.rule) == (737, MaxPodsRule.KUBELET)
+    assert (
+        compute_pod_limit(PoolTargets(kubelet_max_pods=737, max_pods=5), m5_16xlarge, PREFIXES) == 5
+    )
