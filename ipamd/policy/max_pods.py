@@ -18,9 +18,9 @@ Decisions where the published sources differ or say nothing:
 - The vCPU cap applies in secondary-IP mode too, as the calculator and EKS managed node groups apply
   it, although VPC CNI's `eni-max-pods.txt` lists the uncapped formula (737 for m5.16xlarge, where
   the calculator says 250). Kubelet on an EKS-recommended node admits no more pods than the cap, and
-  addresses held past it would never be used; an operator whose kubelet allows more sets
-  IPAMD_MAX_PODS to match. A kubelet config that says otherwise wins (rule 4): a self-managed
-  node's kubelet, given the uncapped formula by the EKS AMI, admits 737 pods there.
+  addresses held past it would never be used. A kubelet that allows more is followed when ipamd
+  reads its config (rule 4: a self-managed node's kubelet, given the uncapped formula by the EKS
+  AMI, admits 737 pods there); otherwise the operator sets IPAMD_MAX_PODS to match.
 - Bare-metal types count as Nitro (`cloud.ec2_answers.parse_limits`), as VPC CNI counts them for
   prefix delegation; the calculator keys on the reported hypervisor only, which bare metal lacks,
   and so uses the secondary-IP formula there. ipamd does assign prefixes on bare metal, so the prefix

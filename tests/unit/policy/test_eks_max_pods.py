@@ -1,10 +1,11 @@
 """ipamd's max pods against EKS's published figures for every instance type of its limits table.
 
 The table: the instance types ipamd's embedded cloud answers DescribeInstanceTypes for (moto's data,
-through `cloud.ec2_answers.parse_limits`, as the EC2 adapter reads a real answer) that EKS publishes
-a figure for, and the fallback table of `cloud.limits`. The figures: `eks_max_pods.txt` beside this
-file, whose header says where each column comes from. Each test collects every mismatch and fails
-listing them all, so one run shows the whole disagreement.
+through `cloud.ec2_answers.parse_limits`, as the EC2 adapter reads a real answer), and the fallback
+table of `cloud.limits`. The figures: `eks_max_pods.txt` beside this file, whose header says where
+each column comes from; every type of the table has them but the few EKS publishes nothing for
+(`NO_EKS_FIGURES`). Each test collects every mismatch and fails listing them all, so one run shows
+the whole disagreement.
 """
 
 from __future__ import annotations
@@ -37,6 +38,33 @@ MOTO_BEHIND_EKS = {
 }
 
 
+NO_EKS_FIGURES = {
+    # Newer than EKS's instance-info.jsonl (and eni-max-pods.txt): no figure published anywhere.
+    *(
+        f"r9g{d}.{size}"
+        for d in ("", "d")
+        for size in (
+            "medium",
+            "large",
+            "xlarge",
+            "2xlarge",
+            "4xlarge",
+            "8xlarge",
+            "12xlarge",
+            "16xlarge",
+            "24xlarge",
+            "48xlarge",
+            "metal-48xl",
+        )
+    ),
+    "t8i.nano",
+    "t8i.micro",
+    "t8i.small",
+    "t8i.medium",
+    "trn2u.48xlarge",
+}
+
+
 class Figure(NamedTuple):
     instance_type: str
     enis: int
@@ -46,6 +74,8 @@ class Figure(NamedTuple):
     eni_max_pods: int
     calc_ips: int
     calc_prefixes: int
+    published_in: str
+    """`txt` (eni-max-pods.txt) or `nodeadm` (its instance-info.jsonl and default formula)."""
 
     @property
     def limits(self) -> NodeLimits:
@@ -59,15 +89,9 @@ def _figures() -> dict[str, Figure]:
     for line in FIGURES.read_text(encoding="utf-8").splitlines():
         if not line or line.startswith("#"):
             continue
-        name, enis, ipv4, vcpus, hypervisor, published, ips, prefixes = line.split()
-        row = Figure(
-            name,
-            int(enis),
-            int(ipv4),
-            int(vcpus),
-            hypervisor,
-            *map(int, (published, ips, prefixes)),
-        )
+        name, enis, ipv4, vcpus, hypervisor, published, ips, prefixes, where = line.split()
+        numbers = (int(published), int(ips), int(prefixes))
+        row = Figure(name, int(enis), int(ipv4), int(vcpus), hypervisor, *numbers, where)
         assert name not in rows, f"{name} appears twice in {FIGURES.name}"
         rows[name] = row
     return rows
@@ -86,9 +110,11 @@ def _with_kubelet(row: Figure, strategy: UnitStrategy, kubelet: int) -> tuple[in
 
 
 def test_the_figures_cover_the_table() -> None:
-    assert len(EKS) > 1000
+    assert len(EKS) > 1300
     assert set(FALLBACK_LIMITS) <= set(EKS), "a fallback type without an EKS figure"
     assert set(EKS) <= set(INSTANCE_TYPES), "a figure for a type the embedded cloud does not know"
+    assert set(INSTANCE_TYPES) - set(EKS) == NO_EKS_FIGURES, "a type of the table without a figure"
+    assert {row.published_in for row in EKS.values()} == {"txt", "nodeadm"}
     assert {row.hypervisor for row in EKS.values()} == {"nitro", "xen", "metal"}
     assert {row.vcpus <= 30 for row in EKS.values()} == {True, False}
     # The type the issue found without a figure: EKS's eni-max-pods.txt says 58.
