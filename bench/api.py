@@ -66,6 +66,8 @@ CLIENTS = 32
 PAIRS_PER_CLIENT = 150
 NETWORK = "k8s-pod-network"
 ROOT = Path(__file__).resolve().parent.parent
+REPORT_LIMIT = 1 << 20
+"""A client's report is one line of about 60 bytes a pair; the stream's default limit is 64 KiB."""
 """Where `python -m bench.api_client` finds the `bench` package."""
 SETTINGS = {
     "ENABLE_PREFIX_DELEGATION": "true",
@@ -136,6 +138,7 @@ async def _client_processes(socket_path: Path) -> Marks:
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     cwd=ROOT,
+                    limit=REPORT_LIMIT,
                 )
             )
         for proc in procs:  # the barrier: every interpreter is up and has imported the client
@@ -146,6 +149,12 @@ async def _client_processes(socket_path: Path) -> Marks:
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
         outputs = await asyncio.gather(*(_answer(proc) for proc in procs))
+        for proc in procs:  # every client has reported: now they may exit
+            assert proc.stdin is not None
+            proc.stdin.close()
+        for proc in procs:
+            if await proc.wait() != 0:
+                raise RuntimeError(f"client process {proc.pid} exited {proc.returncode}")
     finally:
         for proc in procs:
             if proc.returncode is None:
@@ -155,12 +164,12 @@ async def _client_processes(socket_path: Path) -> Marks:
 
 
 async def _answer(proc: asyncio.subprocess.Process) -> bytes:
+    """A client's report: one line, written once its pairs are done (it exits only later)."""
     assert proc.stdin is not None and proc.stdout is not None
     await proc.stdin.drain()
-    proc.stdin.close()
-    out = await proc.stdout.read()
-    if await proc.wait() != 0:
-        raise RuntimeError(f"client process {proc.pid} exited {proc.returncode}")
+    out = await proc.stdout.readline()
+    if not out:
+        raise RuntimeError(f"client process {proc.pid} exited {await proc.wait()} without a report")
     return out
 
 

@@ -6,7 +6,8 @@ interpreter's start and imports are not timed, and all clients start together), 
 pairs with container IDs `PREFIX-n` through `ipamd.cni.client.call`, the plugin's own client (one
 HTTP/1.1 exchange on a fresh connection per request), and prints one JSON line: per pair, its start,
 the ADD's answer and the DEL's answer, in nanoseconds of CLOCK_MONOTONIC (one clock for every process
-on the machine, so the bench can line the clients up against each other and the daemon).
+on the machine, so the bench can line the clients up against each other and the daemon). It exits
+when its stdin ends, which the bench closes once every client has reported.
 
 It must not import asyncio, aiohttp or the engine: a client process costs what a plugin costs.
 """
@@ -47,6 +48,9 @@ def main(argv: list[str]) -> int:
     if sys.stdin.readline().strip() != "go":
         return 1  # the bench gave up before starting: nothing to do
     print(json.dumps(pairs(socket_path, prefix, count)), flush=True)
+    # Not gone until told (end of stdin): an interpreter's exit takes CPU that the clients still
+    # making pairs, and the daemon serving them, would otherwise lose at the end of the run.
+    sys.stdin.read()
     return 0
 
 

@@ -52,9 +52,13 @@ def test_a_client_process_starts_only_on_go(floor: str) -> None:
     ) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         assert proc.stdout.readline().strip() == b"ready"
-        out, _ = proc.communicate(b"go\n", timeout=30)
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        assert len(json.loads(proc.stdout.readline())) == 2
+        assert proc.poll() is None  # reported, and waits for its stdin to end before it exits
+        out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    assert len(json.loads(out)) == 2
+    assert out == b""
 
 
 def test_a_client_process_told_anything_else_does_nothing(floor: str) -> None:
