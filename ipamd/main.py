@@ -203,6 +203,9 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         except CloudError as err:
             raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err
         stack.push_async_callback(daemon.close)
+        logger.info(
+            "pool.max_pods %s", " ".join(f"{k}={v!r}" for k, v in _max_pods(daemon).items())
+        )
         if node is not None:
             node.serve_sandboxes(daemon.engine)
         policy, config_server = await _network_policy(config, daemon, imds, stack)

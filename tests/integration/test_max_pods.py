@@ -85,6 +85,7 @@ def test_pool_and_status_say_which_rule_set_max_pods(
     assert f"max_pods_rule={rule}" in shown.stdout
     said = f"maxPods=58 in {kubelet}" if rule == "kubelet" else f"no file at {kubelet}"
     assert f"kubelet config: {said}" in shown.stdout.splitlines(), shown.stdout
+    assert daemon.wait_for_line(rf"pool\.max_pods max_pods={max_pods} max_pods_rule='{rule}'")
     assert daemon.stop() == 0
 
 
