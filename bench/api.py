@@ -30,13 +30,16 @@ The 32 clients are 32 processes of `bench.api_client`, as 32 pods starting at on
 plugins: each uses the plugin's own client, each is started and has imported it before a go signal
 that all receive at once (their start is not timed), and each reports every pair's start and end.
 `api_pairs_per_s` counts their pairs from the first start to the last end. With 32 clients always
-waiting, a pair's time is mostly the queue ahead of it (32 over the rate a second is about 26 ms);
-the tail is what the daemon's process loses on top: measured here, the daemon is on the CPU for 80%
-of the clients' run and waits for it (runnable, the 32 clients on the same two cores) another 7-25%,
-and the slowest pairs are those in flight at one such stall (a group commit of two whose thread
-started 36 ms late, a handler step that took 30 ms of wall time), not the accept queue, the
-connection set-up, aws-node's checkpoint (0.13 ms a write, at most 0.3) or the commit itself (0.43
-ms, 1.3 at p99).
+waiting, a pair's time is mostly the queue ahead of it (32 over the rate a second is about 26 ms),
+and the slowest are those in flight when the daemon stops. Measured (client marks against the
+daemon's own timestamps): a full garbage collection, which walked start-up's objects with the loop
+stopped for about 50 ms (now frozen out of collections at start, `ipamd.main.freeze_start_up`), and
+the clients' own interpreter exits at the end of the run (a client now exits only once all have
+reported). What is left is the daemon's share of two cores with the 32 clients and whatever else
+runs: it is on the CPU for about 80% of the clients' run and waits for it, runnable, another 5-30%.
+The slowest requests spent their time inside their handlers, waiting for the engine's turn, not
+in the accept queue or the connection's set-up; and neither aws-node's checkpoint (0.13 ms a write,
+at most 0.3) nor the commit itself (0.43 ms at p50 for about 25 changes, 1.3 at p99) is the tail.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -229,6 +230,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             print(f"ipamd: {err}", file=sys.stderr)
             return EXIT_CONFIG
         await _start_timed(daemon, recorders, started)
+        freeze_start_up()
         if daemon.engine.unavailable is not None:
             print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
         written = _publish_conflist(config, daemon, conflist_bytes)
@@ -327,6 +329,16 @@ async def _start_timed(daemon: Daemon, recorders: Recorders, process_started: fl
     await daemon.start()
     done = time.monotonic()
     recorders.started(daemon.ready, done - process_started, done - began)
+
+
+def freeze_start_up() -> None:
+    """Leave what start-up made out of every later garbage collection. Modules, botocore's service
+    models and the restored state live as long as the process, and a full collection walked them
+    all with the loop stopped: about 50 ms in the middle of a burst of ADDs, the slowest pairs of
+    32 concurrent clients (`bench.api`). Frozen once here, collections walk only what came after;
+    a frozen object freed by its reference count is still freed."""
+    gc.collect()
+    gc.freeze()
 
 
 def _actions_in_progress(daemon: Daemon) -> dict[str, int]:
