@@ -17,10 +17,11 @@ import contextlib
 import logging
 import os
 import socket
-import stat
 from pathlib import Path
 
 from aiohttp import web
+
+from ipamd.unix_socket import SocketInUse, is_stale
 
 logger = logging.getLogger(__name__)
 
@@ -43,25 +44,6 @@ class SocketPathError(Exception):
     too long."""
 
 
-def _clear_stale(path: Path) -> None:
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise SocketPathError(f"{path} exists and is not a socket; not removing it")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(os.fspath(path))
-        except ConnectionRefusedError:
-            logger.info("api.stale_socket path=%s", path)
-            return  # nobody listens: replaced below
-        except OSError as err:
-            raise SocketPathError(f"cannot probe {path}: {err}") from err
-    raise SocketPathError(f"another process is serving on {path}")
-
-
 def bind_unix(path: Path) -> socket.socket:
     """A listening-ready socket at `path` with mode 0660 from the first instant it is reachable."""
     temp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -69,7 +51,11 @@ def bind_unix(path: Path) -> socket.socket:
         if len(os.fsencode(candidate)) > MAX_SOCKET_PATH:
             raise SocketPathError(f"{candidate} is longer than {MAX_SOCKET_PATH} bytes")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _clear_stale(path)
+    try:
+        if is_stale(path):
+            logger.info("api.stale_socket path=%s", path)  # replaced by the rename below
+    except SocketInUse as err:
+        raise SocketPathError(str(err)) from err
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         temp.unlink(missing_ok=True)

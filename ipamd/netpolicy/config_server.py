@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from ipamd.netpolicy._generated import rpc_pb2_grpc as rpc_grpc
 from ipamd.netpolicy.enforcement import agent_mode
 from ipamd.netpolicy.ports import AgentConfig
 from ipamd.startup import SettingUnusable, os_reason
+from ipamd.unix_socket import SocketInUse, is_stale
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +74,11 @@ class ConfigServer:
         """Listen on the socket. Raises `SettingUnusable` (the one line `ipamd.main` prints)."""
         path = self.socket_path
         try:
-            _clear_stale(path)
+            if is_stale(path):
+                path.unlink(missing_ok=True)
             path.parent.mkdir(parents=True, exist_ok=True)
+        except SocketInUse as err:
+            raise SettingUnusable(f"{err} ({SETTING}): stop it first") from err
         except OSError as err:
             raise SettingUnusable(f"cannot serve on {path} ({SETTING}): {os_reason(err)}") from err
         server = grpc.aio.server()
@@ -115,24 +117,6 @@ class ConfigServer:
         if server is not None:
             await server.stop(grace=None)
             self.socket_path.unlink(missing_ok=True)
-
-
-def _clear_stale(path: Path) -> None:
-    """Remove a socket nobody answers on; raise `SettingUnusable` for a live one or a non-socket."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise SettingUnusable(f"{path} ({SETTING}) exists and is not a socket; not removing it")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(os.fspath(path))
-        except OSError:
-            path.unlink(missing_ok=True)
-            return
-    raise SettingUnusable(f"another process serves on {path} ({SETTING}): stop it first")
 
 
 class _Servicer(rpc_grpc.ConfigServerBackendServicer):

@@ -16,9 +16,6 @@ changes ipamd's state: it only reads.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +26,7 @@ import grpc.aio
 
 from ipamd.runtime._generated import cri_v1_pb2 as cri
 from ipamd.runtime._generated import cri_v1_pb2_grpc as cri_grpc
+from ipamd.unix_socket import SocketInUse, is_stale
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +73,11 @@ class EmbeddedCri:
     async def start(self) -> None:
         """Serve on the socket (a stale one, nobody answering on it, is replaced). Raises
         `CriSocketBusy`, or OSError if the socket cannot be made."""
-        _clear_stale(self.socket_path)
+        try:
+            if is_stale(self.socket_path):
+                self.socket_path.unlink(missing_ok=True)
+        except SocketInUse as err:
+            raise CriSocketBusy(str(err)) from err
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server()
         _add_servicer(_Servicer(self), server)
@@ -105,25 +107,6 @@ class EmbeddedCri:
             return None
         gone = self.gone()
         return [s for s in self.source() if s.sandbox_id not in gone]
-
-
-def _clear_stale(path: Path) -> None:
-    """A socket left by a killed run is removed; one a live process answers on is not, nor a path
-    that is not a socket."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise CriSocketBusy(f"{path} exists and is not a socket; not removing it")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(os.fspath(path))
-        except OSError:
-            path.unlink(missing_ok=True)
-            return
-    raise CriSocketBusy(f"another process is serving on {path}")
 
 
 def _message(sandbox: LiveSandbox) -> cri.PodSandbox:

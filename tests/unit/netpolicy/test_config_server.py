@@ -87,7 +87,7 @@ async def test_a_live_socket_or_a_file_is_refused_and_kept(socket_dir: Path) -> 
     first = ConfigServer(str(live), CONFIG)
     await first.start()
     try:
-        with pytest.raises(SettingUnusable, match="another process serves on"):
+        with pytest.raises(SettingUnusable, match="another process is serving on"):
             await ConfigServer(str(live), CONFIG).start()
         assert (await ask(live)).Region == "eu-west-1"
     finally:
