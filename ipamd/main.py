@@ -51,14 +51,14 @@ from ipamd.awsnode.keeper import CheckpointedPods
 from ipamd.clock import SystemClock
 from ipamd.config import Config, ConfigError
 from ipamd.daemon import Daemon, HostNetAdapters, build_daemon, repair
+from ipamd.daemon_report import max_pods_report, metric_sources, pool_report
 from ipamd.introspection import serve_introspection
-from ipamd.metrics import Recorders, Sources
+from ipamd.metrics import Recorders
 from ipamd.metrics_http import ListenFailed, latency_middleware, serve_metrics
 from ipamd.netpolicy.agent import GrpcPolicyAgent
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.observability import configure_logging
-from ipamd.policy.plan import compute_pod_limit_rule
 from ipamd.runtime.cri import GrpcCriRuntime
 from ipamd.startup import (
     SettingUnusable,
@@ -205,7 +205,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err
         stack.push_async_callback(daemon.close)
         logger.info(
-            "pool.max_pods %s", " ".join(f"{k}={v!r}" for k, v in _max_pods(daemon).items())
+            "pool.max_pods %s", " ".join(f"{k}={v!r}" for k, v in max_pods_report(daemon).items())
         )
         if node is not None:
             node.serve_sandboxes(daemon.engine)
@@ -216,7 +216,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             gc_grace_s=config.leak_grace_s,
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,
-            pool_settings=lambda: _pool_settings(daemon),
+            pool_settings=lambda: pool_report(daemon),
             pods=_pods(daemon),
             repair=lambda apply: repair(daemon, apply),
             network_policy=policy,
@@ -264,45 +264,6 @@ async def _network_policy(
     return NetworkPolicy(daemon.engine, agent, config.network_policy_mode), server
 
 
-def _pool_settings(daemon: Daemon) -> dict[str, object]:
-    """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`), with the
-    rule that set max pods (the same pure rule the daemon's parts applied)."""
-    targets, limits = daemon.parts.targets, daemon.parts.node.limits
-    return {
-        "mode": daemon.pool.strategy.kind,
-        "targets": {
-            "WARM_ENI_TARGET": targets.warm_eni_target,
-            "WARM_IP_TARGET": targets.warm_ip_target,
-            "MINIMUM_IP_TARGET": targets.minimum_ip_target,
-            "WARM_PREFIX_TARGET": targets.warm_prefix_target,
-        },
-        "limits": {
-            "max_enis": limits.max_enis,
-            "units_per_eni": limits.units_per_eni,
-            **_max_pods(daemon),
-        },
-        "subnets": {
-            "free_addresses": daemon.pool.mode.subnet_free,
-            "scarce": daemon.pool.mode.scarce,
-            "prefix_fallback": daemon.pool.mode.prefix_fallback,
-        },
-    }
-
-
-def _max_pods(daemon: Daemon) -> dict[str, object]:
-    """The node's max pods, the rule that set it (the same pure rule the daemon's parts applied),
-    why, and what the kubelet's config said."""
-    parts = daemon.parts
-    rule = compute_pod_limit_rule(parts.targets, parts.node.limits, daemon.pool.strategy)
-    kubelet = daemon.config.kubelet_config
-    return {
-        "max_pods": daemon.engine.settings.max_pods,
-        "max_pods_rule": str(rule.rule),
-        "max_pods_reason": rule.reason,
-        "kubelet_config": kubelet.describe() if kubelet else "not read",
-    }
-
-
 async def _serve_observability(
     config: Config,
     daemon: Daemon,
@@ -314,12 +275,16 @@ async def _serve_observability(
     (a port in use) for `serve` to report in one line."""
     daemon.engine.listeners.append(lambda m, _: recorders.note_commit(daemon.engine.state, m))
     if not config.disable_metrics:
-        metrics = await serve_metrics(recorders, _sources(daemon, policy), config.metrics_addr)
+        metrics = await serve_metrics(
+            recorders, metric_sources(daemon, policy), config.metrics_addr
+        )
         stack.push_async_callback(metrics.cleanup)
     if not config.disable_introspection:
         settings = config.describe()
         addr = config.introspection_bind_address
-        introspection = await serve_introspection(daemon.engine, settings, addr, _max_pods(daemon))
+        introspection = await serve_introspection(
+            daemon.engine, settings, addr, max_pods_report(daemon)
+        )
         stack.push_async_callback(introspection.cleanup)
 
 
@@ -339,41 +304,6 @@ def freeze_start_up() -> None:
     a frozen object freed by its reference count is still freed."""
     gc.collect()
     gc.freeze()
-
-
-def _actions_in_progress(daemon: Daemon) -> dict[str, int]:
-    """VPC CNI's `awscni_ipamd_action_inprogress` as far as ipamd's parts show it: start-up until
-    ready (not while refusing an unusable state file), an ENI being created or attached, units
-    or ENIs being returned to EC2."""
-    starting = not daemon.ready and daemon.engine.unavailable is None
-    return {
-        "nodeInit": int(starting),
-        "increaseDatastorePool": int(bool(daemon.pool.pending_enis)),
-        "decreaseDatastorePool": int(bool(daemon.pool.releases_in_flight)),
-    }
-
-
-def _sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
-    limits = daemon.parts.node.limits
-    snat = daemon.datapath is not None and not daemon.config.external_snat
-    return Sources(
-        snapshot=daemon.engine.snapshot,
-        max_enis=limits.max_enis,
-        max_addresses=daemon.engine.settings.max_pods or 0,
-        max_pods_rule=str(_max_pods(daemon)["max_pods_rule"]),
-        job_outcomes=lambda: daemon.jobs.outcomes,
-        leaks_released=lambda: daemon.leak_gc.released,
-        pool_failures=lambda: daemon.pool.health.errors_by_code,
-        subnet_free=lambda: daemon.pool.mode.subnet_free,
-        subnet_scarce=lambda: daemon.pool.mode.scarce,
-        prefix_fallback=lambda: daemon.pool.mode.prefix_fallback,
-        hostnet_fixes=lambda: daemon.datapath.health.fixes if daemon.datapath else {},
-        hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,
-        hostnet_reconciles=lambda: daemon.datapath.health.reconciles if daemon.datapath else {},
-        actions_in_progress=lambda: _actions_in_progress(daemon),
-        connmark_backend="nftables" if snat else "",
-        network_policy_calls=lambda: policy.calls,
-    )
 
 
 def _pods(daemon: Daemon) -> PodAddresses:

@@ -12,7 +12,7 @@ import pytest
 from cloud.errors import ServiceUnavailable
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from ipamd.main import _pool_settings
+from ipamd.daemon_report import pool_report
 from ipamd.parts import Parts, describe_node, open_parts, pool_settings
 from ipamd.reconcile.subnet_free import SubnetFree
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime, fake_daemon
@@ -141,7 +141,7 @@ async def test_without_discovery_the_daemon_reads_at_start_and_schedules_the_job
         assert reading.free() == (await ec2.subnet(ec2.subnet_id)).available_ips
         await daemon.pool.run_once()
         subnets = {"free_addresses": reading.free(), "scarce": False, "prefix_fallback": False}
-        assert _pool_settings(daemon)["subnets"] == subnets, "what GET /v1/pool reports"
+        assert pool_report(daemon)["subnets"] == subnets, "what GET /v1/pool reports"
         daemon.schedule()
         job = daemon.jobs._scheduler.get_job("subnet_free")  # the schedule has no public listing
         assert job is not None and job.trigger.interval.total_seconds() == 1800
@@ -157,7 +157,7 @@ async def test_with_discovery_the_daemon_schedules_no_read_of_its_own(tmp_path: 
         await daemon.pool.run_once()
         assert daemon.parts.subnet_free is None
         free = daemon.pool.subnets.free_addresses()
-        assert free is not None and _pool_settings(daemon)["subnets"]["free_addresses"] == free  # type: ignore[index]
+        assert free is not None and pool_report(daemon)["subnets"]["free_addresses"] == free  # type: ignore[index]
         daemon.schedule()
         assert daemon.jobs._scheduler.get_job("subnet_free") is None
     finally:

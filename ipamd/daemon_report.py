@@ -1,0 +1,85 @@
+"""What the daemon reports of itself beyond the engine's snapshot: the knobs, limits and max-pods
+rule `GET /v1/pool` and introspection show, and the sources the metrics endpoint reads. Read-only:
+nothing here changes a part."""
+
+from __future__ import annotations
+
+from ipamd.daemon import Daemon
+from ipamd.metrics import Sources
+from ipamd.netpolicy.enforcement import NetworkPolicy
+from ipamd.policy.plan import compute_pod_limit_rule
+
+
+def pool_report(daemon: Daemon) -> dict[str, object]:
+    """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`), with the
+    rule that set max pods (the same pure rule the daemon's parts applied)."""
+    targets, limits = daemon.parts.targets, daemon.parts.node.limits
+    return {
+        "mode": daemon.pool.strategy.kind,
+        "targets": {
+            "WARM_ENI_TARGET": targets.warm_eni_target,
+            "WARM_IP_TARGET": targets.warm_ip_target,
+            "MINIMUM_IP_TARGET": targets.minimum_ip_target,
+            "WARM_PREFIX_TARGET": targets.warm_prefix_target,
+        },
+        "limits": {
+            "max_enis": limits.max_enis,
+            "units_per_eni": limits.units_per_eni,
+            **max_pods_report(daemon),
+        },
+        "subnets": {
+            "free_addresses": daemon.pool.mode.subnet_free,
+            "scarce": daemon.pool.mode.scarce,
+            "prefix_fallback": daemon.pool.mode.prefix_fallback,
+        },
+    }
+
+
+def max_pods_report(daemon: Daemon) -> dict[str, object]:
+    """The node's max pods, the rule that set it (the same pure rule the daemon's parts applied),
+    why, and what the kubelet's config said."""
+    parts = daemon.parts
+    rule = compute_pod_limit_rule(parts.targets, parts.node.limits, daemon.pool.strategy)
+    kubelet = daemon.config.kubelet_config
+    return {
+        "max_pods": daemon.engine.settings.max_pods,
+        "max_pods_rule": str(rule.rule),
+        "max_pods_reason": rule.reason,
+        "kubelet_config": kubelet.describe() if kubelet else "not read",
+    }
+
+
+def actions_in_progress(daemon: Daemon) -> dict[str, int]:
+    """VPC CNI's `awscni_ipamd_action_inprogress` as far as ipamd's parts show it: start-up until
+    ready (not while refusing an unusable state file), an ENI being created or attached, units
+    or ENIs being returned to EC2."""
+    starting = not daemon.ready and daemon.engine.unavailable is None
+    return {
+        "nodeInit": int(starting),
+        "increaseDatastorePool": int(bool(daemon.pool.pending_enis)),
+        "decreaseDatastorePool": int(bool(daemon.pool.releases_in_flight)),
+    }
+
+
+def metric_sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
+    """What the metrics endpoint reads of the daemon's parts, each read when scraped."""
+    limits = daemon.parts.node.limits
+    snat = daemon.datapath is not None and not daemon.config.external_snat
+    return Sources(
+        snapshot=daemon.engine.snapshot,
+        max_enis=limits.max_enis,
+        max_addresses=daemon.engine.settings.max_pods or 0,
+        max_pods_rule=str(max_pods_report(daemon)["max_pods_rule"]),
+        job_outcomes=lambda: daemon.jobs.outcomes,
+        leaks_released=lambda: daemon.leak_gc.released,
+        pool_failures=lambda: daemon.pool.health.errors_by_code,
+        subnet_free=lambda: daemon.pool.mode.subnet_free,
+        subnet_scarce=lambda: daemon.pool.mode.scarce,
+        prefix_fallback=lambda: daemon.pool.mode.prefix_fallback,
+        hostnet_fixes=lambda: daemon.datapath.health.fixes if daemon.datapath else {},
+        hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,
+        hostnet_reconciles=lambda: daemon.datapath.health.reconciles if daemon.datapath else {},
+        actions_in_progress=lambda: actions_in_progress(daemon),
+        connmark_backend="nftables" if snat else "",
+        network_policy_calls=lambda: policy.calls,
+    )
