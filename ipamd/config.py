@@ -394,17 +394,3 @@ class Config:
 SETTINGS: tuple[Setting, ...] = tuple(
     replace(f.metadata[SETTING_KEY], field=f.name) for f in fields(Config)
 )
-
-
-def render_settings_table() -> str:
-    """The Markdown table of all settings, as docs/configuration.md carries it."""
-    rows = [
-        ("Variable", "Default", "Unit", "Meaning", "VPC CNI equivalent"),
-        ("---",) * 5,
-    ]
-    for s in SETTINGS:
-        default = f"`{s.default}`" if s.default else "unset"
-        if s.embedded_default is not None:
-            default += f" (embedded: `{s.embedded_default}`)"
-        rows.append((f"`{s.env}`", default, s.unit, s.doc, s.vpc_cni))
-    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |\n" for row in rows)

@@ -11,7 +11,7 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -295,3 +295,18 @@ def declare(
 ) -> dict[str, Setting]:
     """Field metadata declaring one setting (`embedded` is the default under --embedded)."""
     return {SETTING_KEY: Setting(env, kind, default, unit, vpc, doc, embedded)}
+
+
+def render_settings_table(settings: Iterable[Setting]) -> str:
+    """The Markdown table of `settings` (`ipamd.config.SETTINGS`), as docs/configuration.md
+    carries it."""
+    rows = [
+        ("Variable", "Default", "Unit", "Meaning", "VPC CNI equivalent"),
+        ("---",) * 5,
+    ]
+    for s in settings:
+        default = f"`{s.default}`" if s.default else "unset"
+        if s.embedded_default is not None:
+            default += f" (embedded: `{s.embedded_default}`)"
+        rows.append((f"`{s.env}`", default, s.unit, s.doc, s.vpc_cni))
+    return "".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |\n" for row in rows)

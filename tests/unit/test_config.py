@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ipamd.config import SETTINGS, Config, ConfigError, render_settings_table
-from ipamd.config_kinds import HostPort
+from ipamd.config import SETTINGS, Config, ConfigError
+from ipamd.config_kinds import HostPort, render_settings_table
 from ipamd.kubelet_config import DEFAULT_KUBELET_CONFIG, read_kubelet_config
 
 TAGS = (("team", "net"), ("env", "x"))
@@ -410,10 +410,10 @@ def test_docs_table_matches_the_settings() -> None:
 
     table = text.split(begin, 1)[1].split(end, 1)[0]
 
-    assert table.strip() == render_settings_table().strip()
+    assert table.strip() == render_settings_table(SETTINGS).strip()
 
 
 def test_settings_table_has_one_row_per_setting() -> None:
-    rows = render_settings_table().splitlines()[2:]
+    rows = render_settings_table(SETTINGS).splitlines()[2:]
 
     assert [row.split(" | ")[0].strip("| `") for row in rows] == [s.env for s in SETTINGS]
