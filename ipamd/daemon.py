@@ -34,7 +34,8 @@ from ipamd.engine.engine import Engine
 from ipamd.engine.pool import PoolManager
 from ipamd.errors import StoreWriteFailed
 from ipamd.hostnet.aws_snat import AwsNodeSnat
-from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.datapath import Datapath
+from ipamd.hostnet.datapath_values import DatapathSettings
 from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
 from ipamd.parts import (

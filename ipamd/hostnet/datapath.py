@@ -30,10 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 from cloud.backoff import backoff_delay_s
 from cloud.errors import CloudError
@@ -42,6 +40,7 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable
 from ipamd.hostnet.aws_snat import AwsNodeSnat
+from ipamd.hostnet.datapath_values import DatapathHealth, DatapathSettings
 from ipamd.hostnet.plan import (
     KernelDiff,
     KernelPlanner,
@@ -60,31 +59,6 @@ from ipamd.model import PodRef
 logger = logging.getLogger(__name__)
 
 BLOCKED_NEW = "link not set up yet"
-
-
-@dataclass(frozen=True, slots=True)
-class DatapathSettings:
-    mtu: int = 9001
-    """AWS_VPC_ENI_MTU: the MTU of every secondary ENI's link."""
-    external_snat: bool = False
-    exclude_snat_cidrs: tuple[str, ...] = ()
-    randomize_snat: Literal["prng", "hashrandom", "none"] = "prng"
-    retry_base_s: float = 1.0
-    retry_cap_s: float = 30.0
-
-
-@dataclass(slots=True)
-class DatapathHealth:
-    """What the owner has done, for metrics and introspection."""
-
-    fixes: Counter[str] = field(default_factory=Counter)
-    """Reconcile's repairs by kind: rule_added, rule_removed, route_added, route_removed, snat."""
-    reconciles: Counter[str] = field(default_factory=Counter)
-    """Reconcile rounds by outcome: ok, unreadable, failed."""
-    add_failures: int = 0
-    takeover_failures: Counter[str] = field(default_factory=Counter)
-    """Takeover steps from aws-node that failed (retried by the next reconcile), by step:
-    unreadable, rules, snat."""
 
 
 @dataclass(slots=True)

@@ -13,7 +13,8 @@ import pytest
 
 from datastore.records import EniRecord
 from ipamd.engine.engine import Engine
-from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.datapath import Datapath
+from ipamd.hostnet.datapath_values import DatapathSettings
 from ipamd.hostnet.fake import FakeAwsNodeSnat, FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (
