@@ -201,7 +201,7 @@ class Takeover:
             return None
         live = await self._live()
         ttl = self.engine.settings.intent_ttl_s
-        adoption = await self.engine.adopt(
+        adoption = await self.engine.commit_planned(
             lambda state, now: plan_adoption(state, checkpoint, live, now, ttl)
         )
         for reason in adoption.refused:

@@ -260,14 +260,10 @@ class Engine:
             )
         )
 
-    async def adopt(self, decide: Decide[T]) -> T:
-        """A change planned outside the engine from what another CNI left (`ipamd.awsnode`),
-        decided against the state as it is when its turn comes."""
+    async def commit_planned(self, decide: Decide[T]) -> T:
+        """A change planned outside the engine (repair, rebuild, a takeover from aws-node), decided
+        when its turn comes; refused if an address it gives out was taken meanwhile."""
         return await self._mutate(decide)
-
-    async def commit_repair(self, mutation: Mutation) -> None:
-        """Repair's quarantine changes; refused if an address it restores was taken meanwhile."""
-        await self._mutate(lambda state, now: (mutation, None))
 
     async def eni_gone(self, eni_id: str) -> None:
         """EC2 no longer lists the ENI as attached here."""

@@ -99,7 +99,7 @@ async def rebuild_state(
         await read_ec2(engine)
         records, unfixable = plan_allocations(engine.state, rebuild, clock.now())
         if records:
-            await engine.commit_repair(Mutation(put_allocations=records))
+            await engine.commit_planned(lambda s, n: (Mutation(put_allocations=records), None))
     finally:
         await engine.close()
     return aside, unfixable

@@ -100,12 +100,11 @@ async def apply_repair(engine: Engine, plan: RepairPlan) -> None:
         if key in engine.state.allocations():
             await engine.release(key)
     if plan.drop_quarantine or plan.restore_quarantine:
-        await engine.commit_repair(
-            Mutation(
-                delete_quarantine=(
-                    *plan.drop_quarantine,
-                    *(r.key for r in plan.restore_quarantine),
-                ),
-                put_allocations=plan.restore_quarantine,
-            )
+        mutation = Mutation(
+            delete_quarantine=(
+                *plan.drop_quarantine,
+                *(r.key for r in plan.restore_quarantine),
+            ),
+            put_allocations=plan.restore_quarantine,
         )
+        await engine.commit_planned(lambda state, now: (mutation, None))

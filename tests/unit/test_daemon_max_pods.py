@@ -11,7 +11,7 @@ import pytest
 from cloud.models import InstanceLimits
 from ipamd.clock import FakeClock
 from ipamd.config import Config
-from ipamd.main import _pool_settings
+from ipamd.daemon_report import pool_report
 from tests.support.fake_cloud import FakeEc2, fake_daemon
 
 
@@ -71,7 +71,7 @@ async def test_max_pods_and_its_rule(
     daemon = await fake_daemon(config, Ec2WithCpus(clock, vcpus, hypervisor), clock)
     try:
         assert daemon.engine.settings.max_pods == max_pods
-        limits = _pool_settings(daemon)["limits"]
+        limits = pool_report(daemon)["limits"]
         assert isinstance(limits, dict)
         assert (limits["max_pods"], limits["max_pods_rule"]) == (max_pods, rule)
         assert str(max_pods) in limits["max_pods_reason"]
