@@ -314,8 +314,7 @@ class Allocation(Value):
     created_at: float
     pod: PodInfo | None
     network_policy: str | None
-    """On an ADD's answer: the network-policy mode ("standard" or "strict") when the plugin must
-    ask ipamd to tell the agent (`ipamd.wire_pod.POLICY_SEGMENT`) once the pod's interface exists."""
+    """ADD's answer: the mode when the plugin must then ask for the policy call (`ipamd.wire_pod`)."""
 
     def __init__(
         self,
