@@ -12,9 +12,9 @@ import random
 from pathlib import Path
 
 from cloud.embedded.world import EmbeddedEc2
-from ipamd.engine.pool_enis import BIND_SETTLE_S
 from ipamd.errors import NoAddressAvailable
 from ipamd.policy.model import PoolTargets
+from ipamd.pool.enis import BIND_SETTLE_S
 from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
 

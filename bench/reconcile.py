@@ -32,9 +32,9 @@ from pathlib import Path
 
 from bench.node import pod_key
 from ipamd.clock import FakeClock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
-from ipamd.parts import Parts, describe_node, open_parts
+from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from tests.support.configs import node_config
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
@@ -58,7 +58,7 @@ class BenchNode:
     imds: FakeImds
     runtime: FakeRuntime
     parts: Parts
-    """The daemon's own wiring (`ipamd.parts`) on the fakes."""
+    """The daemon's own wiring (`ipamd.node.engine_parts`) on the fakes."""
 
     @property
     def engine(self) -> Engine:

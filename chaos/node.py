@@ -32,7 +32,7 @@ from chaos.proxy import Ec2FaultProxy
 from cloud.embedded.eni_rules import LOCK
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2, World
-from ipamd.parts import STATE_FILE
+from ipamd.node.engine_parts import STATE_FILE
 from tests.support.cri_server import FakeCriServer
 
 logger = logging.getLogger(__name__)

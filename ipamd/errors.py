@@ -97,3 +97,26 @@ class InventoryError(IpamdError):
 
     code = CODE_INVENTORY_CONFLICT
     status = 409
+
+
+# -- start-up refusals: one line each, printed by `ipamd.main` with its exit code ----------------
+
+
+class StartupError(Exception):
+    """A start-up step the machine refused; `str()` is the one line to print."""
+
+
+class SettingUnusable(StartupError):
+    """A setting names a path or address this machine refuses (a directory under a file, no
+    permission, a socket another process serves on)."""
+
+
+class StateUnusable(StartupError):
+    """The state directory is held by another ipamd, or holds something this one cannot use."""
+
+
+def os_reason(err: OSError) -> str:
+    """The OS's words without the path, which the caller's message already names."""
+    if isinstance(err, FileExistsError):
+        return "a file is in the way (not a directory)"  # mkdir found a file of that name
+    return err.strerror or str(err)

@@ -1,14 +1,14 @@
 """`ipamd`: the entry point and composition root — the only place that builds concrete adapters.
 
 `ipamd run` reads the configuration (the only hand-over of `os.environ`), builds the EC2 adapter, the
-IMDS client, the CRI client and the network-policy agent's client, hands them to `ipamd.daemon`,
+IMDS client, the CRI client and the network-policy agent's client, hands them to `ipamd.node.daemon`,
 serves the local API and the agent's config server on their unix sockets and runs the pool manager
 and the reconcile schedule in one task group until SIGTERM or SIGINT: then it stops taking work,
 lets in-flight requests finish, and exits 0. `ipamd run --embedded` does
 the same on an embedded cloud: moto with ipamd's extension served on loopback, one VPC, subnet and
 instance, an IMDS simulator and a container runtime of its own — no AWS account needed; its cloud is
 kept in the state directory, so running it again is a restart of the same node
-(`ipamd.embedded_node`).
+(`ipamd.node.embedded`).
 
 Start-up takes the state directory's lock before anything opens a file in it (a second ipamd on the
 same directory exits at once, naming the first one's PID). A start-up step the machine refuses is one
@@ -42,34 +42,29 @@ from typing import TYPE_CHECKING
 from cloud.ec2 import Boto3Ec2, client_config, make_client
 from cloud.errors import CloudError
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
-from ipamd import conflist
 from ipamd.api.app import EngineOnly, PodAddresses, create_app
 from ipamd.api.server import App, Runner, SocketPathError, serve_unix
 from ipamd.api.views import POD_GATEWAY
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointedPods
 from ipamd.clock import SystemClock
-from ipamd.config import Config, ConfigError
-from ipamd.daemon import Daemon, HostNetAdapters, build_daemon, repair
-from ipamd.daemon_report import max_pods_report, metric_sources, pool_report
-from ipamd.introspection import serve_introspection
-from ipamd.metrics import Recorders
-from ipamd.metrics_http import ListenFailed, latency_middleware, serve_metrics
+from ipamd.config.settings import Config, ConfigError
+from ipamd.errors import SettingUnusable, StartupError, StateUnusable, os_reason
 from ipamd.netpolicy.agent import GrpcPolicyAgent
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
-from ipamd.observability import configure_logging
+from ipamd.node import conflist
+from ipamd.node.daemon import Daemon, HostNetAdapters, build_daemon, repair
+from ipamd.node.report import max_pods_report, metric_sources, pool_report
+from ipamd.node.startup import lock_state_dir
 from ipamd.runtime.cri import GrpcCriRuntime
-from ipamd.startup import (
-    SettingUnusable,
-    StartupError,
-    StateUnusable,
-    lock_state_dir,
-    os_reason,
-)
+from ipamd.telemetry.endpoint import ListenFailed, latency_middleware, serve_metrics
+from ipamd.telemetry.introspection import serve_introspection
+from ipamd.telemetry.logs import configure_logging
+from ipamd.telemetry.metrics import Recorders
 
 if TYPE_CHECKING:
-    from ipamd.embedded_node import EmbeddedNode
+    from ipamd.node.embedded import EmbeddedNode
 
 logger = logging.getLogger("ipamd")
 
@@ -110,7 +105,7 @@ async def _cloud(
         client = make_client(region, config.ec2_endpoint, float(config.ec2_http_timeout_s))
         adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
         return adapter, config.imds_endpoint or DEFAULT_BASE_URL, None
-    from ipamd.embedded_node import start_embedded  # loads moto: never on a production start
+    from ipamd.node.embedded import start_embedded  # loads moto: never on a production start
 
     node = await start_embedded(config, stack, own_runtime=own_runtime)
     client = node.world.client(client_config(float(config.ec2_http_timeout_s)))
@@ -371,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # names its socket, so the effective settings (log, introspection) say where leak GC looks.
     own_runtime = args.embedded and not os.environ.get("IPAMD_CRI_SOCKET")
     if own_runtime:
-        from ipamd.embedded_node import cri_socket_path
+        from ipamd.node.embedded import cri_socket_path
 
         config = dataclasses.replace(config, cri_socket_path=str(cri_socket_path(config)))
     configure_logging(config.log_format, config.log_level)

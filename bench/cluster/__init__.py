@@ -14,7 +14,7 @@ The model:
   arrival.
 - **Real ipamd on every node** (`node`): the engine on a real SQLite state file (under /dev/shm when
   there is one), the pool manager, EC2 drift, IMDS hint, runtime leak GC and ENI GC, wired as the
-  daemon wires them and run at the daemon's default intervals from `ipamd.config.Config`; each node
+  daemon wires them and run at the daemon's default intervals from `ipamd.config.settings.Config`; each node
   has its own `cloud.ec2.Boto3Ec2` adapter (client-side buckets, retries, error translation), whose
   boto3 client is replaced by `moto_client.MotoEc2Client`, which calls moto's backend directly. IMDS
   is read from moto's state without lag; the runtime is `tests.support.fake_cloud.FakeRuntime`.

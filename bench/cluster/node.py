@@ -29,14 +29,14 @@ from cloud.embedded.watched import WatchedList
 from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
 from ipamd.clock import Clock
-from ipamd.config import Config
-from ipamd.daemon import Daemon, HostNetAdapters, build_daemon
+from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
 from ipamd.engine.state import NodeState
 from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
+from ipamd.node.daemon import Daemon, HostNetAdapters, build_daemon
+from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint

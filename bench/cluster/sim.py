@@ -32,8 +32,8 @@ from cloud.calls import CallLog
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World
 from cloud.errors import CloudError
-from ipamd.config import Config
-from ipamd.parts import strategy
+from ipamd.config.settings import Config
+from ipamd.node.engine_parts import strategy
 from ipamd.reconcile.jobs import Jobs
 
 INSTANCE_TYPE = "m5.large"

@@ -4,6 +4,6 @@ subnets and VPC CIDR blocks on request (`world_layout`), subnets fragmented on p
 a world kept in a file across restarts (`cloud_keeper`, on `cloud_file` and `cloud_restore`).
 
 For tests and `ipamd run --embedded` only; the daemon proper never imports this package (only
-`ipamd.embedded_node`, the composition root's embedded half, does). Importing it is cheap: moto is
+`ipamd.node.embedded`, the composition root's embedded half, does). Importing it is cheap: moto is
 loaded by the modules that need it.
 """

@@ -117,7 +117,7 @@ HEAVY_MODULES = (
     "logging",
     "ipamd.engine",
     "ipamd.api",
-    "ipamd.config",
+    "ipamd.config.settings",
 )
 """Modules (and their submodules) that the plugin's start must not import at all."""
 _START_PROBE = (

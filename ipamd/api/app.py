@@ -102,7 +102,7 @@ from ipamd.wire import (
     check_network,
     dumps,
 )
-from ipamd.wire_pod import POLICY_SEGMENT, PolicyRequest
+from ipamd.wire.pod import POLICY_SEGMENT, PolicyRequest
 
 logger = logging.getLogger(__name__)
 

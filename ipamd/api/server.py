@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ipamd.unix_socket import SocketInUse, is_stale
+from ipamd.wire.unix_socket import SocketInUse, is_stale
 
 logger = logging.getLogger(__name__)
 

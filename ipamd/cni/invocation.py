@@ -202,7 +202,7 @@ def _parse_versioned(
 
 def _interface(conf: Mapping[str, object]) -> InterfaceConf:
     # Only the interface plugin needs the veth vocabulary: the IPAM plugin's start does not pay it.
-    from ipamd.wire_pod import DEFAULT_VETH_PREFIX, check_veth_prefix
+    from ipamd.wire.pod import DEFAULT_VETH_PREFIX, check_veth_prefix
 
     try:
         prefix = check_veth_prefix(conf.get("vethPrefix", DEFAULT_VETH_PREFIX))

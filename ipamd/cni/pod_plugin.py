@@ -44,9 +44,9 @@ from ipamd.cni.plugin import ERR_IPAMD, allocate, ask
 from ipamd.cni.plugin import check as check_allocation
 from ipamd.cni.plugin import delete as delete_allocation
 from ipamd.wire import PATH_ALLOCATIONS, Allocation
-from ipamd.wire_pod import POLICY_SEGMENT, PolicyRequest, veth_name
+from ipamd.wire.pod import POLICY_SEGMENT, PolicyRequest, veth_name
 
-# As in `ipamd.wire_pod`: CPython's own SHA-1, not hashlib's OpenSSL (2 ms of every ADD).
+# As in `ipamd.wire.pod`: CPython's own SHA-1, not hashlib's OpenSSL (2 ms of every ADD).
 try:
     from _sha1 import sha1  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # not CPython

@@ -23,12 +23,12 @@ import grpc.aio
 
 from cloud.errors import CloudError
 from cloud.ports import Imds
+from ipamd.errors import SettingUnusable, os_reason
 from ipamd.netpolicy._generated import rpc_pb2 as rpc
 from ipamd.netpolicy._generated import rpc_pb2_grpc as rpc_grpc
 from ipamd.netpolicy.enforcement import agent_mode
 from ipamd.netpolicy.ports import AgentConfig
-from ipamd.startup import SettingUnusable, os_reason
-from ipamd.unix_socket import SocketInUse, is_stale
+from ipamd.wire.unix_socket import SocketInUse, is_stale
 
 logger = logging.getLogger(__name__)
 

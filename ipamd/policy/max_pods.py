@@ -10,7 +10,7 @@ managed node groups give kubelet):
    with /28 prefixes. The + 2 are the host-network pods (aws-node, kube-proxy) that take no address.
    Prefixes need the Nitro system: elsewhere the secondary-IP formula applies in prefix mode too.
 3. The cap by vCPU count: at most 110 pods with 30 vCPUs or fewer, at most 250 above 30.
-4. The kubelet's `maxPods`, when ipamd reads one (IPAMD_KUBELET_CONFIG, `ipamd.kubelet_config`),
+4. The kubelet's `maxPods`, when ipamd reads one (IPAMD_KUBELET_CONFIG, `ipamd.config.kubelet`),
    replaces 2 and 3: the kubelet admits that many pods, whatever the calculator says.
 5. IPAMD_MAX_PODS, when set, replaces all of this.
 

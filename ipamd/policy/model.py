@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipamd.config import Config
+from ipamd.config.settings import Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class EniStats:
     units: tuple[UnitStats, ...]
     grows: bool = True
     """False: no unit is added to this ENI (its subnet was found without room while a new ENI may
-    go to another, `ipamd.engine.subnets.SubnetCatalogue.growth_closed`); its free addresses
+    go to another, `ipamd.pool.subnets.SubnetCatalogue.growth_closed`); its free addresses
     still count."""
 
 
@@ -62,7 +62,7 @@ class NodeStats:
 
 @dataclass(frozen=True, slots=True)
 class PoolTargets:
-    """The knobs, with VPC CNI's names and meanings (see `ipamd.config.Config`)."""
+    """The knobs, with VPC CNI's names and meanings (see `ipamd.config.settings.Config`)."""
 
     warm_eni_target: int = 1
     """ENIs' worth of free addresses to keep (secondary-IP mode, no IP targets)."""

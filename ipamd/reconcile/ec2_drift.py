@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 class ListingWatch(Protocol):
-    """Who else reads EC2's listing of the instance's ENIs (`ipamd.engine.pool_enis.EniMaker`)."""
+    """Who else reads EC2's listing of the instance's ENIs (`ipamd.pool.enis.EniMaker`)."""
 
     def listing_ticket(self) -> int: ...
 

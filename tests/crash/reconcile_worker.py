@@ -1,6 +1,6 @@
 """The child of the reconcile crash scenario (S8 with S12): a whole node — engine on the real state
 file, the boto3 EC2 adapter on the parent's embedded EC2 server, a pool manager and the EC2 drift
-reconcile, wired by `ipamd.parts` as the daemon wires them — doing ADD/DEL churn, pool rounds and
+reconcile, wired by `ipamd.node.engine_parts` as the daemon wires them — doing ADD/DEL churn, pool rounds and
 drift rounds in a seeded random order until it is killed.
 
 It speaks the churn worker's protocol (`tests.crash.churn_worker`: `open`, `call`, `ack`, `error`,
@@ -45,12 +45,12 @@ from cloud.embedded.world import ec2_client
 from cloud.ports import Ec2Api, Instance
 from datastore.records import Mutation
 from ipamd.clock import Clock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
-from ipamd.parts import STATE_FILE, EngineOpener, NodeFacts, Parts, Tuning, open_parts
+from ipamd.node.engine_parts import STATE_FILE, EngineOpener, NodeFacts, Parts, Tuning, open_parts
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.plan import PoolPlan
+from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
 from tests.crash.churn_worker import Churn
 from tests.support import configs
@@ -115,7 +115,8 @@ async def open_node(
     rng: random.Random,
     open_engine: EngineOpener = Engine.open,
 ) -> Parts:
-    """The node's parts, wired as the daemon wires them (`ipamd.parts`); no IMDS or runtime here."""
+    """The node's parts, wired as the daemon wires them (`ipamd.node.engine_parts`); no IMDS or
+    runtime here."""
     return await open_parts(
         node_config(path),
         facts,

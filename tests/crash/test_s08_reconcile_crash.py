@@ -59,9 +59,9 @@ from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Instance
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool_enis import BIND_SETTLE_S
-from ipamd.parts import NodeFacts, Parts
+from ipamd.node.engine_parts import NodeFacts, Parts
 from ipamd.policy.model import NodeLimits
+from ipamd.pool.enis import BIND_SETTLE_S
 from ipamd.reconcile.ec2_drift import DriftReport
 from tests.crash import reconcile_worker as worker
 from tests.crash.reconcile_checks import (

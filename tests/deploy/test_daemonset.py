@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ipamd import conflist as conflist_file
-from ipamd.config import SETTINGS, Config
+from ipamd.config.settings import SETTINGS, Config
+from ipamd.node import conflist as conflist_file
 from ipamd.wire import SUPPORTED_CNI_VERSIONS
 from tests.deploy.repo import (
     CONFLIST,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from ipamd.eniconfig_file import EniConfigSpec, parse_eni_configs
-from ipamd.metrics_catalogue import CATALOGUE
+from ipamd.config.eniconfig import EniConfigSpec, parse_eni_configs
+from ipamd.telemetry.catalogue import CATALOGUE
 from tests.deploy.repo import REPO
 
 OPERATIONS = REPO / "docs" / "operations.md"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ipamd.wire_pod import veth_name
+from ipamd.wire.pod import veth_name
 from tests.e2e.conflist import conflist
 from tests.e2e.support import (
     BIN,

@@ -55,10 +55,10 @@ from datastore.records import AllocationRecord
 from ipamd.clock import Clock, FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
 from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
-from ipamd.parts import describe_node, open_parts
+from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.policy.model import PoolTargets
+from ipamd.pool.manager import PoolManager
 from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.configs import node_config
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime

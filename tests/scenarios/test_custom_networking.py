@@ -16,11 +16,11 @@ from cloud.embedded.world import EmbeddedEc2, World
 from cloud.embedded.world_layout import Layout, SubnetSpec
 from datastore.records import AllocationRecord
 from ipamd.clock import FakeClock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import NoAddressAvailable, NodeFull
-from ipamd.parts import STATE_FILE, describe_node, open_parts
-from ipamd.parts import strategy as unit_strategy
+from ipamd.node.engine_parts import STATE_FILE, describe_node, open_parts
+from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.policy.eni_config import EniConfig
 from tests.support.cloudnode import FAST, CloudNode, NoImds
 from tests.support.fake_cloud import FakeRuntime

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.engine.engine import Engine
-from ipamd.parts import rebuild_drift
+from ipamd.node.engine_parts import rebuild_drift
 from ipamd.reconcile.rebuild import REBUILT_NETWORK, gather_claims, rebuild_state
 from ipamd.runtime.cri import GrpcCriRuntime
 from tests.support.cloudnode import open_cloud_node

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ipamd.clock import FakeClock
-from ipamd.config import Config
-from ipamd.daemon import Daemon
+from ipamd.config.settings import Config
+from ipamd.node.daemon import Daemon
 from tests.support.fake_cloud import FakeEc2, fake_daemon
 from tests.support.node import key
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ipamd.clock import FakeClock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from tests.support.fake_cloud import FakeEc2, fake_daemon
 
 

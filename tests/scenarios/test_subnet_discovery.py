@@ -1,7 +1,7 @@
 """Where a node's addresses come from: subnet discovery (tagged subnets of the node's zone, the most
 free first, the cluster tag scoping them, a `0` tag closing a subnet and draining its ENIs), custom
 networking's ENIConfig (its subnet and security groups), and ENIs of other users left alone. Each
-runs the daemon's own wiring (`ipamd.parts`) on the in-memory EC2, with several subnets, and ends
+runs the daemon's own wiring (`ipamd.node.engine_parts`) on the in-memory EC2, with several subnets, and ends
 with the shared invariant check."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, SubnetSpec
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from ipamd.clock import FakeClock
 from ipamd.errors import NoAddressAvailable
-from ipamd.parts import STATE_FILE, Parts, describe_node, open_parts
+from ipamd.node.engine_parts import STATE_FILE, Parts, describe_node, open_parts
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG

@@ -107,7 +107,7 @@ async def _read_and_settle(node: CloudNode) -> int:
 async def test_scarcity_mode_turns_on_and_off_around_its_threshold_and_returns_addresses(
     embedded: EmbeddedEc2, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ipamd.engine.pool_mode")
+    caplog.set_level(logging.INFO, logger="ipamd.pool.mode")
     targets = replace(EAGER, warm_ip_target=8, minimum_ip_target=4)
     node = await open_cloud_node(embedded, tmp_path, targets=targets, subnet_cidr="10.0.0.0/24")
     others = OtherNodes(node)
@@ -171,7 +171,7 @@ async def test_scarcity_mode_turns_on_and_off_around_its_threshold_and_returns_a
 async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_fallback_to_32_reverses_when_prefixes_return(  # noqa: E501
     embedded: EmbeddedEc2, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ipamd.engine.pool_mode")
+    caplog.set_level(logging.INFO, logger="ipamd.pool.mode")
     node = await open_cloud_node(
         embedded,
         tmp_path,
@@ -288,7 +288,7 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_another_subnet_before_
 ) -> None:
     """The node's /24 has no /28 left; a tagged pod subnet of the zone does. The prefixes the
     primary ENI cannot get go on a new ENI there, with no /32 drawn anywhere."""
-    caplog.set_level(logging.INFO, logger="ipamd.engine.pool")
+    caplog.set_level(logging.INFO, logger="ipamd.pool.manager")
     node = await open_cloud_node(
         embedded,
         tmp_path,

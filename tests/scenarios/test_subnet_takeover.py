@@ -2,7 +2,7 @@
 has room, new ENIs there take over at once (one failed assign, no exhaustion cooldown), the full
 subnet's ENIs are not asked again until a view shows it with room, and then they grow again.
 Without anywhere else to go, exhaustion pauses growth as before (docs/architecture.md §5.6 and
-docs/architecture.md §5.8). Each runs the daemon's own wiring (`ipamd.parts`) on the in-memory EC2
+docs/architecture.md §5.8). Each runs the daemon's own wiring (`ipamd.node.engine_parts`) on the in-memory EC2
 and ends with the shared invariant check."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from ipamd.clock import FakeClock
 from ipamd.errors import NoAddressAvailable
-from ipamd.parts import STATE_FILE, Parts, describe_node, open_parts
+from ipamd.node.engine_parts import STATE_FILE, Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import ROLE_TAG
 from tests.support.configs import node_config

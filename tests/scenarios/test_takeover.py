@@ -16,10 +16,10 @@ from datastore.records import AllocationKey
 from ipamd.awsnode.checkpoint import CheckpointFile, parse
 from ipamd.awsnode.takeover import plan_adoption
 from ipamd.clock import FakeClock
-from ipamd.config import Config
-from ipamd.daemon import Daemon
+from ipamd.config.settings import Config
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import PodRef
+from ipamd.node.daemon import Daemon
 from tests.support.fake_cloud import FakeEc2, FakeRuntime, fake_daemon
 from tests.support.invariants import check_invariants
 

@@ -1,5 +1,5 @@
 """A whole node on the embedded EC2: a world (VPC, subnet, instance), the boto3 adapter on it, and the
-daemon's parts wired by `ipamd.parts` (an engine on a real state file, the pool manager, the EC2
+daemon's parts wired by `ipamd.node.engine_parts` (an engine on a real state file, the pool manager, the EC2
 drift, ...) — with helpers to compare what EC2 reports with what ipamd believes."""
 
 from __future__ import annotations
@@ -18,14 +18,21 @@ from cloud.errors import ServiceUnavailable
 from cloud.ports import Ec2Api, ImdsIdentity, ImdsInterface
 from cloud.ratelimit import RateLimits
 from ipamd.clock import FakeClock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
-from ipamd.parts import STATE_FILE, EngineOpener, NodeFacts, Parts, describe_node, open_parts
-from ipamd.parts import strategy as unit_strategy
+from ipamd.node.engine_parts import (
+    STATE_FILE,
+    EngineOpener,
+    NodeFacts,
+    Parts,
+    describe_node,
+    open_parts,
+)
+from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import UnitStrategy
+from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from tests.support.configs import node_config
 from tests.support.fake_cloud import FakeRuntime

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.policy.model import PoolTargets
 
 

@@ -48,8 +48,8 @@ from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
 from cloud.ports import ImdsIdentity, ImdsInterface, Instance
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.clock import Clock, FakeClock
-from ipamd.config import Config
-from ipamd.daemon import Daemon, build_daemon
+from ipamd.config.settings import Config
+from ipamd.node.daemon import Daemon, build_daemon
 from ipamd.runtime.ports import RuntimeUnavailable, Sandbox
 
 PREFIX_SIZE = 16

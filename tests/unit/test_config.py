@@ -1,4 +1,5 @@
-"""Tests for ipamd.config: defaults, parsing of each kind of value, error collection, docs in sync."""
+"""Tests for ipamd.config.settings: defaults, parsing of each kind of value, error collection, docs
+in sync."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ipamd.config import SETTINGS, Config, ConfigError
-from ipamd.config_kinds import HostPort, render_settings_table
-from ipamd.kubelet_config import DEFAULT_KUBELET_CONFIG, read_kubelet_config
+from ipamd.config.kinds import HostPort, render_settings_table
+from ipamd.config.kubelet import DEFAULT_KUBELET_CONFIG, read_kubelet_config
+from ipamd.config.settings import SETTINGS, Config, ConfigError
 
 TAGS = (("team", "net"), ("env", "x"))
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

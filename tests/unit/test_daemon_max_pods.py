@@ -10,8 +10,8 @@ import pytest
 
 from cloud.models import InstanceLimits
 from ipamd.clock import FakeClock
-from ipamd.config import Config
-from ipamd.daemon_report import pool_report
+from ipamd.config.settings import Config
+from ipamd.node.report import pool_report
 from tests.support.fake_cloud import FakeEc2, fake_daemon
 
 

@@ -12,7 +12,7 @@ from cloud.models import NetworkInterface
 from cloud.ports import Instance
 from cloud.ratelimit import in_background
 from ipamd.clock import FakeClock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from tests.support.fake_cloud import (
     FakeEc2,
     fake_daemon,

@@ -6,8 +6,8 @@ import pytest
 
 from cloud.embedded.world import EmbeddedEc2
 from cloud.embedded.world_layout import CNI_ROLE_TAG
-from ipamd.config import Config, ConfigError
-from ipamd.embedded_node import pod_subnet_layout
+from ipamd.config.settings import Config, ConfigError
+from ipamd.node.embedded import pod_subnet_layout
 
 
 def test_the_setting_takes_a_subnet_outside_the_nodes() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ipamd.config import Config, ConfigError
-from ipamd.eniconfig_file import EniConfigFile, EniConfigSpec, parse_eni_configs
+from ipamd.config.eniconfig import EniConfigFile, EniConfigSpec, parse_eni_configs
+from ipamd.config.settings import Config, ConfigError
 
 SUBNET_A = "subnet-0a1b2c3d4e5f60718"
 SUBNET_B = "subnet-1a2b3c4d"

@@ -1,5 +1,5 @@
 """IPAMD_KUBELET_CONFIG: the kubelet's maxPods read at start through the configuration, its
-drop-ins, and what a missing, unreadable or malformed file does (`ipamd.kubelet_config`)."""
+drop-ins, and what a missing, unreadable or malformed file does (`ipamd.config.kubelet`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ipamd.config import Config, ConfigError
-from ipamd.kubelet_config import KubeletConfig, parse_max_pods
+from ipamd.config.kubelet import KubeletConfig, parse_max_pods
+from ipamd.config.settings import Config, ConfigError
 from ipamd.policy import PoolTargets
 
 # What nodeadm writes for a c5.18xlarge, trimmed: the uncapped ENI formula.

@@ -1,6 +1,6 @@
-"""The one wiring of a node's parts (`ipamd.parts`): the engine's settings come from the configuration
-and the instance's limits and are final once it is open; every part works on that one engine; the
-ENIs the pool manager has in flight are the ones the drift and ENI GC leave alone."""
+"""The one wiring of a node's parts (`ipamd.node.engine_parts`): the engine's settings come from the
+configuration and the instance's limits and are final once it is open; every part works on that one
+engine; the ENIs the pool manager has in flight are the ones the drift and ENI GC leave alone."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from cloud.models import NetworkInterface
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from ipamd.clock import FakeClock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
-from ipamd.parts import (
+from ipamd.node.engine_parts import (
     STATE_FILE,
     Parts,
     Tuning,

@@ -1,6 +1,6 @@
-"""Custom networking in the wiring of a node's parts (`ipamd.parts`): the ENIConfig of the node's zone
-goes to the pool manager, the engine keeps pods off the primary ENI and counts one ENI fewer, and a
-file without the node's zone is one start-up error before the state file is opened."""
+"""Custom networking in the wiring of a node's parts (`ipamd.node.engine_parts`): the ENIConfig of
+the node's zone goes to the pool manager, the engine keeps pods off the primary ENI and counts one
+ENI fewer, and a file without the node's zone is one start-up error before the state file is opened."""
 
 from __future__ import annotations
 
@@ -10,11 +10,17 @@ from pathlib import Path
 import pytest
 
 from ipamd.clock import FakeClock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
-from ipamd.parts import NodeFacts, describe_node, engine_settings, node_eni_config, open_parts
+from ipamd.errors import SettingUnusable
+from ipamd.node.engine_parts import (
+    NodeFacts,
+    describe_node,
+    engine_settings,
+    node_eni_config,
+    open_parts,
+)
 from ipamd.policy.eni_config import EniConfig
-from ipamd.startup import SettingUnusable
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 
 ZONE = "us-west-2a"  # FakeEc2's instance's

@@ -11,9 +11,9 @@ import pytest
 
 from cloud.errors import ServiceUnavailable
 from ipamd.clock import FakeClock
-from ipamd.config import Config
-from ipamd.daemon_report import pool_report
-from ipamd.parts import Parts, describe_node, open_parts, pool_settings
+from ipamd.config.settings import Config
+from ipamd.node.engine_parts import Parts, describe_node, open_parts, pool_settings
+from ipamd.node.report import pool_report
 from ipamd.reconcile.subnet_free import SubnetFree
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime, fake_daemon
 from tests.support.node import key

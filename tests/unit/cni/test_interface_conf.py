@@ -14,7 +14,7 @@ from ipamd.cni.plugin import ERR_NETWORK_POLICY, from_daemon
 from ipamd.cni.pod_interface import PodInterface
 from ipamd.cni.pod_plugin import host_veth_name, interface_result
 from ipamd.wire import CODE_NETWORK_POLICY_REFUSED, ErrorBody
-from ipamd.wire_pod import veth_name
+from ipamd.wire.pod import veth_name
 
 SOCKET = {"type": "ipamd-cni", "socket": "/run/ipamd/ipamd.sock"}
 ENV = {

@@ -1,4 +1,4 @@
-"""Pods that wait first (`ipamd.engine.pool_pace`): while the account throttles, warm-up holds back
+"""Pods that wait first (`ipamd.pool.pace`): while the account throttles, warm-up holds back
 and a round an ADD waits for does not; a new ENI comes holding its units, and DeleteOnTermination
 follows once its addresses can be handed out (docs/architecture.md §5.5 and docs/architecture.md §5.6)."""
 
@@ -17,15 +17,15 @@ from cloud.calls import CallLog
 from cloud.errors import ServiceUnavailable, Throttled
 from cloud.ratelimit import AttemptFailed, Retrier, RetryPolicy
 from ipamd.clock import FakeClock
-from ipamd.config import Config
-from ipamd.engine.pool_enis import BIND_SETTLE_S, BIND_WAIT_CAP_S
-from ipamd.engine.pool_pace import (
+from ipamd.config.settings import Config
+from ipamd.errors import NoAddressAvailable
+from ipamd.node.engine_parts import Parts, Tuning, describe_node, open_parts
+from ipamd.pool.enis import BIND_SETTLE_S, BIND_WAIT_CAP_S
+from ipamd.pool.pace import (
     DEMAND_EPISODE_SHARE,
     DEMAND_THROTTLE_CAP_S,
     EPISODE_GAP_S,
 )
-from ipamd.errors import NoAddressAvailable
-from ipamd.parts import Parts, Tuning, describe_node, open_parts
 from tests.support.ec2_doubles import PassThroughEc2
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 from tests.support.node import key

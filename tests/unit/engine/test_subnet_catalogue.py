@@ -1,4 +1,4 @@
-"""The subnet catalogue (`ipamd.engine.subnets`): when it reads DescribeSubnets (first use, then on
+"""The subnet catalogue (`ipamd.pool.subnets`): when it reads DescribeSubnets (first use, then on
 the slow period, soon after a full subnet, never per ENI), what it answers with no view or after a
 failed read, and custom networking's ENIConfig, which turns discovery off; how the parts wire it."""
 
@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from ipamd.clock import FakeClock
-from ipamd.config import Config
-from ipamd.engine.subnets import SubnetCatalogue, SubnetSettings
-from ipamd.parts import Parts, describe_node, open_parts
+from ipamd.config.settings import Config
+from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.subnets import ROLE_TAG
+from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings
 from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 
 HOUR_S = 3600.0

@@ -30,9 +30,9 @@ from ipamd.hostnet.ports import (
     Route,
     Rule,
 )
-from ipamd.metrics import Recorders, Sources, render
 from ipamd.reconcile.leaks import release_invalid_attachments
 from ipamd.reconcile.repair import apply_repair, plan_repair
+from ipamd.telemetry.metrics import Recorders, Sources, render
 from tests.support.node import NodeFixture, key
 
 SUBNET = "10.0.0.0/24"

@@ -8,9 +8,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from ipamd.engine.engine import Engine
-from ipamd.metrics import Recorders, Sources, render
-from ipamd.metrics_catalogue import CATALOGUE, SPECS
 from ipamd.model import PoolSnapshot
+from ipamd.telemetry.catalogue import CATALOGUE, SPECS
+from ipamd.telemetry.metrics import Recorders, Sources, render
 from tests.support.node import NodeFixture, key
 
 

@@ -12,17 +12,17 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from ipamd.config import Config
-from ipamd.config_kinds import HostPort
+from ipamd.config.kinds import HostPort
+from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
-from ipamd.introspection import (
+from ipamd.model import PodRef
+from ipamd.telemetry.endpoint import ListenFailed
+from ipamd.telemetry.introspection import (
     NETWORKUTILS_SETTINGS,
     PATHS,
     create_introspection_app,
     serve_introspection,
 )
-from ipamd.metrics_http import ListenFailed
-from ipamd.model import PodRef
 from tests.support.node import NodeFixture, key
 
 SETTINGS = Config.from_env({}).describe()

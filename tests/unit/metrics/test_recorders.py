@@ -13,8 +13,8 @@ from ipamd.api import create_app
 from ipamd.clock import FakeClock
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable, MaxPodsReached, NoAddressAvailable
-from ipamd.metrics import Recorders
-from ipamd.metrics_http import latency_middleware
+from ipamd.telemetry.endpoint import latency_middleware
+from ipamd.telemetry.metrics import Recorders
 from tests.support.node import NodeFixture, key
 
 

@@ -19,10 +19,10 @@ from google.protobuf import empty_pb2  # type: ignore[import-untyped]
 
 from cloud.errors import NotFound
 from cloud.ports import ImdsIdentity, ImdsInterface
+from ipamd.errors import SettingUnusable
 from ipamd.netpolicy._generated import rpc_pb2, rpc_pb2_grpc
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.ports import AgentConfig
-from ipamd.startup import SettingUnusable
 
 CONFIG = AgentConfig(
     network_policy_mode="strict",

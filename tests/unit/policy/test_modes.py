@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.policy import (
     PREFIXES,
     SECONDARY_IPS,

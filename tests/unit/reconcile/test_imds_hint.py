@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ipamd.clock import FakeClock
-from ipamd.config import Config
-from ipamd.daemon import Daemon
+from ipamd.config.settings import Config
+from ipamd.node.daemon import Daemon
 from ipamd.reconcile import imds_hint
 from ipamd.reconcile.imds_hint import diff_imds
 from tests.support.fake_cloud import FakeEc2, FakeImds, fake_daemon

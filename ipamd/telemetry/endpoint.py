@@ -1,6 +1,7 @@
 """The metrics endpoint on `IPAMD_METRICS_ADDR` (TCP, Prometheus text), the middleware that records the
 local API's ADD and DEL requests, and `serve_tcp`, which the metrics and introspection endpoints both
-listen with. What is published lives in `ipamd.metrics`; this module never imports prometheus_client.
+listen with. What is published lives in `ipamd.telemetry.metrics`; this module never imports
+prometheus_client.
 
 A listen address that cannot be bound (a port in use, an address not on the host) is `ListenFailed`,
 an error `main` reports in one line; no OSError leaves this module.
@@ -15,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from ipamd.config_kinds import HostPort
-from ipamd.metrics import CONTENT_TYPE, Recorders, Sources, build_registry, exposition
+from ipamd.config.kinds import HostPort
+from ipamd.telemetry.metrics import CONTENT_TYPE, Recorders, Sources, build_registry, exposition
 from ipamd.wire import PATH_ALLOCATIONS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -8,7 +8,7 @@ start and hands the frozen `Config` to everything else.
 
 It must not do I/O other than reading the mapping it is given (no sockets, clocks or logging, and no
 file but those IPAMD_ENI_CONFIG_FILE and IPAMD_KUBELET_CONFIG name, read once by
-`ipamd.eniconfig_file` and `ipamd.kubelet_config` so that their problems are reported with the rest)
+`ipamd.config.eniconfig` and `ipamd.config.kubelet` so that their problems are reported with the rest)
 and must not import asyncio. It never falls back silently: a value that
 does not parse is an error, reported together with every other bad value in one `ConfigError`. An
 empty value counts as unset, because Kubernetes manifests often set variables to "".
@@ -20,7 +20,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from ipamd.config_kinds import (
+from ipamd.config.eniconfig import (
+    ZONE_LABELS,
+    EniConfigFile,
+    parse_zone_label,
+    read_eni_config_file,
+    show_eni_config_file,
+)
+from ipamd.config.kinds import (
     BOOL,
     CIDRS,
     COUNT,
@@ -45,15 +52,8 @@ from ipamd.config_kinds import (
     parse_tags,
     show_tags,
 )
-from ipamd.config_rules import cross_field_problems
-from ipamd.eniconfig_file import (
-    ZONE_LABELS,
-    EniConfigFile,
-    parse_zone_label,
-    read_eni_config_file,
-    show_eni_config_file,
-)
-from ipamd.kubelet_config import DEFAULT_KUBELET_CONFIG, KUBELET_CONFIG, KubeletConfig
+from ipamd.config.kubelet import DEFAULT_KUBELET_CONFIG, KUBELET_CONFIG, KubeletConfig
+from ipamd.config.rules import cross_field_problems
 
 LogFormat = Literal["auto", "json", "text"]
 HostNetworkMode = Literal["on", "off"]

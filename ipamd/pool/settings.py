@@ -1,5 +1,5 @@
-"""The pool manager's settings, as `ipamd.parts` derives them from the configuration, and its health:
-what it has been through, for metrics and introspection."""
+"""The pool manager's settings, as `ipamd.node.engine_parts` derives them from the configuration, and
+its health: what it has been through, for metrics and introspection."""
 
 from __future__ import annotations
 

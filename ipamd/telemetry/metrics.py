@@ -1,7 +1,7 @@
 """Prometheus metrics: the `awscni_*` names VPC CNI users already chart, with VPC CNI's types, labels and
 meanings, plus ipamd's own (`ipamd_*`). The only home of `prometheus_client`.
 
-Owns, over the catalogue of every published metric (`ipamd.metrics_catalogue`), the recorders of
+Owns, over the catalogue of every published metric (`ipamd.telemetry.catalogue`), the recorders of
 events as they happen (`Recorders`: EC2 attempts, ADD and DEL requests, start-up, addresses EC2 took
 away from pods), and the collectors that turn one engine snapshot and the daemon's own counters into
 metric families at scrape time.
@@ -28,8 +28,8 @@ from cloud.calls import OK
 from datastore.records import Mutation
 from ipamd.engine.state import NodeState
 from ipamd.errors import MaxPodsReached, NoAddressAvailable
-from ipamd.metrics_catalogue import CATALOGUE, SPECS, MetricSpec
 from ipamd.model import AddressState, PoolSnapshot
+from ipamd.telemetry.catalogue import CATALOGUE, SPECS, MetricSpec
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """What `exposition` writes: the classic text format, as VPC CNI's Go client serves it."""

@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from datastore.records import AllocationRecord
-from ipamd.config_kinds import HostPort
+from ipamd.config.kinds import HostPort
 from ipamd.engine.engine import Engine
-from ipamd.metrics_http import serve_tcp
 from ipamd.model import AddressState, EniView, PoolSnapshot, UnitView
+from ipamd.telemetry.endpoint import serve_tcp
 
 PATH_ENIS = "/v1/enis"
 PATH_PODS = "/v1/pods"
@@ -228,6 +228,6 @@ async def serve_introspection(
     addr: HostPort,
     max_pods: Mapping[str, object] | None = None,
 ) -> web.AppRunner:
-    """Serve the endpoint on `addr`; raises `ipamd.metrics_http.ListenFailed` if it cannot listen."""
+    """Serve the endpoint on `addr`; raises `ipamd.telemetry.endpoint.ListenFailed` if it cannot listen."""
     app = create_introspection_app(engine, settings, max_pods)
     return await serve_tcp(app, addr, "INTROSPECTION_BIND_ADDRESS")

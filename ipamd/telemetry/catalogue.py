@@ -1,6 +1,6 @@
 """The catalogue of every metric ipamd publishes: name, type, labels and help, each declared once.
-docs/operations.md's metrics table is checked against it, and `ipamd.metrics` builds every family
-from it. Pure data: no prometheus_client here (its one home is `ipamd.metrics`)."""
+docs/operations.md's metrics table is checked against it, and `ipamd.telemetry.metrics` builds every family
+from it. Pure data: no prometheus_client here (its one home is `ipamd.telemetry.metrics`)."""
 
 from __future__ import annotations
 

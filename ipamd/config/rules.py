@@ -1,5 +1,5 @@
 """Rules between settings: pure checks on values that parsed, each problem one line naming the
-variables involved. `ipamd.config` runs them after every setting parsed; no I/O, no asyncio."""
+variables involved. `ipamd.config.settings` runs them after every setting parsed; no I/O, no asyncio."""
 
 from __future__ import annotations
 

@@ -28,23 +28,23 @@ from typing import Protocol
 from cloud.models import UnitKind
 from cloud.ports import Ec2Api, Ec2Catalog, Imds, Instance
 from ipamd.clock import Clock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
-from ipamd.engine.pool_settings import PoolSettings
-from ipamd.engine.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
+from ipamd.errors import SettingUnusable
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
+from ipamd.pool.manager import PoolManager
+from ipamd.pool.settings import PoolSettings
+from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.subnet_free import SubnetFree, read_subnets
 from ipamd.runtime.ports import RuntimeApi
-from ipamd.startup import SettingUnusable
 
 STATE_FILE = "ipamd.db"
 """The state file's name in IPAMD_STATE_DIR."""

@@ -298,7 +298,7 @@ def declare(
 
 
 def render_settings_table(settings: Iterable[Setting]) -> str:
-    """The Markdown table of `settings` (`ipamd.config.SETTINGS`), as docs/configuration.md
+    """The Markdown table of `settings` (`ipamd.config.settings.SETTINGS`), as docs/configuration.md
     carries it."""
     rows = [
         ("Variable", "Default", "Unit", "Meaning", "VPC CNI equivalent"),

@@ -14,7 +14,7 @@ Identifier rules:
 - network name: the CNI spec's form for a network configuration's `name`, at most 128 characters.
 
 The plugin imports this module on every pod's ADD and DEL, so importing it must stay cheap: standard
-library C modules only on the import path (JSON is read and written by `ipamd.wire_codec`, which says
+library C modules only on the import path (JSON is read and written by `ipamd.wire.codec`, which says
 how). `dataclasses` pulls in `inspect`, so the value types are plain classes with `__slots__` and
 the value semantics of frozen dataclasses (`wire_codec.Value`). Nothing here may import `re`, `typing`,
 `enum`, `dataclasses` or `collections` at run time.
@@ -22,7 +22,7 @@ the value semantics of frozen dataclasses (`wire_codec.Value`). Nothing here may
 
 from __future__ import annotations
 
-from ipamd.wire_codec import (
+from ipamd.wire.codec import (
     Value,
     fields_of,
     number_field,
@@ -30,10 +30,10 @@ from ipamd.wire_codec import (
     string_field,
     text_field,
 )
-from ipamd.wire_codec import WireError as WireError
-from ipamd.wire_codec import dumps as dumps
-from ipamd.wire_codec import parse_answer as parse_answer
-from ipamd.wire_codec import parse_object as parse_object
+from ipamd.wire.codec import WireError as WireError
+from ipamd.wire.codec import dumps as dumps
+from ipamd.wire.codec import parse_answer as parse_answer
+from ipamd.wire.codec import parse_object as parse_object
 
 CNI_VERSION = "1.1.0"
 SUPPORTED_CNI_VERSIONS = ("0.4.0", "1.0.0", "1.1.0")
@@ -314,7 +314,7 @@ class Allocation(Value):
     created_at: float
     pod: PodInfo | None
     network_policy: str | None
-    """ADD's answer: the mode when the plugin must then ask for the policy call (`ipamd.wire_pod`)."""
+    """ADD's answer: the mode when the plugin must then ask for the policy call (`ipamd.wire.pod`)."""
 
     def __init__(
         self,

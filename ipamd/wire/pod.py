@@ -18,7 +18,7 @@ try:
 except ImportError:  # not CPython
     from hashlib import sha1
 
-from ipamd.wire_codec import Value, WireError, fields_of
+from ipamd.wire.codec import Value, WireError, fields_of
 
 DEFAULT_VETH_PREFIX = "eni"
 MAX_VETH_PREFIX = 4

@@ -26,7 +26,6 @@ from cloud.errors import CloudError, SubnetExhausted
 from cloud.models import NetworkInterface, Subnet, UnitKind
 from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
-from ipamd.engine.pool_release import timed
 from ipamd.engine.state import NodeState
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeStats
@@ -38,6 +37,7 @@ from ipamd.policy.subnets import (
     still_full,
     stop_growth,
 )
+from ipamd.pool.release import timed
 
 logger = logging.getLogger(__name__)
 

@@ -36,19 +36,19 @@ from cloud.ports import (
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
-from ipamd.engine.pool_enis import EniMaker
-from ipamd.engine.pool_mode import PoolMode, never_read
-from ipamd.engine.pool_pace import Pace
-from ipamd.engine.pool_release import Releaser, timed
-from ipamd.engine.pool_settings import PoolHealth, PoolSettings
-from ipamd.engine.pool_spare import SpareDelay
-from ipamd.engine.stats import StatsMemo, aged
-from ipamd.engine.subnets import SubnetCatalogue
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking
 from ipamd.policy.subnets import left_alone, plan_drain
+from ipamd.pool.enis import EniMaker
+from ipamd.pool.mode import PoolMode, never_read
+from ipamd.pool.pace import Pace
+from ipamd.pool.release import Releaser, timed
+from ipamd.pool.settings import PoolHealth, PoolSettings
+from ipamd.pool.spare import SpareDelay
+from ipamd.pool.stats import StatsMemo, aged
+from ipamd.pool.subnets import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from cloud.ratelimit import background_calls
 from ipamd.clock import Clock
 from ipamd.engine.allocator import pick_addresses
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool_settings import PoolHealth, PoolSettings
 from ipamd.errors import StoreWriteFailed
+from ipamd.pool.settings import PoolHealth, PoolSettings
 
 DEMAND_WINDOW_S = 60.0
 """An ADD that found no address this long ago no longer makes a round urgent."""

@@ -39,10 +39,10 @@ from cloud.ports import (
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import eni_record
-from ipamd.engine.pool_pace import Pace
-from ipamd.engine.pool_release import attached_here, timed
-from ipamd.engine.pool_settings import PoolSettings
-from ipamd.engine.subnets import SubnetCatalogue
+from ipamd.pool.pace import Pace
+from ipamd.pool.release import attached_here, timed
+from ipamd.pool.settings import PoolSettings
+from ipamd.pool.subnets import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Start-up steps the machine can refuse, each turned into one line an operator can act on.
 
-It owns the state directory's lock (`lock_state_dir`) and `StartupError`, which `ipamd.main` prints
-as one line and maps to its exit code instead of a traceback. It must not decide anything about
-addresses, and nothing here retries: a refused step ends the start, and the supervisor (kubelet, or
-the person at the terminal) starts ipamd again once the cause is gone.
+It owns the state directory's lock (`lock_state_dir`) and raises `ipamd.errors.StartupError`s, which
+`ipamd.main` prints as one line and maps to its exit code instead of a traceback. It must not decide
+anything about addresses, and nothing here retries: a refused step ends the start, and the supervisor
+(kubelet, or the person at the terminal) starts ipamd again once the cause is gone.
 
 Why a lock: two daemons on one state directory are two engines, each sure it alone owns every address
 in the file, and each handing them out. `flock` on `ipamd.lock` in the directory is taken before the
@@ -20,21 +20,10 @@ import os
 from pathlib import Path
 from typing import Final
 
+from ipamd.errors import SettingUnusable, StateUnusable, os_reason
+
 LOCK_FILE: Final = "ipamd.lock"
 LOCK_MODE: Final = 0o600
-
-
-class StartupError(Exception):
-    """A start-up step the machine refused; `str()` is the one line to print."""
-
-
-class SettingUnusable(StartupError):
-    """A setting names a path or address this machine refuses (a directory under a file, no
-    permission, a socket another process serves on)."""
-
-
-class StateUnusable(StartupError):
-    """The state directory is held by another ipamd, or holds something this one cannot use."""
 
 
 class StateDirLock:
@@ -93,10 +82,3 @@ def _holder(fd: int) -> str:
         pid = int(os.pread(fd, 32, 0).decode().strip())
         return f"pid {pid}"
     return "pid unknown"  # it has locked the file and not yet written its PID
-
-
-def os_reason(err: OSError) -> str:
-    """The OS's words without the path, which the caller's message already names."""
-    if isinstance(err, FileExistsError):
-        return "a file is in the way (not a directory)"  # mkdir found a file of that name
-    return err.strerror or str(err)

@@ -4,10 +4,10 @@ nothing here changes a part."""
 
 from __future__ import annotations
 
-from ipamd.daemon import Daemon
-from ipamd.metrics import Sources
 from ipamd.netpolicy.enforcement import NetworkPolicy
+from ipamd.node.daemon import Daemon
 from ipamd.policy.plan import compute_pod_limit_rule
+from ipamd.telemetry.metrics import Sources
 
 
 def pool_report(daemon: Daemon) -> dict[str, object]:

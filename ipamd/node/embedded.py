@@ -29,10 +29,10 @@ from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import World
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, LayoutError, SubnetSpec
 from ipamd.api.server import MAX_SOCKET_PATH
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
+from ipamd.errors import SettingUnusable, StateUnusable, os_reason
 from ipamd.runtime.embedded_cri import CriSocketBusy, EmbeddedCri, LiveSandbox
-from ipamd.startup import SettingUnusable, StateUnusable, os_reason
 
 GONE_FILE: Final = "embedded-cri-gone"
 """In the state directory: sandbox IDs, one a line, that the embedded runtime no longer lists."""

@@ -1,5 +1,5 @@
-"""The daemon: its parts (`ipamd.parts`) on the adapters `main` hands over, the host's datapath, and
-its start-up.
+"""The daemon: its parts (`ipamd.node.engine_parts`) on the adapters `main` hands over, the host's
+datapath, and its start-up.
 
 Building reads this instance from IMDS and EC2 first, so that the state file opens with its final
 settings (max pods and address capacity follow from the instance type's limits). Start-up order
@@ -29,16 +29,15 @@ from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointKeeper
 from ipamd.awsnode.takeover import Takeover
 from ipamd.clock import Clock
-from ipamd.config import Config
+from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
-from ipamd.engine.pool import PoolManager
 from ipamd.errors import StoreWriteFailed
 from ipamd.hostnet.aws_snat import AwsNodeSnat
 from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.datapath_values import DatapathSettings
 from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
-from ipamd.parts import (
+from ipamd.node.engine_parts import (
     STATE_FILE,
     Ec2,
     EngineOpener,
@@ -48,6 +47,7 @@ from ipamd.parts import (
     open_parts,
     rebuild_drift,
 )
+from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint

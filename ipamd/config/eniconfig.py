@@ -12,8 +12,8 @@ named after the node's zone, what VPC CNI does with `ENI_CONFIG_LABEL_DEF=topolo
 - a map of ENIConfig name to spec: `{"us-west-2a": {"subnet": "subnet-...", "securityGroups": [...]}}`.
 
 It owns the format and its checks: every problem of a file is found in one pass, each naming the entry,
-and raised as one `ValueError` with a line per problem, which `ipamd.config` reports with every other
-bad setting. The only I/O is reading the file, once, when `ipamd.config` parses the setting at start.
+and raised as one `ValueError` with a line per problem, which `ipamd.config.settings` reports with every other
+bad setting. The only I/O is reading the file, once, when `ipamd.config.settings` parses the setting at start.
 No asyncio.
 """
 

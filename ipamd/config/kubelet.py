@@ -10,7 +10,7 @@ pod under it that finds no address fails. So ipamd reads it where the EKS AMI wr
 `<file>.d/` (`*.conf`, in name order, each overriding the last: kubelet's `--config-dir`, where
 nodeadm writes the operator's own settings), and takes the last `maxPods` found.
 
-What each outcome means (the operator's view; `ipamd.config` reports a problem with every other bad
+What each outcome means (the operator's view; `ipamd.config.settings` reports a problem with every other bad
 setting, so ipamd does not start on it):
 - no file at the path (or no directory): the node's kubelet is not configured there, so the
   calculator's value applies, as without the setting;
@@ -19,7 +19,7 @@ setting, so ipamd does not start on it):
   operator pointed ipamd at the kubelet's settings; guessing instead would warm for a number the
   kubelet does not use, the disagreement this file exists to end.
 
-The only I/O is reading these files, once, when `ipamd.config` parses the setting at start. No
+The only I/O is reading these files, once, when `ipamd.config.settings` parses the setting at start. No
 asyncio.
 """
 
@@ -29,7 +29,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-from ipamd.config_kinds import Kind
+from ipamd.config.kinds import Kind
 
 DEFAULT_KUBELET_CONFIG = "/etc/kubernetes/kubelet/config.json"
 """Where the EKS AMI (nodeadm) writes the kubelet's config file."""
