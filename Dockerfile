@@ -47,7 +47,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends nftables \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/ipamd /opt/ipamd
-COPY deploy/cni/10-ipamd.node.conflist /opt/ipamd/cni/10-ipamd.node.conflist
+COPY deploy/cni/10-ipamd.conflist /opt/ipamd/cni/10-ipamd.conflist
 COPY deploy/image/install-cni.sh deploy/image/ipamd_probe.py deploy/image/host-sysctls.sh /opt/ipamd/bin/
 ENV PATH=/opt/ipamd/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -59,7 +59,7 @@ RUNS = 50
 WARM_IPS = 20
 """The daemon's WARM_IP_TARGET: an embedded m5.large holds 27 pod addresses."""
 IMAGE_DIR = Path(__file__).resolve().parents[1] / "deploy" / "image"
-CONFLIST = Path(__file__).resolve().parents[1] / "deploy" / "cni" / "10-ipamd.node.conflist"
+CONFLIST = Path(__file__).resolve().parents[1] / "deploy" / "cni" / "10-ipamd.conflist"
 HOST_LOCAL = Path("/usr/lib/cni/host-local")
 """Debian's reference IPAM plugin (package containernetworking-plugins)."""
 NETNS = "/var/run/netns/ipamd-bench-absent"

@@ -15,7 +15,7 @@ DEPLOY = REPO / "deploy"
 KUSTOMIZATION = DEPLOY / "kustomization.yaml"
 MANIFESTS = tuple(sorted(p for p in DEPLOY.glob("*.yaml") if p != KUSTOMIZATION))
 """Every Kubernetes manifest of the base: each YAML file in deploy/ but the kustomization."""
-CONFLIST = DEPLOY / "cni" / "10-ipamd.node.conflist"
+CONFLIST = DEPLOY / "cni" / "10-ipamd.conflist"
 IAM_POLICY = DEPLOY / "iam" / "ipamd-policy.json"
 IMAGE_DIR = DEPLOY / "image"
 DOCKERFILE = REPO / "Dockerfile"

@@ -1,6 +1,6 @@
 """The CNI network configurations that put pods on ipamd.
 
-- `conflist`: the shipped one (`deploy/cni/10-ipamd.node.conflist`): `ipamd-cni` as the interface plugin
+- `conflist`: the shipped one (`deploy/cni/10-ipamd.conflist`): `ipamd-cni` as the interface plugin
   (its own conf `type` is `ipamd-cni`), which makes the pod's veth, VPC CNI's way. On a node ipamd
   itself writes it, once ready, from the deployed file (the containerd and emulated-VPC tests run
   exactly that); this module gives the same network to the tests that exec plugins directly.
@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-CONFLIST_NAME = "10-ipamd.node.conflist"
+CONFLIST_NAME = "10-ipamd.conflist"
 """The file name: conf dirs are read in lexical order and the first network is the pod network."""
 NETWORK = "aws-cni"
 """The network name: CNI's `name`, and the `network` of every allocation ipamd holds for it. VPC

@@ -100,7 +100,7 @@ class Node:
 
 
 DEPLOYED_CONFLIST = (
-    Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.node.conflist"
+    Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.conflist"
 )
 
 

@@ -167,7 +167,7 @@ def test_the_installed_plugin_follows_the_cni_rules_without_ipamd(
     version = run_plugin(node, "VERSION", {"cniVersion": "1.0.0"})
     assert version.returncode == 0, version.stderr
     assert json.loads(version.stdout)["supportedVersions"] == list(SUPPORTED_CNI_VERSIONS)
-    conflist = json.loads((REPO / "deploy" / "cni" / "10-ipamd.node.conflist").read_text())
+    conflist = json.loads((REPO / "deploy" / "cni" / "10-ipamd.conflist").read_text())
     conf = plugin_conf(conflist, node.on_node("/run/ipamd/ipamd.sock"))
     added = run_plugin(node, "ADD", conf)
     assert added.returncode != 0 and json.loads(added.stdout)["code"] == 11, added.stdout

@@ -56,7 +56,7 @@ def _free_port() -> int:
 
 
 REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO / "deploy" / "cni" / "10-ipamd.node.conflist"
+TEMPLATE = REPO / "deploy" / "cni" / "10-ipamd.conflist"
 
 
 def _start(tmp_path: Path, **extra: str) -> Running:

@@ -17,13 +17,13 @@ def test_aws_nodes_conflist_goes_once_ipamds_is_written(
 ) -> None:
     (tmp_path / "10-aws.conflist").write_bytes(AWS)
     (tmp_path / "99-other.conflist").write_bytes(b"{}")
-    own = conflist.write(tmp_path, "10-ipamd.node.conflist", b'{"name": "aws-cni"}\n')
+    own = conflist.write(tmp_path, "10-ipamd.conflist", b'{"name": "aws-cni"}\n')
 
     with caplog.at_level(logging.INFO):
         assert conflist.remove_aws_node(own) == tmp_path / "10-aws.conflist"
 
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "10-ipamd.node.conflist",
+        "10-ipamd.conflist",
         "99-other.conflist",
     ]
     assert "cni.aws_node_conflist_removed" in caplog.text

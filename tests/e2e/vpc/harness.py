@@ -64,7 +64,7 @@ from tests.e2e.vpc.rules import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-DEPLOYED_CONFLIST = REPO / "deploy" / "cni" / "10-ipamd.node.conflist"
+DEPLOYED_CONFLIST = REPO / "deploy" / "cni" / "10-ipamd.conflist"
 
 LEAK_GRACE_S = 10
 """ipamd's leak grace: longer than any RunPodSandbox here (whose allocation exists before the sandbox
