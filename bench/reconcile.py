@@ -1,5 +1,6 @@
-"""What reconcile costs a node, on the in-memory fakes of `tests.support.fake_cloud` (so network round
-trips are left out and what is measured is ipamd's own work, plus the fakes' few dictionary lookups).
+"""What reconcile costs a node, on the in-memory fakes of `cloud.fakes` and `ipamd.runtime.fake` (so
+network round trips are left out and what is measured is ipamd's own work, plus the fakes' few
+dictionary lookups).
 
 - `reconcile_cpu_ms_11760_ips`: process CPU time (`time.process_time`, every thread) of one full round
   — an EC2 drift, an IMDS hint and a runtime leak GC — on a 15-ENI prefix-mode node (15 ENIs x 49 /28
@@ -31,13 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.node import pod_key
+from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
+from ipamd.runtime.fake import FakeRuntime
 from tests.support.configs import node_config
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 
 ENIS = 15
 PREFIXES_PER_ENI = 49

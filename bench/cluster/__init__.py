@@ -17,7 +17,7 @@ The model:
   daemon wires them and run at the daemon's default intervals from `ipamd.config.settings.Config`; each node
   has its own `cloud.ec2.Boto3Ec2` adapter (client-side buckets, retries, error translation), whose
   boto3 client is replaced by `moto_client.MotoEc2Client`, which calls moto's backend directly. IMDS
-  is read from moto's state without lag; the runtime is `tests.support.fake_cloud.FakeRuntime`.
+  is read from moto's state without lag; the runtime is `ipamd.runtime.fake.FakeRuntime`.
 - **Virtual time** (`vtime`): one asyncio event loop whose clock jumps to the next timer when nothing
   is ready, so every interval, cooldown, grace window, backoff and latency is virtual and an hour of
   cluster time takes seconds to minutes of CPU. All nodes share it; nothing waits on a thread.

@@ -42,8 +42,8 @@ from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.jobs import Job, Jobs
 from ipamd.reconcile.leaks import LeakGc
+from ipamd.runtime.fake import FakeRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
-from tests.support.fake_cloud import FakeRuntime
 
 STATE_FILE = "ipamd.db"
 

@@ -26,10 +26,10 @@ from cloud.errors import (
     Rejected,
     SubnetExhausted,
 )
+from cloud.fakes import FakeEc2
 from cloud.models import NetworkInterface
 from cloud.ratelimit import RetryPolicy
 from ipamd.clock import FakeClock
-from tests.support.fake_cloud import FakeEc2
 
 
 @dataclass(frozen=True)

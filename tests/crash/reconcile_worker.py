@@ -52,10 +52,10 @@ from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.plan import PoolPlan
 from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
+from ipamd.runtime.fake import FakeRuntime
 from tests.crash.churn_worker import Churn
 from tests.support import configs
 from tests.support.cloudnode import FAST, NoImds
-from tests.support.fake_cloud import FakeRuntime
 
 INSTANCE_TYPE = "t3.small"
 """3 ENIs of 4 IPv4 addresses: 3 secondary IPs per ENI, so a few pods make ENIs come and go."""

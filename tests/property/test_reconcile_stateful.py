@@ -1,6 +1,6 @@
 """Stateful property test of reconcile: the engine on a real state file, the pool manager, EC2 drift,
 the IMDS hint (whose trigger runs the drift) and the runtime leak GC, on in-memory fakes with state
-(`tests.support.fake_cloud`) and a fake clock, under random interleavings of pod ADDs and DELs, pool
+(`cloud.fakes`) and a fake clock, under random interleavings of pod ADDs and DELs, pool
 ticks, reconcile rounds, IMDS going stale in both directions for as long as it likes (seed 001), EC2's
 Describe lagging within the grace window, DELs that never arrive (seed 003), an unreachable runtime and
 restarts from disk.
@@ -50,6 +50,7 @@ from hypothesis.stateful import (
 )
 
 from cloud.errors import CloudError
+from cloud.fakes import FakeEc2, FakeImds
 from cloud.models import UnitKind
 from datastore.records import AllocationRecord
 from ipamd.clock import Clock, FakeClock
@@ -59,9 +60,9 @@ from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.pool.manager import PoolManager
+from ipamd.runtime.fake import FakeRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.configs import node_config
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 from tests.support.invariants import check_invariants, normalized
 from tests.support.node import key
 

@@ -22,8 +22,8 @@ from ipamd.errors import NoAddressAvailable, NodeFull
 from ipamd.node.engine_parts import STATE_FILE, describe_node, open_parts
 from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.policy.eni_config import EniConfig
+from ipamd.runtime.fake import FakeRuntime
 from tests.support.cloudnode import FAST, CloudNode, NoImds
-from tests.support.fake_cloud import FakeRuntime
 from tests.support.node import key
 
 POD_SUBNET = "100.64.0.0/19"

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from cloud.fakes import FakeEc2
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.errors import NoAddressAvailable, NodeFull
-from tests.support.fake_cloud import FakeEc2, fake_daemon
+from tests.support.daemons import fake_daemon
 from tests.support.node import NodeFixture, key
 
 

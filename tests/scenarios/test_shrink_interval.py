@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cloud.fakes import FakeEc2
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.daemon import Daemon
-from tests.support.fake_cloud import FakeEc2, fake_daemon
+from tests.support.daemons import fake_daemon
 from tests.support.node import key
 
 INTERVAL_S = 120.0

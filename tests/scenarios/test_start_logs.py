@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from cloud.fakes import FakeEc2
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
-from tests.support.fake_cloud import FakeEc2, fake_daemon
+from tests.support.daemons import fake_daemon
 
 
 async def test_a_clean_start_is_adoption_logged_at_info_and_real_drift_warns(

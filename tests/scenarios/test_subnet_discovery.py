@@ -17,6 +17,7 @@ import pytest
 from cloud.embedded.world import EmbeddedEc2
 from cloud.embedded.world_layout import CLUSTER_TAG_PREFIX as LAYOUT_CLUSTER_PREFIX
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, SubnetSpec
+from cloud.fakes import FakeEc2, FakeImds
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from ipamd.clock import FakeClock
 from ipamd.errors import NoAddressAvailable
@@ -24,9 +25,9 @@ from ipamd.node.engine_parts import STATE_FILE, Parts, describe_node, open_parts
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
+from ipamd.runtime.fake import FakeRuntime
 from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.configs import node_config
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 from tests.support.invariants import check_invariants
 from tests.support.node import key
 

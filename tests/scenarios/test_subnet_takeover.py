@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
+from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.engine_parts import STATE_FILE, Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import ROLE_TAG
+from ipamd.runtime.fake import FakeRuntime
 from tests.support.configs import node_config
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 from tests.support.invariants import check_invariants
 from tests.support.node import key
 

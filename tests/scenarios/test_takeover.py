@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cloud.fakes import FakeEc2
 from datastore.records import AllocationKey
 from ipamd.awsnode.checkpoint import CheckpointFile, parse
 from ipamd.awsnode.takeover import plan_adoption
@@ -20,7 +21,8 @@ from ipamd.config.settings import Config
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import PodRef
 from ipamd.node.daemon import Daemon
-from tests.support.fake_cloud import FakeEc2, FakeRuntime, fake_daemon
+from ipamd.runtime.fake import FakeRuntime
+from tests.support.daemons import fake_daemon
 from tests.support.invariants import check_invariants
 
 COOLDOWN_S = 30

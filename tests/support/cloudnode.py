@@ -34,8 +34,8 @@ from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
+from ipamd.runtime.fake import FakeRuntime
 from tests.support.configs import node_config
-from tests.support.fake_cloud import FakeRuntime
 from tests.support.invariants import check_invariants
 
 # Generous buckets: these tests are about correctness, and the fake clock does not refill them.

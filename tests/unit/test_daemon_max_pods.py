@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from cloud.fakes import FakeEc2
 from cloud.models import InstanceLimits
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.report import pool_report
-from tests.support.fake_cloud import FakeEc2, fake_daemon
+from tests.support.daemons import fake_daemon
 
 
 class Ec2WithCpus(FakeEc2):

@@ -8,15 +8,13 @@ from pathlib import Path
 import pytest
 
 from cloud.errors import NotFound
+from cloud.fakes import FakeEc2
 from cloud.models import NetworkInterface
 from cloud.ports import Instance
 from cloud.ratelimit import in_background
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
-from tests.support.fake_cloud import (
-    FakeEc2,
-    fake_daemon,
-)
+from tests.support.daemons import fake_daemon
 
 
 async def test_start_retries_a_failing_first_reconcile_with_backoff(tmp_path: Path) -> None:

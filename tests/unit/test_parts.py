@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cloud.fakes import FakeEc2, FakeEni, FakeImds
 from cloud.models import NetworkInterface
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from ipamd.clock import FakeClock
@@ -27,7 +28,7 @@ from ipamd.node.engine_parts import (
 )
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
-from tests.support.fake_cloud import FakeEc2, FakeEni, FakeImds, FakeRuntime
+from ipamd.runtime.fake import FakeRuntime
 from tests.support.node import key
 
 

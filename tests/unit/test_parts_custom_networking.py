@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
@@ -21,7 +22,7 @@ from ipamd.node.engine_parts import (
     open_parts,
 )
 from ipamd.policy.eni_config import EniConfig
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
+from ipamd.runtime.fake import FakeRuntime
 
 ZONE = "us-west-2a"  # FakeEc2's instance's
 SUBNET = "subnet-0a1b2c3d4e5f60718"

@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from cloud.errors import ServiceUnavailable
+from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts, pool_settings
 from ipamd.node.report import pool_report
 from ipamd.reconcile.subnet_free import SubnetFree
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime, fake_daemon
+from ipamd.runtime.fake import FakeRuntime
+from tests.support.daemons import fake_daemon
 from tests.support.node import key
 
 NO_DISCOVERY = {"ENABLE_SUBNET_DISCOVERY": "false"}

@@ -15,6 +15,7 @@ import pytest
 
 from cloud.calls import CallLog
 from cloud.errors import ServiceUnavailable, Throttled
+from cloud.fakes import FakeEc2, FakeImds
 from cloud.ratelimit import AttemptFailed, Retrier, RetryPolicy
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
@@ -26,8 +27,8 @@ from ipamd.pool.pace import (
     DEMAND_THROTTLE_CAP_S,
     EPISODE_GAP_S,
 )
+from ipamd.runtime.fake import FakeRuntime
 from tests.support.ec2_doubles import PassThroughEc2
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
 from tests.support.node import key
 
 T = TypeVar("T")

@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.subnets import ROLE_TAG
 from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings
-from tests.support.fake_cloud import FakeEc2, FakeImds, FakeRuntime
+from ipamd.runtime.fake import FakeRuntime
 
 HOUR_S = 3600.0
 

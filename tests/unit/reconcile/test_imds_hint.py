@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.daemon import Daemon
 from ipamd.reconcile import imds_hint
 from ipamd.reconcile.imds_hint import diff_imds
-from tests.support.fake_cloud import FakeEc2, FakeImds, fake_daemon
+from tests.support.daemons import fake_daemon
 from tests.support.node import key
 
 
