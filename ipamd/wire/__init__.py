@@ -13,11 +13,9 @@ Identifier rules:
   `:` or whitespace;
 - network name: the CNI spec's form for a network configuration's `name`, at most 128 characters.
 
-The plugin imports this module on every pod's ADD and DEL, so importing it must stay cheap: standard
-library C modules only on the import path (JSON is read and written by `ipamd.wire.codec`, which says
-how). `dataclasses` pulls in `inspect`, so the value types are plain classes with `__slots__` and
-the value semantics of frozen dataclasses (`wire_codec.Value`). Nothing here may import `re`, `typing`,
-`enum`, `dataclasses` or `collections` at run time.
+The plugin imports this module on every pod's ADD and DEL, so it imports only `ipamd.wire.codec`
+(which says why and how): the value types are plain classes with `__slots__` on `codec.Value`, since
+`dataclasses` would pull in `inspect`.
 """
 
 from __future__ import annotations
@@ -93,15 +91,18 @@ def _is_identifier(value: str) -> bool:
     return value[:1] in _ALNUM and _IDENTIFIER_CHARS.issuperset(value)
 
 
-def check_container_id(value: object, field: str = "container_id") -> str:
+def _not_identifier(value: object, field: str, most: int) -> WireError:
     if not isinstance(value, str):
-        raise WireError(f"{field} must be a string")
-    if not 0 < len(value) <= MAX_CONTAINER_ID or not _is_identifier(value):
-        raise WireError(
-            f"{field} must be 1-{MAX_CONTAINER_ID} characters: a letter or digit, then letters, "
-            "digits, '_', '.' or '-'"
-        )
-    return value
+        return WireError(f"{field} must be a string")
+    return WireError(
+        f"{field} must be 1-{most} characters: a letter or digit, then letters, digits, '_', '.' or '-'"
+    )
+
+
+def check_container_id(value: object, field: str = "container_id") -> str:
+    if isinstance(value, str) and 0 < len(value) <= MAX_CONTAINER_ID and _is_identifier(value):
+        return value
+    raise _not_identifier(value, field, MAX_CONTAINER_ID)
 
 
 def check_ifname(value: object, field: str = "ifname") -> str:
@@ -116,14 +117,9 @@ def check_ifname(value: object, field: str = "ifname") -> str:
 
 
 def check_network(value: object, field: str = "network") -> str:
-    if not isinstance(value, str):
-        raise WireError(f"{field} must be a string")
-    if not 0 < len(value) <= MAX_NETWORK or not _is_identifier(value):
-        raise WireError(
-            f"{field} must be 1-{MAX_NETWORK} characters: a letter or digit, then letters, digits, "
-            "'_', '.' or '-'"
-        )
-    return value
+    if isinstance(value, str) and 0 < len(value) <= MAX_NETWORK and _is_identifier(value):
+        return value
+    raise _not_identifier(value, field, MAX_NETWORK)
 
 
 # -- requests --------------------------------------------------------------------------------------
