@@ -1,5 +1,6 @@
 """`make report`: run `make bench`, short cluster-simulator and chaos runs, and write
-`docs/benchmarks.md` with its plots under `docs/benchmarks/`.
+`docs/benchmarks.md` with its plots under `docs/benchmarks/`, followed by the hand-kept history of
+the figures (`docs/benchmarks/history.md`, carried over as it is).
 
 Each part runs as its own process (`python -m bench`, `python -m bench.cluster --json`,
 `python -m chaos --json`), exactly as its make target does, so the report shows what those commands
@@ -136,6 +137,7 @@ def _draw(got: _Collected, images: Path, docs: Path) -> markdown.Figures:
         chaos=got.chaos,
         plots=drawn,
         large=got.large,
+        history=markdown.history(docs),
     )
 
 

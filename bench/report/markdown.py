@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 TARGETS: Mapping[str, float] = {
@@ -119,6 +120,21 @@ class Figures:
     """Plot name -> path relative to docs/."""
     large: Mapping[str, Any] = field(default_factory=dict)
     """The JSON of a run of more nodes (`IPAMD_BENCH_NODES=2000 make bench-cluster`), if given."""
+    history: str = ""
+    """The hand-kept history of the figures (`HISTORY`), carried into the page as it is."""
+
+
+HISTORY = Path("benchmarks") / "history.md"
+"""Where, under docs/, the history of the figures is kept by hand: how each change of ipamd moved
+them when it was made. Only this run's figures are measured; the history is not, so `make report`
+reads it and writes it back into the page unchanged, and a regenerated page keeps it."""
+HISTORY_HEADING = "## How the figures moved"
+
+
+def history(docs: Path) -> str:
+    """The hand-kept history under `docs`, or nothing when there is none."""
+    path = docs / HISTORY
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
 
 
 def render(f: Figures) -> str:
@@ -133,6 +149,7 @@ def render(f: Figures) -> str:
         _cluster_section(f),
         *([_large_section(f)] if f.large else []),
         _chaos_section(f),
+        *([f"{HISTORY_HEADING}\n", f.history] if f.history else []),
     ]
     return "\n".join(parts)
 

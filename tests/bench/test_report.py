@@ -124,3 +124,28 @@ def test_a_larger_cluster_has_its_section_with_its_wall_time_against_the_base() 
 def test_without_a_larger_cluster_there_is_no_such_section() -> None:
     page = markdown.render(markdown.Figures("m", {}, [], CLUSTER, {}, CHAOS))
     assert "## The same account at" not in page
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_the_hand_kept_history_survives_a_regeneration(tmp_path: Path) -> None:
+    (tmp_path / markdown.HISTORY).parent.mkdir(parents=True)
+    (tmp_path / markdown.HISTORY).write_text("### A change (abc1234)\n\nFrom 2 ms to 1 ms.\n")
+    for _ in range(2):  # regenerating twice keeps it once, unchanged
+        kept = markdown.history(tmp_path)
+        page = markdown.render(markdown.Figures("m", {}, [], CLUSTER, {}, CHAOS, history=kept))
+        (tmp_path / "benchmarks.md").write_text(page)
+    assert page.endswith(
+        f"\n{markdown.HISTORY_HEADING}\n\n### A change (abc1234)\n\nFrom 2 ms to 1 ms.\n"
+    )
+    assert page.count(markdown.HISTORY_HEADING) == 1
+    assert markdown.history(tmp_path / "elsewhere") == ""
+    bare = markdown.render(markdown.Figures("m", {}, [], CLUSTER, {}, CHAOS))
+    assert markdown.HISTORY_HEADING not in bare
+
+
+def test_the_committed_page_carries_the_history_as_the_report_writes_it() -> None:
+    kept = markdown.history(DOCS)
+    assert "CreateNetworkInterface" in kept, "the history is found"
+    assert (DOCS / "benchmarks.md").read_text().endswith(f"\n{markdown.HISTORY_HEADING}\n\n{kept}")
