@@ -290,11 +290,16 @@ class Config:
         "not undo a fresh attach."))
     release_delay_s: float = field(metadata=declare(
         "IPAMD_RELEASE_DELAY", GRACE, "300", "s", "none (freed at the first spare tick)",
-        "What the pool could give back (an ENI, a prefix, an address) goes to EC2 only once it "
-        "has been spare this long without a break (at once while the subnets are scarce, and "
-        "for what no new pod could use: a closed subnet's ENI, the primary under custom "
-        "networking, the /32s prefix mode's fallback left), so a node whose pods hover at an "
-        "edge does not pay to give it back and ask for it again every few minutes."))
+        "What the pool could give back (an ENI, a prefix, an address) goes to EC2 only once the "
+        "plan has wanted to free it this long without a break; a round in which it is not "
+        "spare, or in which pods wait, starts the delay over. The targets make the pool short "
+        "one address below where they let it shrink, so without it a node whose pods hover at "
+        "that edge gives back and asks again each time its pod count crosses it, paying the "
+        "account's budget two mutating calls for a unit and five for an ENI (create, attach, "
+        "DeleteOnTermination, detach, delete). No delay while the subnets are scarce (other "
+        "nodes want the addresses), nor for what no new pod may use: a closed subnet's ENI, "
+        "an ENI whose link is not set up, the primary ENI under custom networking, the /32s "
+        "prefix mode's fallback left once prefixes come again."))
     subnet_exhausted_cooldown_s: float = field(metadata=declare(
         "IPAMD_SUBNET_EXHAUSTED_COOLDOWN", GRACE, "120", "s",
         "`insufficientCidrErrorCooldown` (2 min, fixed)",
