@@ -17,6 +17,7 @@ from cloud.errors import (
     Rejected,
     ServiceUnavailable,
     SubnetExhausted,
+    SubnetFragmented,
     Throttled,
 )
 from cloud.ratelimit import AttemptFailed
@@ -30,7 +31,7 @@ _PERMANENT: Mapping[str, type[CloudError]] = {
     "PrivateIpAddressLimitExceeded": AddressLimitExceeded,
     "AttachmentLimitExceeded": AttachmentLimitExceeded,
     "InsufficientFreeAddressesInSubnet": SubnetExhausted,
-    "InsufficientCidrBlocks": SubnetExhausted,
+    "InsufficientCidrBlocks": SubnetFragmented,
     "InvalidNetworkInterface.InUse": InUse,
 }
 

@@ -42,7 +42,12 @@ class AttachmentLimitExceeded(CloudError):
 
 
 class SubnetExhausted(CloudError):
-    """InsufficientFreeAddressesInSubnet or InsufficientCidrBlocks: the subnet cannot give more."""
+    """InsufficientFreeAddressesInSubnet: the subnet cannot give more."""
+
+
+class SubnetFragmented(SubnetExhausted):
+    """InsufficientCidrBlocks: the subnet has addresses left but no free aligned /28, so a prefix
+    cannot be had there while a secondary address still can."""
 
 
 class InUse(CloudError):

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cloud.errors import NotFound, SubnetExhausted
+from cloud.errors import NotFound, SubnetExhausted, SubnetFragmented
 from cloud.models import NetworkInterface, Subnet, UnitKind
 
 PREFIX_SIZE = 16
@@ -350,8 +350,9 @@ class FakeVpc:
             for cidr in drawn:
                 if cidr is not None:
                     subnet.free(cidr)
-            code = "InsufficientCidrBlocks" if kind == "prefix" else "InsufficientFreeAddresses"
-            raise SubnetExhausted(operation, code, eni.subnet_id)
+            if kind == "prefix":
+                raise SubnetFragmented(operation, "InsufficientCidrBlocks", eni.subnet_id)
+            raise SubnetExhausted(operation, "InsufficientFreeAddresses", eni.subnet_id)
         new = tuple(c for c in drawn if c is not None)
         now = self.clock.now()
         for cidr in new:

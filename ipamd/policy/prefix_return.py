@@ -1,8 +1,8 @@
 """Prefix return: prefix mode taking its pool back from the /32s its fallback left.
 
-While no /28 can be had (`InsufficientCidrBlocks`: the subnet is too fragmented), prefix mode with
-IPAMD_PREFIX_FALLBACK_TO_IPS grows with secondary IPs (docs/architecture.md §5.6). Once it plans with
-prefixes again, each wholly free /32 is a *leftover* (`tally_node(..., set_aside_smaller=True)`,
+While no /28 can be had (`cloud.errors.SubnetFragmented`: the subnet is too fragmented), prefix
+mode with IPAMD_PREFIX_FALLBACK_TO_IPS grows with secondary IPs (docs/architecture.md §5.6). Once it
+plans with prefixes again, each wholly free /32 is a *leftover* (`tally_node(..., set_aside_smaller=True)`,
 for a strategy that `replaces_smaller_units`): it still takes its ENI slot, but the goal is counted
 without it. So the plan
 

@@ -27,6 +27,7 @@ from cloud.errors import (
     AddressLimitExceeded,
     CloudError,
     SubnetExhausted,
+    SubnetFragmented,
 )
 from cloud.models import UnitKind
 from cloud.ports import (
@@ -305,7 +306,7 @@ class PoolManager:
         """A subnet too fragmented for a /28: the prefixes go on another ENI with room, or a new one
         in another eligible subnet; False leaves it to the fallback to /32s."""
         eni = self._engine.state.eni(eni_id)
-        if err.code != "InsufficientCidrBlocks" or eni is None:
+        if not isinstance(err, SubnetFragmented) or eni is None:
             return False
         elsewhere = self.subnets.no_prefixes(
             eni.subnet_id, self._settings.subnet_exhausted_cooldown_s

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from cloud.errors import CloudError, SubnetExhausted
+from cloud.errors import CloudError, SubnetExhausted, SubnetFragmented
 from cloud.models import NetworkInterface, Subnet, UnitKind
 from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
@@ -40,10 +40,6 @@ from ipamd.policy.subnets import (
 from ipamd.pool.release import timed
 
 logger = logging.getLogger(__name__)
-
-NO_CIDR_BLOCKS = "InsufficientCidrBlocks"
-"""EC2's code for a subnet with addresses but no free /28 (fragmented), which is no reason to stop
-growing its ENIs by secondary addresses."""
 
 
 @runtime_checkable
@@ -89,7 +85,7 @@ class SubnetCatalogue:
         self.closed: frozenset[str] = frozenset()
         """Excluded subnets: their ENIs take no new pods and go back once empty."""
         self._no_prefixes: dict[str, float] = {}
-        """Subnets that refused a /28 (`InsufficientCidrBlocks`), until when new prefix growth
+        """Subnets that refused a /28 (`SubnetFragmented`), until when new prefix growth
         avoids them."""
         self._full: dict[str, int] = {}
         """Subnets a call found without room -> the addresses it asked for; each is full until a
@@ -185,14 +181,15 @@ class SubnetCatalogue:
 
     def refused(self, subnet_id: str, err: SubnetExhausted, asked: int) -> None:
         """An assign of `asked` addresses on an ENI of `subnet_id` failed: out of addresses, the
-        subnet is `full`; merely without a free /28, it is prefix growth's to avoid instead."""
-        if err.code != NO_CIDR_BLOCKS:
+        subnet is `full`; merely without a free /28 (fragmented, which is no reason to stop growing
+        its ENIs by secondary addresses), it is prefix growth's to avoid instead."""
+        if not isinstance(err, SubnetFragmented):
             self.full(subnet_id, asked)
 
     def takes_over(self, err: Exception) -> bool:
         """Whether `err` found a subnet out of addresses while a new ENI may go to another: then
         growth needs no exhaustion cooldown."""
-        exhausted = isinstance(err, SubnetExhausted) and err.code != NO_CIDR_BLOCKS
+        exhausted = isinstance(err, SubnetExhausted) and not isinstance(err, SubnetFragmented)
         return exhausted and bool(self.growth_closed())
 
     def without_growth(self, stats: NodeStats, state: NodeState) -> NodeStats:
@@ -284,7 +281,7 @@ class SubnetCatalogue:
                     return await timed("create_eni", call, self._settings.call_timeout_s)
                 except SubnetExhausted as err:
                     last = err
-                    if not (asked and err.code == "InsufficientCidrBlocks"):
+                    if not (asked and isinstance(err, SubnetFragmented)):
                         break
                     asked = 0
             self.full(subnet_id, count if kind == "ip" and asked else 1)

@@ -31,6 +31,7 @@ from cloud.errors import (
     Rejected,
     ServiceUnavailable,
     SubnetExhausted,
+    SubnetFragmented,
     Throttled,
 )
 from tests.unit.cloud.conftest import FakeTime, World, adapter
@@ -52,7 +53,7 @@ URL = "https://ec2.invalid/"
         ("PrivateIpAddressLimitExceeded", 400, AddressLimitExceeded),
         ("AttachmentLimitExceeded", 400, AttachmentLimitExceeded),
         ("InsufficientFreeAddressesInSubnet", 400, SubnetExhausted),
-        ("InsufficientCidrBlocks", 400, SubnetExhausted),
+        ("InsufficientCidrBlocks", 400, SubnetFragmented),
         ("InvalidNetworkInterface.InUse", 400, InUse),
         ("InvalidNetworkInterfaceID.NotFound", 400, NotFound),
         ("InvalidAttachmentID.NotFound", 400, NotFound),

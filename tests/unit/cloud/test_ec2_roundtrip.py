@@ -16,6 +16,7 @@ from cloud.errors import (
     NotFound,
     Rejected,
     SubnetExhausted,
+    SubnetFragmented,
 )
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from tests.unit.cloud.conftest import FakeTime, World, Worlds, adapter
@@ -248,7 +249,7 @@ async def test_subnet_exhausted_for_prefixes(
 ) -> None:
     world = worlds("m5.large", subnet_cidr="10.0.1.0/28")  # no /28 is wholly free
     ec2 = adapter(world.client, calls, fake_time)
-    with pytest.raises(SubnetExhausted) as caught:
+    with pytest.raises(SubnetFragmented) as caught:
         await ec2.assign_units(world.primary_eni_id, "prefix", 1)
     assert caught.value.code == "InsufficientCidrBlocks"
 
