@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from datastore import codec
+from datastore import atomic, codec
 from datastore.errors import CommitError, OwnershipConflict, StateFileError
 from datastore.records import Mutation, StateImage
 from datastore.schema import (
@@ -28,7 +28,6 @@ from datastore.schema import (
 STATE_FILE_NAME = "ipamd.db"
 STATE_FILE_MODE = 0o600
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_SIDECARS = ("-wal", "-shm", "-journal")
 
 
 class Store:
@@ -148,35 +147,29 @@ class Store:
 
 
 def _create(path: Path) -> None:
-    """Build a new state file under a temporary name and rename it into place.
+    """Build a new state file beside `path` and rename it into place (`datastore.atomic`).
 
     A kill at any instant leaves either no state file (the next start creates it again) or a
     complete one, never an empty or schema-less file that every later start would refuse.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    building = path.with_name(path.name + ".new")
-    for leftover in (building, *(building.with_name(building.name + s) for s in _SIDECARS)):
-        leftover.unlink(missing_ok=True)
+    # A kill mid-build leaves the temp file and its log, which SQLite would replay into the next.
+    atomic.remove_leftovers(path)
     try:
         # Made 0600 before SQLite opens it (SQLite gives its -wal and -shm files the same mode):
         # the file names every pod and address on the node, and only ipamd has business with it.
-        os.close(os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, STATE_FILE_MODE))
-        conn = sqlite3.connect(building, isolation_level=None)
-        try:
-            _configure(conn)
-            _migrate(conn, 0)
-        finally:
-            conn.close()  # checkpoints the log into the file and removes it
-        with building.open("rb") as f:
-            os.fsync(f.fileno())
-        os.rename(building, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic.replace_built(path, _build, STATE_FILE_MODE)
     except (OSError, sqlite3.Error) as err:
         raise StateFileError(path, f"cannot create: {err}") from err
+
+
+def _build(building: Path) -> None:
+    conn = sqlite3.connect(building, isolation_level=None)
+    try:
+        _configure(conn)
+        _migrate(conn, 0)
+    finally:
+        conn.close()  # checkpoints the log into the file and removes it
 
 
 def _check_header(path: Path) -> None:

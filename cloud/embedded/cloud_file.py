@@ -2,10 +2,10 @@
 
 It owns the record (`CloudFacts`: VPC and its CIDR blocks, the node's subnet and the VPC's other
 subnets with their tags, security group, instance, and every ENI of the VPC with its MAC, addresses,
-prefixes, tags and attachment), its JSON form, and the write: a temporary file in
-the same directory (mode 0600), fsync, rename over the old file, fsync of the directory. A kill at any
-instant leaves the old file or the new one, never a torn one. It must not import moto: reading moto's
-objects and rebuilding them is `cloud.embedded.cloud_restore`'s job.
+prefixes, tags and attachment), its JSON form, and its reading and writing; the write replaces the
+file whole (`datastore.atomic`, mode 0600), so a kill at any instant leaves the old file or the new
+one, never a torn one. It must not import moto: reading moto's objects and rebuilding them is
+`cloud.embedded.cloud_restore`'s job.
 
 A file that cannot be read or makes no sense raises `CloudFileError`; nobody is supposed to edit it,
 and guessing a new cloud would make the daemon's state file foreign (every allocation quarantined).
@@ -14,11 +14,12 @@ and guessing a new cloud would make the daemon's state file foreign (every alloc
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from datastore import atomic
 
 FORMAT: Final = 2
 """The file's format version; a file of another version is refused, not guessed at. Format 2 added
@@ -255,32 +256,9 @@ def load(path: Path) -> CloudFacts | None:
     return CloudFacts.from_json(text, path)
 
 
-def _temp_name(path: Path, pid: int | str) -> Path:
-    return path.with_name(f".{path.name}.{pid}.tmp")
-
-
-def remove_leftovers(path: Path) -> None:
-    """Temporary files of saves a kill cut short (the file itself was never touched by them)."""
-    for leftover in path.parent.glob(_temp_name(path, "*").name):
-        leftover.unlink(missing_ok=True)
-
-
 def save(path: Path, text: str) -> None:
     """Replace the file at `path` with `text`, atomically and durably. Raises `CloudFileError`."""
-    temp = _temp_name(path, os.getpid())
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-        # The rename is durable only once the directory entry is.
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic.replace(path, text.encode("utf-8"), FILE_MODE)
     except OSError as err:
-        temp.unlink(missing_ok=True)
         raise CloudFileError(path, f"cannot write: {err}") from err

@@ -34,6 +34,7 @@ from cloud.embedded.cloud_file import CloudFacts, CloudFileError
 from cloud.embedded.cloud_restore import RebuildError, capture, rebuild
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.embedded.world_layout import Layout
+from datastore import atomic
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def start_kept_world(
     subnets win over the arguments: a node keeps its type and its VPC. Raises `CloudFileError`
     (unreadable file, a record moto would not rebuild, a save that failed); a new world's
     `LayoutError` is raised as it is."""
-    cloud_file.remove_leftovers(path)
+    atomic.remove_leftovers(path)
     facts = cloud_file.load(path)
     keeper = CloudKeeper(path)
     host = EmbeddedEc2("server", wrap_app=keeper.wrap).start()

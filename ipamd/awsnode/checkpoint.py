@@ -21,14 +21,13 @@ engine; `ipamd.awsnode.takeover` decides what the entries become.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from datastore import atomic
 from datastore.records import AllocationKey, AllocationRecord
 from ipamd.wire import WireError, check_container_id, check_ifname, check_network
 
@@ -187,24 +186,11 @@ class CheckpointFile:
         return raw
 
     def write(self, data: bytes) -> None:
-        """Replace the file with `data` (a hidden temp file beside it, then rename); raises
-        OSError. Every pod's ADD waits for this, so it is the fewest syscalls that keep it whole:
-        the directory is made only when it is missing."""
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        """Replace the file with `data`, whole but not durably (`datastore.atomic`, and why not
+        above); raises OSError. Every pod's ADD waits for this: it is a temp file's open, write and
+        close and a rename, the directory made only when it is missing."""
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            atomic.replace(self.path, data, durable=False)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        try:
-            os.replace(temp, self.path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                temp.unlink()
-            raise
+            atomic.replace(self.path, data, durable=False)

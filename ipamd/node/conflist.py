@@ -14,7 +14,7 @@ import logging
 import os
 from pathlib import Path
 
-from ipamd.atomic_file import replace_file
+from datastore import atomic
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +48,10 @@ def render(template: Path, socket_path: str, mtu: int | None = None) -> bytes:
 
 
 def write(conf_dir: Path, name: str, data: bytes) -> Path:
-    """Write `conf_dir/name` atomically (`ipamd.atomic_file`: libcni ignores the hidden temp file)."""
+    """Write `conf_dir/name` atomically (`datastore.atomic`: libcni ignores the hidden temp file)."""
     target = conf_dir / name
-    replace_file(target, data)
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    atomic.replace(target, data)
     logger.info("cni.conflist_written path=%s", target)
     return target
 

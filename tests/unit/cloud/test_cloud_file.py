@@ -17,6 +17,7 @@ from cloud.embedded.cloud_file import CloudFacts, CloudFileError
 from cloud.embedded.cloud_keeper import CloudKeeper, start_kept_world
 from cloud.embedded.cloud_restore import capture, rebuild
 from cloud.embedded.world import EmbeddedEc2, World
+from datastore import atomic
 
 REGION = "us-west-2"
 _VOLATILE = {"AttachTime", "LaunchTime", "ReservationId", "UsageOperationUpdateTime", "ClientToken"}
@@ -248,7 +249,7 @@ def test_a_stopped_keeper_refuses_what_it_could_no_longer_save(
     keeper = CloudKeeper(tmp_path / "embedded-cloud.json")
     keeper.watch(world)
     (tmp_path / ".embedded-cloud.json.4242.tmp").write_text("cut short by a kill")
-    cloud_file.remove_leftovers(keeper.path)
+    atomic.remove_leftovers(keeper.path)
     assert [p.name for p in tmp_path.iterdir()] == ["embedded-cloud.json"]
     keeper.stop()
     reached: list[bool] = []
