@@ -11,6 +11,15 @@ botocore exception or a boto3 dictionary out of this module.
 
 The client is injected (`make_client` builds the production one) with botocore's own retries off, so
 backoff happens at one level only, ours.
+
+The deadline of an EC2 call is here and only here, so that every caller (the pool manager, the
+reconcilers, the datapath, start-up) gets the same one: each attempt, from waiting for a call slot
+to the answer, has `call_timeout_s` (IPAMD_EC2_CALL_TIMEOUT); one that misses it is a `CallTimeout`
+whose outcome is unknown unless the request never went out, and is retried as `cloud.ratelimit`
+says. A call is therefore bounded by its attempts (`RetryPolicy.max_attempts`) and the capped
+backoff between them; only its turn for a token, which `cloud.ratelimit`'s buckets hand out in
+arrival order at their refill rate, is outside the deadline. botocore's connect and read timeouts
+(HTTP_TIMEOUT) sit below it: they say which side failed, whether EC2 may have acted.
 """
 
 from __future__ import annotations
@@ -138,9 +147,10 @@ class Boto3Ec2:
         rng: random.Random | None = None,
         fallback_limits: Mapping[str, InstanceLimits] = FALLBACK_LIMITS,
     ) -> None:
-        """`call_timeout_s` bounds one attempt, waiting for a call slot included; keep it above the
-        client's connect + read timeouts so that botocore's own timeouts, which say which side
-        failed, fire first. `max_concurrent_calls` bounds the worker threads in use."""
+        """`call_timeout_s` is the deadline of one attempt, waiting for a call slot included: the
+        only deadline on an EC2 call (module docstring). Keep it at or above the client's connect
+        and read timeouts, so that botocore's own timeouts, which say which side failed, fire
+        first. `max_concurrent_calls` bounds the worker threads in use."""
         self._client = client
         self.recorder: CallRecorder = recorder if recorder is not None else CallLog()
         self._slots = asyncio.Semaphore(max_concurrent_calls)

@@ -21,9 +21,7 @@ is set by the drift (`ipamd.reconcile.ec2_drift`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import TypeVar
 
 from cloud.errors import CloudError, InUse, NotFound, Throttled
 from cloud.models import NetworkInterface, UnitKind
@@ -40,13 +38,11 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import eni_record
 from ipamd.pool.pace import Pace
-from ipamd.pool.release import attached_here, timed
+from ipamd.pool.release import attached_here
 from ipamd.pool.settings import PoolSettings
 from ipamd.pool.subnets import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 BIND_SETTLE_S = 60.0
 """Least a new ENI's DeleteOnTermination waits: a burst's first minute of tokens goes to ENIs."""
@@ -95,9 +91,7 @@ class EniMaker:
         # its device index until reconcile adopts it.
         if self._doubt:
             ticket = self._doubts
-            attached = await self._timed(
-                "describe", self._ec2.describe_enis(self._instance.instance_id)
-            )
+            attached = await self._ec2.describe_enis(self._instance.instance_id)
             self.listed(ticket, attached)
         index = self._free_device_index(set(self._listed_indexes))
         self._listed_indexes = frozenset()
@@ -162,8 +156,7 @@ class EniMaker:
             return
         try:
             with self._pace.calls(demand=False):
-                call = self._ec2.set_delete_on_termination(eni_id, attachment_id)
-                await self._timed("set_delete_on_termination", call)
+                await self._ec2.set_delete_on_termination(eni_id, attachment_id)
         except CloudError as err:
             if isinstance(err, Throttled):
                 self._pace.throttle_seen()
@@ -191,7 +184,7 @@ class EniMaker:
         """The plan no longer wants an ENI: delete the ones kept for another attach."""
         for eni_id in list(self._unattached):
             try:
-                await self._timed("delete_eni", self._ec2.delete_eni(eni_id))
+                await self._ec2.delete_eni(eni_id)
             except (NotFound, InUse):
                 pass  # gone, or attached after all (the drift adopts it)
             except CloudError as err:
@@ -216,9 +209,7 @@ class EniMaker:
     async def _attach(self, eni: NetworkInterface, index: int) -> str | None:
         """The attachment ID, or None when EC2 did attach it but the answer was lost."""
         try:
-            return await self._timed(
-                "attach", self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
-            )
+            return await self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
         except Throttled:
             # EC2 refused it before acting: attach this one on the next round, no need to look.
             self._unattached[eni.eni_id] = eni
@@ -227,9 +218,7 @@ class EniMaker:
             self._doubt = True
             self._doubts += 1
             # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
-            attached = await attached_here(
-                self._ec2, self._instance.instance_id, eni.eni_id, self._settings.call_timeout_s
-            )
+            attached = await attached_here(self._ec2, self._instance.instance_id, eni.eni_id)
             if attached:
                 return None  # EC2 did attach it
             if attached is None or err.retryable:
@@ -239,7 +228,7 @@ class EniMaker:
                 raise
             # Refused, and not attached, so nothing can use it: delete it now.
             try:
-                await self._timed("delete_eni", self._ec2.delete_eni(eni.eni_id))
+                await self._ec2.delete_eni(eni.eni_id)
             except CloudError as cleanup:
                 logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
             raise
@@ -247,6 +236,3 @@ class EniMaker:
     def _free_device_index(self, also_used: set[int | None]) -> int:
         used = {e.device_index for e in self._engine.state.enis().values()} | also_used
         return next(i for i in range(1, len(used) + 2) if i not in used)
-
-    async def _timed(self, operation: str, awaitable: Awaitable[T]) -> T:
-        return await timed(operation, awaitable, self._settings.call_timeout_s)

@@ -19,9 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TypeVar
 
 from cloud.errors import (
     AddressLimitExceeded,
@@ -45,15 +44,13 @@ from ipamd.policy.subnets import left_alone, plan_drain
 from ipamd.pool.enis import EniMaker
 from ipamd.pool.mode import PoolMode, never_read
 from ipamd.pool.pace import Pace
-from ipamd.pool.release import Releaser, timed
+from ipamd.pool.release import Releaser
 from ipamd.pool.settings import PoolHealth, PoolSettings
 from ipamd.pool.spare import SpareDelay
 from ipamd.pool.stats import StatsMemo, aged
 from ipamd.pool.subnets import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 NO_PLAN = PoolPlan()
 """What a round that may not plan applies."""
@@ -89,9 +86,7 @@ class PoolManager:
         self.subnets = subnets
         """Where new ENIs go, and which subnets are closed to new pods."""
         self._enis = EniMaker(engine, ec2, instance, settings, subnets, clock, self.pace)
-        self._releaser = Releaser(
-            engine, ec2, instance.instance_id, settings.call_timeout_s, self._no_longer_excess
-        )
+        self._releaser = Releaser(engine, ec2, instance.instance_id, self._no_longer_excess)
         self._stats = StatsMemo()
         self._planned: PoolPlan | None = None
         self._planned_for: tuple[object, ...] = ()
@@ -164,7 +159,7 @@ class PoolManager:
     async def adopt(self) -> int:
         """Take EC2's word for the ENIs attached to this instance and their units of the current
         kind: what EC2 lists and ipamd lacks enters the inventory as free. Returns units added."""
-        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
+        enis = await self._ec2.describe_enis(self._instance.instance_id)
         kind = self.strategy.kind
         added = 0
         self.foreign_enis.clear()
@@ -274,16 +269,13 @@ class PoolManager:
         for eni_id in plan.release_enis:
             await self._releaser.release_eni(eni_id)
 
-    async def _timed(self, operation: str, awaitable: Awaitable[T]) -> T:
-        return await timed(operation, awaitable, self._settings.call_timeout_s)
-
     # -- growing -------------------------------------------------------------------------------
 
     async def _grow_eni(self, eni_id: str, count: int) -> None:
         kind = self.strategy.kind
         falls_back = kind == "prefix" and self._settings.fallback_strategy is not None
         try:
-            cidrs = await self._timed("assign", self._ec2.assign_units(eni_id, kind, count))
+            cidrs = await self._ec2.assign_units(eni_id, kind, count)
         except AddressLimitExceeded:
             # EC2 holds more on this ENI than ipamd knows: take EC2's word for what is there.
             await self._resync_eni(eni_id)
@@ -342,7 +334,7 @@ class PoolManager:
             raise
 
     async def _resync_eni(self, eni_id: str) -> None:
-        enis = await self._timed("describe", self._ec2.describe_enis(self._instance.instance_id))
+        enis = await self._ec2.describe_enis(self._instance.instance_id)
         for eni in enis:
             if eni.eni_id == eni_id:
                 kind = self.strategy.kind

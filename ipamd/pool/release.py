@@ -6,39 +6,27 @@ timeout, a 5xx, throttling after a retried attempt) is never settled on a Descri
 which may lag the change: what EC2 no longer lists is released, what it still lists stays
 `releasing` (never handed out) until the drift reconcile settles it with a listing taken past the
 grace window. A refusal means EC2 did nothing: the units are free again.
+
+Every EC2 call here runs under the adapter's one deadline (`cloud.ec2.Boto3Ec2`): no answer in
+time is a `CallTimeout`, whose outcome is unknown.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable
 
-from cloud.errors import CallTimeout, CloudError, NotFound, Throttled
+from cloud.errors import CloudError, NotFound, Throttled
 from cloud.ports import Ec2Api
 from ipamd.engine.engine import Engine
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
-
-async def timed(operation: str, awaitable: Awaitable[T], timeout_s: float) -> T:
-    """One port call under a deadline; no answer in time is a `CallTimeout` (outcome unknown)."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await awaitable
-    except TimeoutError as err:
-        raise CallTimeout(operation, "Timeout", "no answer in time") from err
-
-
-async def attached_here(
-    ec2: Ec2Api, instance_id: str, eni_id: str, timeout_s: float
-) -> bool | None:
+async def attached_here(ec2: Ec2Api, instance_id: str, eni_id: str) -> bool | None:
     """Whether EC2 lists the ENI as attached to the instance; None when EC2 cannot say."""
     try:
-        enis = await timed("describe", ec2.describe_enis(instance_id), timeout_s)
+        enis = await ec2.describe_enis(instance_id)
     except CloudError:
         return None
     return any(e.eni_id == eni_id for e in enis)
@@ -50,13 +38,11 @@ class Releaser:
         engine: Engine,
         ec2: Ec2Api,
         instance_id: str,
-        timeout_s: float,
         still_needed: Callable[[tuple[str, ...]], set[str]],
     ) -> None:
         self._engine = engine
         self._ec2 = ec2
         self._instance_id = instance_id
-        self._timeout_s = timeout_s
         self._still_needed = still_needed
         self.in_flight: set[str] = set()
         """Units whose unassign (or whose ENI's detach) is being called right now: reconcile
@@ -95,14 +81,11 @@ class Releaser:
         await self._engine.remove_eni(eni_id)
         logger.info("pool.eni_released eni_id=%s", eni_id)
 
-    async def _call(self, operation: str, awaitable: Awaitable[T]) -> T:
-        return await timed(operation, awaitable, self._timeout_s)
-
     async def _unassign(self, eni_id: str, cidrs: list[str]) -> None:
         kind = self._engine.state.units()[cidrs[0]].kind
         self.in_flight.update(cidrs)
         try:
-            await self._call("unassign", self._ec2.unassign_units(eni_id, kind, cidrs))
+            await self._ec2.unassign_units(eni_id, kind, cidrs)
         except NotFound:
             pass  # already gone from the ENI: the release is complete
         except CloudError as err:
@@ -121,7 +104,7 @@ class Releaser:
             await self._engine.abort_release(cidrs)
             return
         try:
-            enis = await self._call("describe", self._ec2.describe_enis(self._instance_id))
+            enis = await self._ec2.describe_enis(self._instance_id)
         except CloudError:
             return
         listed = {
@@ -133,21 +116,21 @@ class Releaser:
 
     async def _detach_and_delete(self, eni_id: str, marked: tuple[str, ...]) -> None:
         try:
-            enis = await self._call("describe", self._ec2.describe_enis(self._instance_id))
+            enis = await self._ec2.describe_enis(self._instance_id)
         except CloudError:
             await self._engine.abort_release(marked)  # nothing was asked of EC2 yet
             raise
         attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
         if attachment is not None:
             try:
-                await self._call("detach", self._ec2.detach_eni(attachment))
+                await self._ec2.detach_eni(attachment)
             except NotFound:
                 pass
             except CloudError as err:
                 await self._settle_detach(eni_id, marked, err)
                 raise
         try:
-            await self._call("delete_eni", self._ec2.delete_eni(eni_id))
+            await self._ec2.delete_eni(eni_id)
         except NotFound:
             pass
         except CloudError:
@@ -163,6 +146,6 @@ class Releaser:
         if not err.retryable or isinstance(err, Throttled):
             await self._engine.abort_release(marked)
             return
-        attached = await attached_here(self._ec2, self._instance_id, eni_id, self._timeout_s)
+        attached = await attached_here(self._ec2, self._instance_id, eni_id)
         if attached is False:
             await self._engine.remove_eni(eni_id)

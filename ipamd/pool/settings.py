@@ -20,8 +20,6 @@ class PoolSettings:
     (IPAMD_SUBNET_SCARCITY_THRESHOLD); 0 = never."""
     cluster_name: str = ""
     extra_tags: tuple[tuple[str, str], ...] = ()
-    call_timeout_s: float = 60.0
-    """Deadline on one port call, retries and backoff inside the adapter included."""
     subnet_exhausted_cooldown_s: float = 120.0
     backoff_base_s: float = 1.0
     backoff_cap_s: float = 60.0

@@ -37,7 +37,6 @@ from ipamd.policy.subnets import (
     still_full,
     stop_growth,
 )
-from ipamd.pool.release import timed
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,6 @@ class SubnetSettings:
     """IPAMD_SUBNET_REFRESH_INTERVAL: how old the view may grow before it is read again."""
     retry_s: float = 60.0
     """After a failed read, or after a create found a subnet full: the least time to the next."""
-    call_timeout_s: float = 60.0
 
 
 class SubnetCatalogue:
@@ -232,11 +230,7 @@ class SubnetCatalogue:
         self.reads += 1
         instance, s = self._instance, self._settings
         try:
-            subnets = await timed(
-                "describe_subnets",
-                self._source.subnets_in(instance.vpc_id, instance.availability_zone),
-                s.call_timeout_s,
-            )
+            subnets = await self._source.subnets_in(instance.vpc_id, instance.availability_zone)
         except CloudError as err:
             self.failures += 1
             self._due = now + s.retry_s
@@ -274,11 +268,10 @@ class SubnetCatalogue:
         for subnet_id in self.candidates(prefixes=kind == "prefix"):
             asked = count
             while True:
-                call = ec2.create_eni(
-                    subnet_id, self.security_groups, description, tags, kind=kind, count=asked
-                )
                 try:
-                    return await timed("create_eni", call, self._settings.call_timeout_s)
+                    return await ec2.create_eni(
+                        subnet_id, self.security_groups, description, tags, kind=kind, count=asked
+                    )
                 except SubnetExhausted as err:
                     last = err
                     if not (asked and isinstance(err, SubnetFragmented)):
