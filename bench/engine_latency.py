@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.node import STATE_FILE, open_node, pod_key
+from bench.node import open_node, pod_key
 from bench.timing import p50, p99, timed_ms
 from datastore.records import AllocationKey, UnitKind
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -37,7 +38,7 @@ async def add_then_del(
     # `Store.open` creates the directory. A clock that never moves: nothing expires mid-run, so
     # every sample does the same work.
     engine = await open_node(
-        workdir / STATE_FILE, FakeClock(), EngineSettings(), enis, per_eni, kind
+        workdir / STATE_FILE_NAME, FakeClock(), EngineSettings(), enis, per_eni, kind
     )
     try:
         keys = [pod_key(f"latency-{kind}", n) for n in range(PODS)]

@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.node import STATE_FILE, pod_key, unit_cidrs
+from bench.node import pod_key, unit_cidrs
 from bench.timing import p50, timed_ms
 from datastore.records import EniRecord
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -120,8 +121,8 @@ def _bench_netns() -> Iterator[str]:
 
 async def _measure(workdir: Path, netns: str) -> dict[str, float]:
     clock = FakeClock()
-    off = await _node(workdir / "off" / STATE_FILE, clock, with_macs=False)
-    on = await _node(workdir / "on" / STATE_FILE, clock, with_macs=True)
+    off = await _node(workdir / "off" / STATE_FILE_NAME, clock, with_macs=False)
+    on = await _node(workdir / "on" / STATE_FILE_NAME, clock, with_macs=True)
     kernel = NetlinkHostNetwork(netns)
     await kernel.open()
     try:

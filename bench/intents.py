@@ -11,9 +11,10 @@ from collections import deque
 from itertools import count
 from pathlib import Path
 
-from bench.node import STATE_FILE, backfill_intents, fill, open_node, pod_key
+from bench.node import backfill_intents, fill, open_node, pod_key
 from bench.timing import p50, timed_ms
 from datastore.records import AllocationKey
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -55,7 +56,9 @@ async def run(workdir: Path) -> dict[str, float]:
     # would be gone after 20 DELs. Cooldowns are off here: this measures intents, not cooldowns.
     settings = EngineSettings(cooldown_s=0.0)
     bare = await open_node(workdir / "bare.db", clock, settings, enis=9, per_eni=30, kind="ip")
-    loaded = await open_node(workdir / STATE_FILE, clock, settings, enis=9, per_eni=30, kind="ip")
+    loaded = await open_node(
+        workdir / STATE_FILE_NAME, clock, settings, enis=9, per_eni=30, kind="ip"
+    )
     try:
         without = Churn(bare, await fill(bare, "intents", PODS))
         with_intents = Churn(loaded, await fill(loaded, "intents", PODS))

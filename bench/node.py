@@ -12,7 +12,6 @@ from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 
-STATE_FILE = "ipamd.db"
 NETWORK = "k8s-pod-network"
 INTENT_BATCH = 10_000
 """Intents per transaction when backfilling: large enough that 86,400 take a handful of commits."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.node import STATE_FILE, backfill_intents, fill, open_node
+from bench.node import backfill_intents, fill, open_node
 from bench.timing import median, timed_ms
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -20,7 +21,7 @@ RUNS = 5
 
 
 async def run(workdir: Path) -> dict[str, float]:
-    path = workdir / STATE_FILE
+    path = workdir / STATE_FILE_NAME
     clock = FakeClock()
     settings = EngineSettings()
     await _build(path, clock, settings)

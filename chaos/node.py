@@ -32,7 +32,7 @@ from chaos.proxy import Ec2FaultProxy
 from cloud.embedded.eni_rules import LOCK
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2, World
-from ipamd.node.engine_parts import STATE_FILE
+from datastore.store import STATE_FILE_NAME
 from tests.support.cri_server import FakeCriServer
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class ChaosNode:
 
     @property
     def state_file(self) -> Path:
-        return self.disk.path / STATE_FILE
+        return self.disk.path / STATE_FILE_NAME
 
     def ec2_addresses(self) -> set[str]:
         """Every address on the instance's ENIs in moto now (secondary IPs and prefixes' addresses)."""

@@ -26,6 +26,8 @@ from datastore.schema import (
 )
 
 STATE_FILE_NAME = "ipamd.db"
+"""The state file's name in IPAMD_STATE_DIR: the one definition, which ipamd, the benches, the
+chaos runner and the tests all import."""
 STATE_FILE_MODE = 0o600
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 

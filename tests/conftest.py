@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from tests.support.node import NodeFixture
@@ -78,7 +79,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def state_path(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "ipamd.db"
+    return tmp_path / "state" / STATE_FILE_NAME
 
 
 @pytest.fixture(autouse=True)

@@ -45,8 +45,6 @@ from ipamd.reconcile.leaks import LeakGc
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
 
-STATE_FILE = "ipamd.db"
-
 
 class Counted(Protocol):
     """A node as `Refusal` reads it: its engine, and the commits its listener counted."""

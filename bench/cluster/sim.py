@@ -32,6 +32,7 @@ from cloud.calls import CallLog
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World
 from cloud.errors import CloudError
+from datastore.store import STATE_FILE_NAME
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import strategy
 from ipamd.reconcile.jobs import Jobs
@@ -194,7 +195,7 @@ class Cluster:
             try:
                 node = await build_node(
                     name,
-                    self.workdir / name / "ipamd.db",
+                    self.workdir / name / STATE_FILE_NAME,
                     self.config,
                     adapter,
                     imds,

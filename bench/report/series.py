@@ -11,6 +11,7 @@ from bench.engine_latency import add_then_del
 from bench.intents import Churn
 from bench.node import backfill_intents, fill, open_node
 from bench.timing import p50
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 
@@ -39,7 +40,12 @@ async def _del_p50(workdir: Path, intents: int) -> float:
     # As in bench.intents: the clock stands still and cooldowns are off, so the intents stay
     # outstanding and every DEL does the same work.
     engine = await open_node(
-        workdir / "ipamd.db", clock, EngineSettings(cooldown_s=0.0), enis=9, per_eni=30, kind="ip"
+        workdir / STATE_FILE_NAME,
+        clock,
+        EngineSettings(cooldown_s=0.0),
+        enis=9,
+        per_eni=30,
+        kind="ip",
     )
     try:
         churn = Churn(engine, await fill(engine, "series", PODS))

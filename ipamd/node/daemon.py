@@ -25,6 +25,7 @@ from cloud.errors import CloudError
 from cloud.models import UnitKind
 from cloud.ports import Imds, Instance
 from cloud.ratelimit import background_calls
+from datastore.store import STATE_FILE_NAME
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointKeeper
 from ipamd.awsnode.takeover import Takeover
@@ -38,7 +39,6 @@ from ipamd.hostnet.datapath_values import DatapathSettings
 from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
 from ipamd.node.engine_parts import (
-    STATE_FILE,
     Ec2,
     EngineOpener,
     NodeFacts,
@@ -352,7 +352,7 @@ async def repair(daemon: Daemon, apply: bool) -> dict[str, object]:
 
 
 async def _rebuild(daemon: Daemon, apply: bool) -> dict[str, object]:
-    path = Path(daemon.config.state_dir) / STATE_FILE
+    path = Path(daemon.config.state_dir) / STATE_FILE_NAME
     plan = await gather_claims(daemon.runtime, daemon.addresses)
     actions = [str(daemon.engine.unavailable), *plan.describe(path)]
     if not apply:

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from cloud.models import UnitKind
 from cloud.ports import Ec2Api, Ec2Catalog, Imds, Instance
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
@@ -45,9 +46,6 @@ from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.subnet_free import SubnetFree, read_subnets
 from ipamd.runtime.ports import RuntimeApi
-
-STATE_FILE = "ipamd.db"
-"""The state file's name in IPAMD_STATE_DIR."""
 
 
 class Ec2(Ec2Api, Ec2Catalog, Protocol):
@@ -230,7 +228,7 @@ async def open_parts(
     node's zone."""
     if eni_config is None:
         eni_config = node_eni_config(config, node)
-    path = Path(config.state_dir) / STATE_FILE
+    path = Path(config.state_dir) / STATE_FILE_NAME
     engine = await open_engine(path, clock, engine_settings(config, node.limits, tuning))
     instance_id = node.instance.instance_id
     kinds = unit_kinds(config)

@@ -44,10 +44,11 @@ from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import ec2_client
 from cloud.ports import Ec2Api, Instance
 from datastore.records import Mutation
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
-from ipamd.node.engine_parts import STATE_FILE, EngineOpener, NodeFacts, Parts, Tuning, open_parts
+from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, Tuning, open_parts
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.plan import PoolPlan
 from ipamd.pool.manager import PoolManager
@@ -96,7 +97,7 @@ a short pool backoff, so that it does not spend its life backing off."""
 
 def node_config(path: Path) -> Config:
     """The node's configuration, its state file at `path`."""
-    assert path.name == STATE_FILE, f"the state file is {STATE_FILE} in IPAMD_STATE_DIR"
+    assert path.name == STATE_FILE_NAME, f"the state file is {STATE_FILE_NAME} in IPAMD_STATE_DIR"
     return configs.node_config(
         path.parent,
         TARGETS,

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import SystemClock
 from ipamd.engine.engine import Engine
 from tests.crash import churn_worker
@@ -438,7 +439,7 @@ async def test_s08_kill_9_during_first_start_leaves_a_usable_state_file(tmp_path
     rng = random.Random(seed)
     CTX.set_forkserver_preload(PRELOAD)
     for attempt in range(FIRST_START_KILLS):
-        path = tmp_path / f"node-{attempt}" / "ipamd.db"
+        path = tmp_path / f"node-{attempt}" / STATE_FILE_NAME
         plan = KillPlan(None, rng.uniform(0.0, 0.04))  # the engine opens a new file in ~30 ms
         where = f"first start {attempt} (IPAMD_CRASH_SEED={seed}, {plan})"
         run = await asyncio.to_thread(churn_until_killed, path, attempt, "first", plan)

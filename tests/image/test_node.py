@@ -33,6 +33,7 @@ from typing import Any
 import grpc.aio
 import pytest
 
+from datastore.store import STATE_FILE_NAME
 from ipamd.runtime._generated import cri_v1_pb2 as cri
 from ipamd.wire import SUPPORTED_CNI_VERSIONS
 from tests.deploy.repo import REPO, env_of, pod_spec
@@ -326,4 +327,4 @@ def test_ipamd_stops_cleanly_on_sigterm_and_removes_its_conflist(
     code = node.run.podman("inspect", "--format", "{{.State.ExitCode}}", ipamd).stdout.strip()
     assert code == "0", logs(node, ipamd)
     assert list(node.conf_dir.glob("*.conflist")) == [], "kubelet must not see a ready network"
-    assert (host_path(node.node, "state") / "ipamd.db").is_file(), "the state survives the pod"
+    assert (host_path(node.node, "state") / STATE_FILE_NAME).is_file(), "the state survives the pod"

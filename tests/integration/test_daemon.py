@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from datastore.store import STATE_FILE_NAME
 from tests.support.embedded_daemon import unix_call
 
 BIN = Path(sys.executable).parent
@@ -155,7 +156,7 @@ def test_embedded_daemon_serves_add_and_del_and_stops_cleanly(daemon: Running) -
 
 
 def test_corrupt_state_file_keeps_the_daemon_up_but_refuses_add(tmp_path: Path) -> None:
-    state = tmp_path / "state" / "ipamd.db"
+    state = tmp_path / "state" / STATE_FILE_NAME
     state.parent.mkdir(parents=True)
     state.write_bytes(b"not a database" * 100)
     running = _start(tmp_path)
@@ -211,7 +212,7 @@ def test_no_conflist_while_the_state_file_is_unusable(tmp_path: Path) -> None:
     conf_dir = tmp_path / "net.d"
     conf_dir.mkdir()
     (conf_dir / TEMPLATE.name).write_text("{}")  # left by an earlier run
-    state = tmp_path / "state" / "ipamd.db"
+    state = tmp_path / "state" / STATE_FILE_NAME
     state.parent.mkdir()
     state.write_bytes(b"garbage" * 100)
     running = _start(

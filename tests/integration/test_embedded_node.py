@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from datastore.store import STATE_FILE_NAME
 from ipamd.runtime.cri import GrpcCriRuntime
 from tests.support.embedded_daemon import BIN, EmbeddedDaemon, clean_env, start_daemon
 
@@ -76,7 +77,7 @@ def test_kill_9_then_restart_is_the_same_node(
     for eni_id, (mac, primary, index, units) in enis.items():
         assert restored[eni_id][:3] == (mac, primary, index), eni_id
         assert units <= restored[eni_id][3], eni_id
-    for private in ("ipamd.db", "embedded-cloud.json", "ipamd.lock"):
+    for private in (STATE_FILE_NAME, "embedded-cloud.json", "ipamd.lock"):
         assert stat.S_IMODE((second.state_dir / private).stat().st_mode) == 0o600, private
     assert second.stop() == 0
 
@@ -211,7 +212,7 @@ def test_the_printed_hints_work_on_two_runs_of_one_node(
 def test_an_unusable_state_file_prints_no_ready_hints_but_the_repair_command(
     tmp_path: Path, started: list[EmbeddedDaemon]
 ) -> None:
-    state = tmp_path / "state" / "ipamd.db"
+    state = tmp_path / "state" / STATE_FILE_NAME
     state.parent.mkdir()
     state.write_bytes(b"not a database" * 100)
     daemon = start_daemon(tmp_path)

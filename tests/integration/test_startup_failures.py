@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from datastore.store import STATE_FILE_NAME
 from tests.support.embedded_daemon import EmbeddedDaemon, start_daemon
 
 EXIT_CONFIG = 2
@@ -58,7 +59,7 @@ def test_a_second_daemon_on_the_same_state_directory_exits_and_touches_nothing(
     try:
         state_dir = first.state_dir
         before = _digests(state_dir)
-        assert {"ipamd.db", "ipamd.lock", "embedded-cloud.json"} <= set(before)
+        assert {STATE_FILE_NAME, "ipamd.lock", "embedded-cloud.json"} <= set(before)
         second = start_daemon(tmp_path, socket_name="second.sock")
         started.append(second)
         code, line = _refused(second)
@@ -168,4 +169,4 @@ def test_an_eniconfig_file_without_the_nodes_zone_is_one_line(
         line
     )
     assert "this node's zone 'us-west-2a' (it has eu-west-1a)" in line, line
-    assert not (daemon.state_dir / "ipamd.db").exists(), "the state file was never opened"
+    assert not (daemon.state_dir / STATE_FILE_NAME).exists(), "the state file was never opened"

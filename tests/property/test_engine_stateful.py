@@ -34,6 +34,7 @@ from hypothesis.stateful import (
 )
 
 from datastore.records import AllocationKey
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -77,7 +78,7 @@ class EngineMachine(RuleBasedStateMachine):
         )
         self.clock = FakeClock()
         self.settings = EngineSettings()
-        self.node = NodeFixture(self.dir / "state" / "ipamd.db", self.clock, self.settings)
+        self.node = NodeFixture(self.dir / "state" / STATE_FILE_NAME, self.clock, self.settings)
         self.model = Model(self.settings.cooldown_s, self.settings.intent_ttl_s)
         self.draws = StepDraws()
         self.loop.run_until_complete(self.node.open())

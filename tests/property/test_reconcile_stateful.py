@@ -53,6 +53,7 @@ from cloud.errors import CloudError
 from cloud.fakes import FakeEc2, FakeImds
 from cloud.models import UnitKind
 from datastore.records import AllocationRecord
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock, FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -117,7 +118,7 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.dir = Path(
             tempfile.mkdtemp(prefix="ipamd-reconcile-", dir=shm if shm.is_dir() else None)
         )
-        self.path = self.dir / "state" / "ipamd.db"
+        self.path = self.dir / "state" / STATE_FILE_NAME
         self.clock = FakeClock()
         self.ec2 = FakeEc2(self.clock)
         self.imds = FakeImds(self.ec2)

@@ -15,11 +15,12 @@ from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.embedded.world_layout import Layout, SubnetSpec
 from datastore.records import AllocationRecord
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import NoAddressAvailable, NodeFull
-from ipamd.node.engine_parts import STATE_FILE, describe_node, open_parts
+from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.policy.eni_config import EniConfig
 from ipamd.runtime.fake import FakeRuntime
@@ -73,7 +74,7 @@ async def _open(world: World, config: Config, clock: FakeClock) -> CloudNode:
         rng=random.Random(3),
     )
     await parts.pool.adopt()
-    path = Path(config.state_dir) / STATE_FILE
+    path = Path(config.state_dir) / STATE_FILE_NAME
     return CloudNode(world, ec2, ec2, parts, clock, path, unit_strategy(config), config, facts)
 
 

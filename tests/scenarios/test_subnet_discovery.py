@@ -19,9 +19,10 @@ from cloud.embedded.world_layout import CLUSTER_TAG_PREFIX as LAYOUT_CLUSTER_PRE
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, SubnetSpec
 from cloud.fakes import FakeEc2, FakeImds
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.errors import NoAddressAvailable
-from ipamd.node.engine_parts import STATE_FILE, Parts, describe_node, open_parts
+from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
@@ -82,7 +83,7 @@ def _secondary_subnets(ec2: FakeEc2) -> list[str]:
 
 
 def _check(parts: Parts, tmp_path: Path, clock: FakeClock) -> None:
-    check_invariants(parts.engine, tmp_path / STATE_FILE, clock.now())
+    check_invariants(parts.engine, tmp_path / STATE_FILE_NAME, clock.now())
 
 
 async def test_enis_go_to_the_tagged_subnet_with_the_most_free_addresses(

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from cloud.fakes import FakeEc2, FakeImds
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.errors import NoAddressAvailable
-from ipamd.node.engine_parts import STATE_FILE, Parts, describe_node, open_parts
+from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import ROLE_TAG
 from ipamd.runtime.fake import FakeRuntime
@@ -121,7 +122,7 @@ async def test_a_tagged_subnet_takes_over_when_the_nodes_runs_dry_under_the_prim
         assert parts.pool.subnets.growth_closed() == frozenset()
         assert _primary_units(ec2) == 9
         await parts.engine.assign(key("pod-18"))
-        check_invariants(parts.engine, tmp_path / STATE_FILE, clock.now())
+        check_invariants(parts.engine, tmp_path / STATE_FILE_NAME, clock.now())
     finally:
         await parts.engine.close()
 
@@ -135,7 +136,7 @@ async def test_without_discovery_exhaustion_pauses_growth_as_before(tmp_path: Pa
         assert parts.pool.health.subnet_exhausted_until == clock.now() + 120.0
         await _rounds(parts, clock, 5)
         assert _secondary_subnets(ec2) == [], "growth paused, and only the node's subnet anyway"
-        check_invariants(parts.engine, tmp_path / STATE_FILE, clock.now())
+        check_invariants(parts.engine, tmp_path / STATE_FILE_NAME, clock.now())
     finally:
         await parts.engine.close()
 
@@ -158,6 +159,6 @@ async def test_when_every_candidate_is_full_exhaustion_pauses_growth(tmp_path: P
         assert ec2.calls["create_eni"] == 2, "the tagged subnet, then the node's"
         assert health.subnet_exhausted_until == clock.now() + 120.0
         assert parts.pool.subnets.growth_closed() == frozenset()
-        check_invariants(parts.engine, tmp_path / STATE_FILE, clock.now())
+        check_invariants(parts.engine, tmp_path / STATE_FILE_NAME, clock.now())
     finally:
         await parts.engine.close()

@@ -14,6 +14,7 @@ import pytest
 
 from cloud.fakes import FakeEc2
 from datastore.records import AllocationKey
+from datastore.store import STATE_FILE_NAME
 from ipamd.awsnode.checkpoint import CheckpointFile, parse
 from ipamd.awsnode.takeover import plan_adoption
 from ipamd.clock import FakeClock
@@ -84,7 +85,7 @@ class AwsNodeLeft:
         )
 
     def check(self, daemon: Daemon) -> None:
-        state_file = Path(self.config.state_dir) / "ipamd.db"
+        state_file = Path(self.config.state_dir) / STATE_FILE_NAME
         check_invariants(daemon.engine, state_file, self.clock.now())
 
 

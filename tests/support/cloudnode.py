@@ -17,11 +17,11 @@ from cloud.embedded.world_layout import Layout
 from cloud.errors import ServiceUnavailable
 from cloud.ports import Ec2Api, ImdsIdentity, ImdsInterface
 from cloud.ratelimit import RateLimits
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.node.engine_parts import (
-    STATE_FILE,
     EngineOpener,
     NodeFacts,
     Parts,
@@ -162,7 +162,7 @@ async def open_cloud_node(
     facts = await describe_node(ec2, world.instance_id)
     parts = await _open_parts(config, facts, api, clock, Engine.open, ec2, eni_config)
     await parts.pool.adopt()
-    path = Path(config.state_dir) / STATE_FILE
+    path = Path(config.state_dir) / STATE_FILE_NAME
     return CloudNode(
         world,
         ec2,

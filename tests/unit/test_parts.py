@@ -14,11 +14,11 @@ import pytest
 from cloud.fakes import FakeEc2, FakeEni, FakeImds
 from cloud.models import NetworkInterface
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
+from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.node.engine_parts import (
-    STATE_FILE,
     Parts,
     Tuning,
     describe_node,
@@ -106,7 +106,7 @@ async def test_the_engine_opens_with_its_final_settings_from_the_configuration(
         assert parts.engine.settings == EngineSettings(
             cooldown_s=7.0, intent_ttl_s=42.0, max_pods=20, max_addresses=18
         )
-        assert (tmp_path / STATE_FILE).exists(), "the state file is in IPAMD_STATE_DIR"
+        assert (tmp_path / STATE_FILE_NAME).exists(), "the state file is in IPAMD_STATE_DIR"
         assert parts.targets == PoolTargets.from_config(config)
         assert parts.node.limits.max_enis == 3 and parts.node.limits.units_per_eni == 9
         assert parts.kinds == ("ip",)
