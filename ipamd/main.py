@@ -215,6 +215,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             pods=_pods(daemon),
             repair=lambda apply: repair(daemon, apply),
             network_policy=policy,
+            host_network=daemon.datapath is not None,
         )
         app.middlewares.append(latency_middleware(recorders))
         runner = await _serve_api(app, config.socket_path)

@@ -139,6 +139,7 @@ Repair = Callable[[bool], Awaitable[dict[str, object]]]
 REPAIR: web.AppKey[Repair] = web.AppKey("repair")
 CLOCK = web.AppKey("clock", Clock)
 NETWORK_POLICY: web.AppKey[NetworkPolicy | None] = web.AppKey("network_policy")
+HOST_NETWORK = web.AppKey("host_network", bool)
 
 DEFAULT_INTENTS_LIMIT = 1000
 MAX_INTENTS_LIMIT = 100_000
@@ -288,7 +289,7 @@ async def gc(request: web.Request) -> web.Response:
 async def pool(request: web.Request) -> web.Response:
     query(request)
     engine = request.app[ENGINE]
-    body = views.pool(engine.snapshot(), not isinstance(request.app[PODS], EngineOnly))
+    body = views.pool(engine.snapshot(), request.app[HOST_NETWORK])
     body.update(request.app[POOL_SETTINGS]())
     # An unusable state file serves no pool at all: say so rather than show an empty one.
     body["state_unavailable"] = None if engine.unavailable is None else str(engine.unavailable)
@@ -298,7 +299,7 @@ async def pool(request: web.Request) -> web.Response:
 async def enis(request: web.Request) -> web.Response:
     query(request)
     app = request.app
-    return _json(views.enis(app[ENGINE].snapshot(), not isinstance(app[PODS], EngineOnly)))
+    return _json(views.enis(app[ENGINE].snapshot(), app[HOST_NETWORK]))
 
 
 async def allocations(request: web.Request) -> web.Response:
@@ -355,10 +356,13 @@ def create_app(
     pods: PodAddresses | None = None,
     repair: Repair = _no_repair,
     network_policy: NetworkPolicy | None = None,
+    host_network: bool = False,
 ) -> web.Application:
     """The API over `engine`. `ready` says whether the daemon has restored its state and finished its
     first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb;
-    `network_policy`: the agent's part in ADD and DEL (None: no agent is ever called)."""
+    `network_policy`: the agent's part in ADD and DEL (None: no agent is ever called);
+    `host_network`: whether ipamd sets up each ENI's datapath on the host (IPAMD_HOST_NETWORK), which
+    the pool and ENI views report per ENI ("off" without it)."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_GC_BODY_BYTES)
     app[ENGINE] = engine
     app[PODS] = pods or EngineOnly(engine)
@@ -369,6 +373,7 @@ def create_app(
     app[POOL_SETTINGS] = pool_settings
     app[CLOCK] = clock
     app[NETWORK_POLICY] = network_policy
+    app[HOST_NETWORK] = host_network
     one = PATH_ALLOCATIONS + "/{container_id}/{ifname}"
     app.router.add_routes(
         [
