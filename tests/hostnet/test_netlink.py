@@ -334,8 +334,8 @@ async def test_foreign_rules_and_routes_are_never_listed_and_survive(
     ip(netns, "rule add fwmark 0x80/0x80 lookup main pref 1024")
     ip(netns, f"route add 10.9.0.0/16 dev {ENI_IF} table 2 proto boot")
     ip(netns, f"route add 10.8.0.0/16 dev {ENI_IF} table 300 proto static")
-    ip(netns, "-6 rule add from 2001:db8::5 lookup 2 proto 167")
-    ip(netns, f"-6 route add 2001:db8::/64 dev {ENI_IF} table 2 proto 167")
+    ip(netns, f"-6 rule add from 2001:db8::5 lookup 2 proto {RT_PROTO_IPAMD}")
+    ip(netns, f"-6 route add 2001:db8::/64 dev {ENI_IF} table 2 proto {RT_PROTO_IPAMD}")
     foreign_rules = ip(netns, "rule show")
 
     assert await hostnet.list_rules() == frozenset()

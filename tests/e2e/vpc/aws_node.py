@@ -29,10 +29,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ipamd.hostnet.ports import RT_PROTO_IPAMD
 from tests.e2e.support import wait_until
 from tests.e2e.vpc.fabric import ENI_MTU, in_netns, ip, ip_batch, node_link, run, sysctl
 from tests.e2e.vpc.harness import REPO, VpcNode
-from tests.e2e.vpc.rules import CONNMARK, PRIORITY_CONNMARK, PRIORITY_FROM_ENI, PROTO_IPAMD
+from tests.e2e.vpc.rules import CONNMARK, PRIORITY_CONNMARK, PRIORITY_FROM_ENI
 
 NETWORK = "aws-cni"
 """aws-node's network name, which ipamd's conflist keeps."""
@@ -321,5 +322,5 @@ def untagged_rules(node: VpcNode, priorities: Iterable[int]) -> list[dict[str, o
     return [
         item
         for item in listed
-        if int(str(item["priority"])) in wanted and str(item.get("protocol")) != str(PROTO_IPAMD)
+        if int(str(item["priority"])) in wanted and str(item.get("protocol")) != str(RT_PROTO_IPAMD)
     ]

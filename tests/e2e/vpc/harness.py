@@ -33,6 +33,7 @@ from pathlib import Path
 import grpc
 
 from chaos.daemon import Endpoints, daemon_environment
+from ipamd.hostnet.ports import RT_PROTO_IPAMD
 from tests.e2e.conflist import NETWORK
 from tests.e2e.containerd import Containerd
 from tests.e2e.support import (
@@ -58,10 +59,7 @@ from tests.e2e.vpc.fabric import (
     read_counters,
     run,
 )
-from tests.e2e.vpc.rules import (
-    PROTO_IPAMD,
-    KernelRule,
-)
+from tests.e2e.vpc.rules import KernelRule
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOYED_CONFLIST = REPO / "deploy" / "cni" / "10-ipamd.conflist"
@@ -345,7 +343,7 @@ class VpcNode:
         return frozenset(
             KernelRule.from_ip_json(item)
             for item in listed
-            if str(item.get("protocol")) == str(PROTO_IPAMD)
+            if str(item.get("protocol")) == str(RT_PROTO_IPAMD)
         )
 
     def ipamd_nft(self) -> str:

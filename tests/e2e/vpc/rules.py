@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 from tests.e2e.support import bare
 
-PROTO_IPAMD = 167
-"""The protocol number on ipamd's rules and routes (`ipamd.hostnet.ports.RT_PROTO_IPAMD`)."""
 MAIN_TABLE = 254
 PRIORITY_TO_POD = 512
 PRIORITY_CONNMARK = 1024

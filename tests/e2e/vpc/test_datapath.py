@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ipamd.hostnet.ports import RT_PROTO_IPAMD
 from tests.e2e.support import wait_until
 from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, ip
 from tests.e2e.vpc.harness import Pod, VpcNode, free_subnet_address, vpc_node
@@ -26,7 +27,6 @@ from tests.e2e.vpc.rules import (
     CONNMARK_RULE,
     PRIORITY_FROM_POD,
     PRIORITY_TO_POD,
-    PROTO_IPAMD,
     KernelRule,
     expected_rules,
     host,
@@ -195,7 +195,7 @@ def test_restart_restores_rules_before_ready(pause_image: Path) -> None:
 
         node.kill_ipamd()
         ip(node.ns.node, "rule", "del", *lost.ip_args())
-        ip(node.ns.node, "rule", "add", *stale.ip_args(), "protocol", str(PROTO_IPAMD))
+        ip(node.ns.node, "rule", "add", *stale.ip_args(), "protocol", str(RT_PROTO_IPAMD))
         rules = node.ipamd_rules()
         assert lost not in rules and stale in rules, "the hand-made damage is in place"
 
