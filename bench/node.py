@@ -5,12 +5,14 @@ add it, and container IDs shaped like the runtime's. Shared by the benchmark fam
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 from datastore.records import AllocationKey, EniRecord, IntentRecord, Mutation, UnitKind
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
+from ipamd.engine.state import NodeState
 
 NETWORK = "k8s-pod-network"
 INTENT_BATCH = 10_000
@@ -52,14 +54,19 @@ async def fill(engine: Engine, family: str, count: int) -> list[AllocationKey]:
     return keys
 
 
+def _as_planned(mutation: Mutation) -> Callable[[NodeState, float], tuple[Mutation, None]]:
+    """`mutation` as a change planned outside the engine, whatever the state."""
+    return lambda state, now: (mutation, None)
+
+
 async def backfill_intents(engine: Engine, clock: FakeClock, count: int, span_s: float) -> None:
     """Put `count` delete intents for unknown containers in place, their first DELs spread evenly over
     the next `span_s` seconds, and leave the clock at the end of that span.
 
     The realistic way is `count` DELs of unknown container IDs, one durable commit each; that takes
     minutes, so the same records are committed in large batches through the engine's own commit path
-    (`Engine._commit`), which writes them to the state file and then to memory exactly as a DEL does.
-    With `span_s` below the intent TTL every intent is still outstanding when the clock stops.
+    (`Engine.commit_planned`), which writes them to the state file and then to memory exactly as a
+    DEL does. With `span_s` below the intent TTL every intent is still outstanding when the clock stops.
     """
     start = clock.now()
     for first in range(0, count, INTENT_BATCH):
@@ -67,5 +74,5 @@ async def backfill_intents(engine: Engine, clock: FakeClock, count: int, span_s:
             IntentRecord(container_id("unknown", n), start + span_s * n / count)
             for n in range(first, min(first + INTENT_BATCH, count))
         )
-        await engine._commit(Mutation(put_intents=batch))
+        await engine.commit_planned(_as_planned(Mutation(put_intents=batch)))
     clock.advance(span_s)

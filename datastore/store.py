@@ -82,12 +82,6 @@ class Store:
         except (sqlite3.Error, ValueError) as err:
             raise StateFileError(self.path, f"unreadable records ({err})") from err
 
-    @property
-    def inline_writes(self) -> bool:
-        """Whether a commit may run on the caller's event loop thread: a commit here is short (one
-        transaction, one fsync) and never waits on anything but the disk."""
-        return True
-
     def commit(self, mutation: Mutation) -> None:
         """Apply `mutation` in one durable transaction, or raise `CommitError` having written nothing."""
         self.commit_all((mutation,))

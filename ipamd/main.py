@@ -269,7 +269,7 @@ async def _serve_observability(
 ) -> None:
     """Metrics and introspection on their TCP addresses, each unless disabled; raises `ListenFailed`
     (a port in use) for `serve` to report in one line."""
-    daemon.engine.listeners.append(lambda m, _: recorders.note_commit(daemon.engine.state, m))
+    daemon.engine.subscribe(lambda m, _: recorders.note_commit(daemon.engine.state, m))
     if not config.disable_metrics:
         metrics = await serve_metrics(
             recorders, metric_sources(daemon, policy), config.metrics_addr

@@ -259,9 +259,9 @@ async def build_node(
         adapter=adapter,
         max_pods=max_pods,
     )
-    daemon.engine.listeners.append(lambda _mutation, _removed: node.counted_commit())
+    daemon.engine.subscribe(lambda _mutation, _removed: node.counted_commit())
     if isinstance(daemon.engine, WatchedEngine):
-        daemon.engine.on_held_change = node.changed
+        daemon.engine.watch(node.changed)
     return node
 
 

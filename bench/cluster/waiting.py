@@ -18,10 +18,9 @@ import asyncio
 import bisect
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from cloud.embedded.watched import WatchedDict
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 
@@ -185,28 +184,29 @@ class Waiting:
 
 class WatchedEngine(Engine):
     """The engine, telling `on_held_change` whenever the ENIs it holds back (`Engine.held_back`) may
-    have changed: its blocked ENIs or its closed subnets."""
+    have changed: an ENI blocked or unblocked, or other subnets closed."""
 
     on_held_change: Callable[[], None] = staticmethod(lambda: None)
 
-    @property
-    def blocked_enis(self) -> dict[str, str]:
-        return self._blocked
+    def watch(self, on_held_change: Callable[[], None]) -> None:
+        """From now on tell `on_held_change` (set once the node that listens exists)."""
+        self.on_held_change = on_held_change
 
-    @blocked_enis.setter
-    def blocked_enis(self, value: dict[str, str]) -> None:
-        self._blocked = WatchedDict(value, self._held_changed)
+    def block_eni(self, eni_id: str, reason: str) -> None:
+        super().block_eni(eni_id, reason)
+        self._held_changed()
 
-    @property
-    def closed_subnets(self) -> frozenset[str]:
-        return self._closed
+    def unblock_eni(self, eni_id: str) -> bool:
+        unblocked = super().unblock_eni(eni_id)
+        if unblocked:
+            self._held_changed()
+        return unblocked
 
-    @closed_subnets.setter
-    def closed_subnets(self, value: frozenset[str]) -> None:
-        changed = value != getattr(self, "_closed", frozenset())
-        self._closed = value
-        if changed:
+    def close_subnets(self, subnets: Iterable[str]) -> None:
+        before = self.closed_subnets
+        super().close_subnets(subnets)
+        if self.closed_subnets != before:
             self._held_changed()
 
     def _held_changed(self) -> None:
-        self.on_held_change()  # looked up each time: it is set after the engine is made
+        self.on_held_change()  # looked up each time: `watch` comes after the engine is made

@@ -57,7 +57,7 @@ class CheckpointKeeper:
         self._failing = False
         self._entries: dict[AllocationKey, str] = {}
         self.failures = 0
-        engine.listeners.append(self._on_commit)
+        engine.subscribe(self._on_commit)
 
     @property
     def path(self) -> str:

@@ -15,6 +15,11 @@ change cancelled while still queued is withdrawn and does nothing; once sealed, 
 write cannot be recalled). A failed write fails its whole batch and `_decided` is rebuilt from `state`.
 A lone change (still alone after a couple of loop turns) is written on the loop's own thread (less
 than the two thread hand-offs it would cost); a batch goes to the store's thread.
+
+Other parts reach the engine through its methods only: a commit listener is added with `subscribe`;
+the host-network owner blocks and unblocks ENIs (`block_eni`, `unblock_eni`); the pool manager
+closes subnets (`close_subnets`) and waits for ADDs' demand (`wait_for_demand`, `take_demand`).
+What they read (`blocked_enis`, `closed_subnets`, `starved_at`, `unavailable`) is read-only.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -33,7 +38,6 @@ from datastore.records import (
     AllocationRecord,
     EniRecord,
     Mutation,
-    StateImage,
     UnitKind,
 )
 from datastore.store import Store
@@ -47,8 +51,9 @@ from ipamd.engine.allocator import (
     plan_release,
     plan_retract,
 )
+from ipamd.engine.channels import Channels
 from ipamd.engine.commits import Batch, Change, as_write_failure, retrieve
-from ipamd.engine.restore import plan_claim_instance, plan_quarantine
+from ipamd.engine.restore import plan_claim_instance, restore
 from ipamd.engine.snapshot import take_snapshot
 from ipamd.engine.state import NodeState
 from ipamd.errors import NoAddressAvailable, StateUnavailable
@@ -61,11 +66,10 @@ T = TypeVar("T")
 INLINE_YIELDS = 2
 """Loop turns a lone change waits for company before it is written on the loop's own thread."""
 
-CommitListener = Callable[[Mutation, tuple[AllocationRecord, ...]], None]
 Decide = Callable[[NodeState, float], tuple[Mutation, T]]
 
 
-class Engine:
+class Engine(Channels):
     """Use `await Engine.open(...)`; close with `await engine.close()`."""
 
     def __init__(
@@ -77,7 +81,11 @@ class Engine:
         executor: ThreadPoolExecutor,
         unavailable: StateUnavailable | None = None,
         decided: NodeState | None = None,
+        *,
+        inline_writes: bool = True,
     ) -> None:
+        """`inline_writes`: whether a lone change may be written on the loop's own thread; only a
+        store whose commit waits on nothing but the disk allows it."""
         self._store = store
         self.state = state
         """What committed: every reader's view."""
@@ -88,25 +96,20 @@ class Engine:
         self._clock = clock
         self._settings = settings
         self._executor = executor
-        self.unavailable = unavailable
-        """Set when the state file could not be trusted: every change is refused with this error."""
-        self.pool_wanted = asyncio.Event()
-        """Set when an ADD found no free address: the pool manager grows at once, not on its tick."""
-        self.starved_at = float("-inf")
+        self._inline_writes = inline_writes
+        self._unavailable = unavailable
         self._refusing = False  # the last ADD found no address, and nothing has committed since
-        """When an ADD last found no free address (the pool manager's demand, `pool_pace`)."""
-        self.blocked_enis: dict[str, str] = {}
-        """ENI ID → why none of its addresses may be handed out yet (its link is not set up on the
-        host): filled by the host-network owner's commit listener, from the ENI's first commit."""
-        self.closed_subnets: frozenset[str] = frozenset()
-        """Subnets whose ENIs take no new pods (set by the pool manager's subnet catalogue)."""
-        self.listeners: list[CommitListener] = []
-        """Called after each commit is applied (mutation, allocations removed); must not raise."""
+        Channels.__init__(self)
 
     @property
     def settings(self) -> EngineSettings:
         """Given when the engine is opened, and final: nothing changes them afterwards."""
         return self._settings
+
+    @property
+    def unavailable(self) -> StateUnavailable | None:
+        """Set when the state file could not be trusted: every change is refused with this error."""
+        return self._unavailable
 
     @classmethod
     async def open(
@@ -116,9 +119,12 @@ class Engine:
         settings: EngineSettings | None = None,
         live_containers: frozenset[str] | None = None,
         store_opener: Callable[[Path], Store] = Store.open,
+        *,
+        inline_writes: bool = True,
     ) -> Engine:
         """Open the state file and restore from it. An unusable file yields an engine that refuses
-        every change with a message naming the file and the repair command (fail closed)."""
+        every change with a message naming the file and the repair command (fail closed).
+        `inline_writes=False` for a store whose commit may wait on something besides the disk."""
         settings = settings or EngineSettings()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipamd-store")
         loop = asyncio.get_running_loop()
@@ -129,40 +135,10 @@ class Engine:
             logger.error("store.unusable path=%s reason=%s", err.path, err.reason)
             refusal = StateUnavailable(str(err))
             return cls(None, NodeState(), clock, settings, executor, refusal)
-        state, decided = await cls._restore(store, image, clock.now(), live_containers, executor)
-        return cls(store, state, clock, settings, executor, decided=decided)
-
-    @staticmethod
-    async def _restore(
-        store: Store,
-        image: StateImage,
-        now: float,
-        live_containers: frozenset[str] | None,
-        executor: ThreadPoolExecutor,
-    ) -> tuple[NodeState, NodeState]:
-        """The committed state, and a second copy of it for deciding changes."""
-        loop = asyncio.get_running_loop()
-        mutation, trusted = plan_quarantine(image, now, live_containers)
-        if not mutation.is_empty():
-            for q in mutation.put_quarantine:
-                logger.warning(
-                    "restore.quarantine container_id=%s reason=%r",
-                    q.key.container_id,
-                    q.reason,
-                )
-            await loop.run_in_executor(executor, store.commit, mutation)
-        if store.missing_indexes:
-            await loop.run_in_executor(executor, store.restore_indexes)
-        state = NodeState.from_image(trusted)
-        logger.info(
-            "restore.done path=%s allocations=%d intents=%d units=%d quarantined=%d",
-            store.path,
-            len(state.allocations()),
-            len(state.intents()),
-            len(state.units()),
-            len(mutation.put_quarantine),
+        state, decided = await restore(store, image, clock.now(), live_containers, executor)
+        return cls(
+            store, state, clock, settings, executor, decided=decided, inline_writes=inline_writes
         )
-        return state, NodeState.from_image(trusted)
 
     async def close(self) -> None:
         async with self._turn:
@@ -191,22 +167,9 @@ class Engine:
             return await self._mutate(decide)
         except NoAddressAvailable:
             self._refusing = True
-            self.starved_at = self._clock.now()
-            self.pool_wanted.set()
+            self._starved_at = self._clock.now()
+            self._demand.set()
             raise
-
-    def closed_enis(self, state: NodeState | None = None) -> set[str]:
-        """The ENIs (of `state`, default the committed one) in a closed subnet."""
-        if not self.closed_subnets:
-            return set()
-        enis = (state or self.state).enis()
-        return {e for e, r in enis.items() if r.subnet_id in self.closed_subnets}
-
-    def held_back(self, state: NodeState | None = None) -> Collection[str]:
-        """ENIs none of whose addresses may go to a new pod: blocked ones, and closed ones."""
-        if not self.closed_subnets:
-            return self.blocked_enis
-        return self.closed_enis(state) | self.blocked_enis.keys()
 
     async def retract(self, record: AllocationRecord) -> bool:
         """Undo an ADD never acknowledged (its pod's datapath could not be made): no delete intent
@@ -280,9 +243,7 @@ class Engine:
 
     def snapshot(self) -> PoolSnapshot:
         """One consistent view: built synchronously, so no change can interleave."""
-        return take_snapshot(
-            self.state, self._clock.now(), self.settings.cooldown_s, self.blocked_enis
-        )
+        return take_snapshot(self.state, self._clock.now(), self.settings.cooldown_s, self._blocked)
 
     # -- the one path every change takes -----------------------------------------------------
 
@@ -304,13 +265,13 @@ class Engine:
         return result
 
     def _check_serving(self) -> None:
-        if self.unavailable is not None or self._store is None:
-            raise self.unavailable or StateUnavailable("the engine is closed")
+        if self._unavailable is not None or self._store is None:
+            raise self._unavailable or StateUnavailable("the engine is closed")
 
     async def _lead(self) -> None:
         """Seal the queue, decide its changes in order, write them in one transaction, then apply
         them to `state` and answer each caller."""
-        if len(self._queue) == 1 and self._store is not None and self._store.inline_writes:
+        if len(self._queue) == 1 and self._store is not None and self._inline_writes:
             # Alone so far: let requests that have already arrived reach the queue first (a few
             # loop turns), so that under load they share this write instead of each writing alone.
             for _ in range(INLINE_YIELDS):
@@ -360,7 +321,7 @@ class Engine:
         waits for it: the write cannot be recalled, and memory must follow disk. Returns the error
         (None when durable) and whether the caller was cancelled meanwhile."""
         assert self._store is not None
-        if len(mutations) == 1 and self._store.inline_writes:
+        if len(mutations) == 1 and self._inline_writes:
             # One change and nobody waiting: written on the loop's thread, which a single commit
             # holds for a fraction of a millisecond, instead of two thread hand-offs that cost more.
             try:
@@ -374,13 +335,9 @@ class Engine:
         cancelled = False
         while not future.done():
             try:
-                await asyncio.shield(future)
+                await asyncio.wait((future,))  # never raises the write's error, never cancels it
             except asyncio.CancelledError:
-                if future.done():
-                    break
-                cancelled = True
-            except BaseException:
-                break
+                cancelled = cancelled or not future.done()  # the caller's: wait on for the write
         return future.exception(), cancelled
 
     def _apply(self, mutation: Mutation) -> None:
@@ -392,9 +349,5 @@ class Engine:
         )
         self.state.apply(mutation)
         self._refusing = False
-        for listener in self.listeners:
+        for listener in self._listeners:
             listener(mutation, removed)
-
-    async def _commit(self, mutation: Mutation) -> None:
-        """Commit exactly `mutation` (no pruning added) on the one path every change takes."""
-        await self._mutate(lambda state, now: (mutation, None), prune=False)

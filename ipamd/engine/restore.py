@@ -8,7 +8,10 @@ be trusted is set aside in quarantine, reported, and left to `ipamctl repair`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from datastore.records import (
@@ -18,7 +21,41 @@ from datastore.records import (
     QuarantineRecord,
     StateImage,
 )
+from datastore.store import Store
 from ipamd.engine.state import NodeState, unit_addresses
+
+logger = logging.getLogger("ipamd.engine.engine")
+
+
+async def restore(
+    store: Store,
+    image: StateImage,
+    now: float,
+    live_containers: frozenset[str] | None,
+    executor: ThreadPoolExecutor,
+) -> tuple[NodeState, NodeState]:
+    """The committed state, and a second copy of it for deciding changes: the loaded image with its
+    untrusted claims set aside (and that written down), and any index the file lacked recreated."""
+    loop = asyncio.get_running_loop()
+    mutation, trusted = plan_quarantine(image, now, live_containers)
+    if not mutation.is_empty():
+        for q in mutation.put_quarantine:
+            logger.warning(
+                "restore.quarantine container_id=%s reason=%r", q.key.container_id, q.reason
+            )
+        await loop.run_in_executor(executor, store.commit, mutation)
+    if store.missing_indexes:
+        await loop.run_in_executor(executor, store.restore_indexes)
+    state = NodeState.from_image(trusted)
+    logger.info(
+        "restore.done path=%s allocations=%d intents=%d units=%d quarantined=%d",
+        store.path,
+        len(state.allocations()),
+        len(state.intents()),
+        len(state.units()),
+        len(mutation.put_quarantine),
+    )
+    return state, NodeState.from_image(trusted)
 
 
 def plan_quarantine(

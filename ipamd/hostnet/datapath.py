@@ -6,8 +6,8 @@ each pod address's policy rules, and the SNAT table. Everything is derived from 
 fact ipamd needs to remember.
 
 Ordering, which is what makes an address safe to hand out:
-- An ENI enters blocked (`Engine.blocked_enis`, filled by a commit listener in the very commit that
-  brings the ENI in), so the allocator skips its addresses until its link is set up. A link the
+- An ENI enters blocked (`Engine.block_eni`, from a commit listener in the very commit that brings
+  the ENI in), so the allocator skips its addresses until its link is set up. A link the
   kernel does not show yet is retried with backoff; the ENI stays blocked meanwhile.
 - ADD (`add`): the allocation commits, then its rules are installed, then the answer goes out. If the
   rules cannot be installed, the allocation is retracted (no intent, no cooldown: no pod ever used
@@ -108,7 +108,7 @@ class Datapath:
         )
         for eni in engine.state.enis().values():
             self._block(eni)
-        engine.listeners.append(self._on_commit)
+        engine.subscribe(self._on_commit)
 
     # -- ADD and DEL ----------------------------------------------------------------------------
 
@@ -163,7 +163,7 @@ class Datapath:
                 # New facts (an attach, or the MAC a version-1 record lacked): try at once.
                 self._pending[eni.eni_id] = _Pending()
         for eni_id in mutation.delete_enis:
-            self._engine.blocked_enis.pop(eni_id, None)
+            self._engine.unblock_eni(eni_id)
             self._pending.pop(eni_id, None)
             ready = self._ready.pop(eni_id, None)
             if ready is not None:
@@ -177,7 +177,7 @@ class Datapath:
     def _block(self, eni: EniRecord) -> None:
         if eni.is_primary:
             return  # main table, set up with the instance
-        self._engine.blocked_enis[eni.eni_id] = BLOCKED_NEW
+        self._engine.block_eni(eni.eni_id, BLOCKED_NEW)
         self._pending.setdefault(eni.eni_id, _Pending())
 
     async def settle(self) -> None:
@@ -242,7 +242,7 @@ class Datapath:
             self._snat_stale = True  # the new link is an ENI's: traffic from it is not a pod's
         self._ready[eni.eni_id] = ReadyEni(eni, ifname, subnet)
         self._pending.pop(eni.eni_id, None)
-        if self._engine.blocked_enis.pop(eni.eni_id, None) is not None:
+        if self._engine.unblock_eni(eni.eni_id):
             logger.info("hostnet.eni_ready eni_id=%s ifname=%s", eni.eni_id, ifname)
 
     async def _subnet(self, subnet_id: str) -> str:
@@ -261,7 +261,7 @@ class Datapath:
         pending.next_try = self._clock.now() + delay
         if eni.eni_id in self._ready:
             return  # set up before; a failed refresh does not take its addresses away
-        self._engine.blocked_enis[eni.eni_id] = str(err)
+        self._engine.block_eni(eni.eni_id, str(err))
         logger.warning(
             "hostnet.eni_blocked eni_id=%s mac=%s reason=%s retry_in_s=%.1f",
             eni.eni_id,

@@ -16,7 +16,6 @@ least `shrink_interval_s` apart, and what is spare goes once it has been so for 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Callable
@@ -231,9 +230,7 @@ class PoolManager:
     async def refresh_subnets(self) -> None:
         """Read the subnets if the catalogue's view is due; close the excluded ones to new pods."""
         await self.subnets.refresh_if_due()
-        closed = self.subnets.closed
-        if self._engine.closed_subnets is not closed:
-            self._engine.closed_subnets = closed
+        self._engine.close_subnets(self.subnets.closed)
 
     def _growth_paused(self, now: float) -> bool:
         return now < self.health.subnet_exhausted_until and self._settings.fallback_strategy is None
@@ -350,15 +347,9 @@ class PoolManager:
     # -- the loop ------------------------------------------------------------------------------
 
     async def run(self, interval_s: float) -> None:
-        """Tick every `interval_s`, and at once when an ADD found the pool empty. The tick sets
-        the ADD's own event (a timer, not a timeout: no task is cancelled to end each wait)."""
-        wanted = self._engine.pool_wanted
-        loop = asyncio.get_running_loop()
+        """Tick every `interval_s`, and at once when an ADD found the pool empty (the engine's
+        demand, which each round takes as it starts)."""
         while True:
-            wanted.clear()
+            self._engine.take_demand()
             await self.run_once()
-            tick = loop.call_later(self.pace.next_wait_s(interval_s), wanted.set)
-            try:
-                await wanted.wait()
-            finally:
-                tick.cancel()
+            await self._engine.wait_for_demand(self.pace.next_wait_s(interval_s))

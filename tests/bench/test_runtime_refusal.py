@@ -29,7 +29,7 @@ class Counted:
 async def _full_node(node: NodeFixture) -> Counted:
     engine = await node.open()
     counted = Counted(engine)
-    engine.listeners.append(lambda _mutation, _removed: counted.counted_commit())
+    engine.subscribe(lambda _mutation, _removed: counted.counted_commit())
     await node.seed(enis=1, per_eni=2)
     for pod in ("a", "b"):
         await engine.assign(key(pod))
@@ -77,7 +77,7 @@ async def test_an_eni_held_back_ends_it(node: NodeFixture) -> None:
     counted = await _full_node(node)
     refusal = await _refused(counted, node)
     eni_id = next(iter(counted.engine.state.enis()))
-    counted.engine.closed_subnets = frozenset({counted.engine.state.enis()[eni_id].subnet_id})
+    counted.engine.close_subnets({counted.engine.state.enis()[eni_id].subnet_id})
     assert not refusal.stands(counted, node.clock.now(), RETRY_S)
 
 

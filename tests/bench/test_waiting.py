@@ -8,8 +8,6 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import pytest
-
 from bench.cluster.vtime import VirtualClock, VirtualTimeLoop
 from bench.cluster.waiting import Waiting, WatchedEngine, instant_at_or_after
 from tests.support.node import NodeFixture
@@ -114,12 +112,12 @@ async def test_the_watched_engine_tells_of_every_change_of_the_enis_held_back(
     watched = WatchedEngine(
         engine._store, engine.state, node.clock, engine.settings, engine._executor
     )
-    told: list[object] = []
-    watched.on_held_change = lambda: told.append(watched.held_back())
-    watched.blocked_enis["eni-1"] = "no link yet"
-    watched.blocked_enis.pop("eni-1", None)
-    watched.closed_subnets = frozenset({"subnet-1"})
-    watched.closed_subnets = frozenset({"subnet-1"})  # the same: nothing to tell
+    told: list[set[str]] = []
+    watched.watch(lambda: told.append(set(watched.held_back())))
+    watched.block_eni("eni-1", "no link yet")
+    assert watched.unblock_eni("eni-1")
+    watched.close_subnets({"subnet-1"})
+    watched.close_subnets({"subnet-1"})  # the same: nothing to tell
+    assert told == [{"eni-1"}, set(), set()]
+    assert not watched.unblock_eni("eni-1"), "not blocked: nothing to tell"
     assert len(told) == 3
-    with pytest.raises(KeyError):
-        watched.blocked_enis.pop("eni-1")

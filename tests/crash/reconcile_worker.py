@@ -191,6 +191,10 @@ class TracedEngine(Engine):
 
     trace: Callable[..., None] | None = None
 
+    def trace_to(self, trace: Callable[..., None]) -> None:
+        """From now on report each commit to `trace` (set once the worker is ready to report)."""
+        self.trace = trace
+
     async def _write(self, mutations: Sequence[Mutation]) -> tuple[BaseException | None, bool]:
         whats = [describe_mutation(m) for m in mutations]
         if self.trace is not None:
@@ -266,7 +270,7 @@ class NodeChurn(Churn):
             if engine.unavailable is not None:
                 self.emit("unavailable", str(engine.unavailable).replace("\t", " "))
                 return
-            engine.trace = self.trace
+            engine.trace_to(self.trace)
             self.live = sorted({k.container_id for k in engine.state.allocations()})
             self.deleted = list(engine.state.intents())
             self.emit("open")

@@ -196,7 +196,8 @@ async def _adopted(engine: Engine, now: float) -> None:
         EniRecord("eni-1", 1, "s", False, now, mac=SECONDARY_MAC, primary_ip=ENI_IP)
     )
     await engine.add_units("eni-1", [f"{ON_SECONDARY}/32", f"{GONE}/32"], "ip")
-    engine.blocked_enis.clear()  # as if its link were set up: the adoption places pods on it
+    for eni_id in list(engine.blocked_enis):  # as if its link were set up: pods are placed on it
+        engine.unblock_eni(eni_id)
     first = await engine.assign(key("on-primary"))
     second = await engine.assign(key("on-secondary"))
     assert (first.addresses, second.addresses) == ((ON_PRIMARY,), (ON_SECONDARY,))

@@ -126,13 +126,18 @@ class EngineMachine(RuleBasedStateMachine):
         units=st.integers(min_value=1, max_value=6),
         cooldown_s=st.sampled_from([30.0, 30.0, 0.0]),
         prune_batch=st.sampled_from([32, 1]),
+        inline_writes=st.booleans(),
     )
-    def first_eni(self, mode: Mode, units: int, cooldown_s: float, prune_batch: int) -> None:
+    def first_eni(
+        self, mode: Mode, units: int, cooldown_s: float, prune_batch: int, inline_writes: bool
+    ) -> None:
         """The node's settings (the default cooldown, or none; pruning one expired record per
-        change, or the default batch), then ENI 0 with a few units (in prefix mode, at most its two
+        change, or the default batch), where a lone change is written (on the loop's thread, or
+        always in the store's), then ENI 0 with a few units (in prefix mode, at most its two
         prefixes)."""
         self.settings = EngineSettings(cooldown_s=cooldown_s, prune_batch=prune_batch)
         self.node.settings = self.settings
+        self.node.inline_writes = inline_writes
         self.loop.run_until_complete(self.node.restart())
         self.model = Model(self.settings.cooldown_s, self.settings.intent_ttl_s)
         self.draws = StepDraws(mode)
@@ -286,6 +291,7 @@ class EngineMachine(RuleBasedStateMachine):
             raise_unexpected(outcome)
         self.settle_serially([(first, outcomes[0]), (second, outcomes[1])])
 
+    @precondition(lambda self: not self.node.inline_writes)  # a held commit must not hold the loop
     @rule(when=st.sampled_from(["before_start", "waiting_for_lock", "commit_in_flight"]))
     def cancelled_add(self, when: str) -> None:
         """S4: the client of an ADD goes away: before the ADD ran, while it waited for the lock

@@ -244,8 +244,7 @@ class ReconcileMachine(RuleBasedStateMachine):
             tally(f"ADD -> {type(err).__name__}")
             self.run(self.eng.release(key(cid)))
             self.runtime.stop(cid)
-            if self.eng.pool_wanted.is_set():
-                self.eng.pool_wanted.clear()
+            if self.eng.take_demand():
                 self.pool_round()
             return
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):

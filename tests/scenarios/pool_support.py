@@ -56,9 +56,9 @@ async def fill_then_empty(node: CloudNode, pods: int, tag: str) -> None:
     node.clock.advance(node.engine.settings.cooldown_s + 1)
 
 
-async def on_faulty_store(node: CloudNode) -> FaultyStore:
-    """The node's parts reopened with the engine on a `FaultyStore` (a commit can be held at a
-    gate)."""
+async def on_faulty_store(node: CloudNode, *, inline_writes: bool = True) -> FaultyStore:
+    """The node's parts reopened with the engine on a `FaultyStore`; with `inline_writes=False`
+    the engine writes off the loop's thread, so that a commit can be held at the store's gate."""
     await node.engine.close()
     stores: list[FaultyStore] = []
 
@@ -69,7 +69,9 @@ async def on_faulty_store(node: CloudNode) -> FaultyStore:
         return store
 
     async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
-        return await Engine.open(path, clock, settings, store_opener=opener)
+        return await Engine.open(
+            path, clock, settings, store_opener=opener, inline_writes=inline_writes
+        )
 
     await node.reopen(open_engine=open_engine)
     return stores[0]

@@ -15,6 +15,13 @@ from tests.support.invariants import read_disk
 from tests.support.node import NodeFixture, key
 
 
+@pytest.fixture
+def node(node: NodeFixture) -> NodeFixture:
+    """The engine writes off the loop's thread: these tests hold its commits at the store's gate."""
+    node.inline_writes = False
+    return node
+
+
 async def _hold_commits(node: NodeFixture) -> threading.Event:
     assert node.store is not None
     gate = threading.Event()

@@ -86,7 +86,7 @@ async def test_s28_intents_are_pruned_and_del_work_stays_bounded(node: NodeFixtu
     ttl = settings.intent_ttl_s
     # A burst of 30,000 intents at once (one transaction, as a mass teardown would leave them).
     burst = tuple(IntentRecord(f"burst-{i}", node.clock.now()) for i in range(30_000))
-    await engine._commit(Mutation(put_intents=burst))
+    await engine.commit_planned(lambda state, now: (Mutation(put_intents=burst), None))
     assert len(engine.state.intents()) == 30_000
     assert node.store is not None
     # Sustained DELs at one per second for longer than the TTL, past the burst's expiry.

@@ -27,16 +27,16 @@ async def test_every_address_owned_at_capacity_is_node_full_not_try_again(
         await engine.assign(key(f"p{n}"))
     with pytest.raises(NoAddressAvailable):
         await engine.assign(key("waits"))  # one more address can still come: retryable
-    assert engine.pool_wanted.is_set()
+    assert engine.pool_wanted
 
     await engine.add_units("eni-0000", ["10.0.0.50/32"], "ip")
     await engine.assign(key("p3"))
-    engine.pool_wanted.clear()
+    assert engine.take_demand(), "the pool manager takes the demand"
     with pytest.raises(NodeFull) as full:
         await engine.assign(key("too-many"))
     assert full.value.code == "node_full" and full.value.retryable is False
     assert "4 addresses" in str(full.value)
-    assert not engine.pool_wanted.is_set(), "nothing for the pool manager to do"
+    assert not engine.take_demand(), "nothing for the pool manager to do"
 
     await engine.release(key("p0"))
     with pytest.raises(NoAddressAvailable):

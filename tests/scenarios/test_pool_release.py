@@ -141,7 +141,7 @@ async def test_s21_release_aborted_when_excess_becomes_need(
     node = await open_cloud_node(
         embedded, tmp_path, targets=targets, seed=10, settings=NO_RELEASE_DELAY
     )
-    store = await on_faulty_store(node)
+    store = await on_faulty_store(node, inline_writes=False)
     state = node.engine.state
     try:
         await fill_then_empty(node, 1, "old")  # three free addresses, two wanted

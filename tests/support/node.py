@@ -32,6 +32,9 @@ class NodeFixture:
         self.settings = settings
         self.engine: Engine | None = None
         self.store: FaultyStore | None = None
+        self.inline_writes = True
+        """Whether the engine may write a lone change on the loop's thread; False for a test that
+        holds commits at the store's gate."""
 
     async def open(self, live_containers: frozenset[str] | None = None) -> Engine:
         await self.close()
@@ -44,7 +47,12 @@ class NodeFixture:
             return store
 
         self.engine = await Engine.open(
-            self.path, self.clock, self.settings, live_containers, store_opener=opener
+            self.path,
+            self.clock,
+            self.settings,
+            live_containers,
+            store_opener=opener,
+            inline_writes=self.inline_writes,
         )
         self.store = stores[0] if stores else None
         return self.engine
@@ -52,6 +60,16 @@ class NodeFixture:
     async def restart(self, live_containers: frozenset[str] | None = None) -> Engine:
         """Close and reopen from disk, as after a clean restart."""
         return await self.open(live_containers)
+
+    async def open_damaged(self) -> Engine:
+        """Reopen on a state file that cannot be trusted (not SQLite at all, as after damage to the
+        disk): the engine refuses every change, as ipamd does after such a start."""
+        await self.close()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_bytes(b"not a state file")
+        engine = await self.open()
+        assert engine.unavailable is not None
+        return engine
 
     async def close(self) -> None:
         if self.engine is not None:

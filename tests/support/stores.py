@@ -1,8 +1,10 @@
 """Stores with real faults, for tests: SQLite's own errors (read-only, a transaction aborted
-half-way), a removed file, and a commit that waits at a gate so a test can hold a write mid-flight."""
+half-way), a removed file, and a commit that waits at a gate so a test can hold a write mid-flight
+(the engine must then write off the loop's thread: `Engine.open(..., inline_writes=False)`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -23,11 +25,6 @@ class FaultyStore(Store):
         self.commits = 0
         self.last_mutation: Mutation | None = None
 
-    @property
-    def inline_writes(self) -> bool:
-        """A commit held at the gate must not hold the test's event loop with it."""
-        return self.gate is None
-
     def fail_next(self, *kinds: str) -> None:
         """Queue faults for the next commits: `read_only` (SQLite refuses writes), `removed` (the
         file was moved away) or `half_way` (the transaction breaks off after some statements)."""
@@ -37,6 +34,11 @@ class FaultyStore(Store):
         """One transaction (one `commits` tick) for the batch, held at the gate, faulted on demand."""
         self.entered.set()
         if self.gate is not None:
+            if _on_a_loop():
+                raise AssertionError(
+                    "a commit held at a gate would hold the event loop: open the engine with "
+                    "inline_writes=False"
+                )
             self.gate.wait(timeout=30)
         fault = self.faults.pop(0) if self.faults else None
         if fault is None:
@@ -76,3 +78,12 @@ class FaultyStore(Store):
                 os.rename(moved, self.path)
         else:
             raise ValueError(kind)
+
+
+def _on_a_loop() -> bool:
+    """Whether this thread runs an event loop (a commit here would block it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -87,8 +87,15 @@ def socket_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-async def api(node: NodeFixture, socket_dir: Path) -> AsyncIterator[Api]:
-    engine = await node.open()
+def damaged() -> bool:
+    """Whether `api` serves an engine on a state file that cannot be trusted (it refuses every
+    change): a test that needs one parametrizes this fixture."""
+    return False
+
+
+@pytest.fixture
+async def api(node: NodeFixture, socket_dir: Path, damaged: bool) -> AsyncIterator[Api]:
+    engine = await (node.open_damaged() if damaged else node.open())
     ready = ReadyFlag()
     app = create_app(engine, ready=ready, gc_grace_s=GC_GRACE_S, clock=node.clock)
     socket_path = socket_dir / "run" / "ipamd.sock"

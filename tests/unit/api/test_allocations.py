@@ -8,7 +8,6 @@ import aiohttp
 import pytest
 
 from ipamd.api import create_app, serve_unix
-from ipamd.errors import StateUnavailable
 from tests.support.node import NodeFixture
 from tests.unit.api.conftest import NETWORK, Api
 
@@ -95,22 +94,20 @@ async def test_empty_pool_is_a_retryable_503_and_asks_the_pool_to_grow(api: Api)
     answer = await api.add("c1")
     assert answer.status == 503
     assert answer.body["code"] == "no_address" and answer.body["retryable"] is True
-    assert api.engine.pool_wanted.is_set()
+    assert api.engine.pool_wanted
     await api.node.seed(enis=1, per_eni=1)
     assert (await api.add("c1")).status == 200
     exhausted = await api.add("c2")
     assert exhausted.status == 503 and exhausted.body["code"] == "no_address"
 
 
+@pytest.mark.parametrize("damaged", [True])
 async def test_unusable_state_refuses_changes_with_its_code(api: Api) -> None:
-    await api.node.seed(enis=1, per_eni=4)
-    api.engine.unavailable = StateUnavailable(
-        "state file /x/ipamd.db is corrupt; run ipamctl repair"
-    )
     for answer in (await api.add("c1"), await api.delete("c1")):
         assert answer.status == 503
         assert answer.body["code"] == "state_unavailable"
         assert answer.body["retryable"] is False
+        assert str(api.node.path) in str(answer.body["message"])
         assert "ipamctl repair" in str(answer.body["message"])
 
 

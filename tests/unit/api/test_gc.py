@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ipamd.errors import StateUnavailable
+import pytest
+
 from tests.unit.api.conftest import GC_GRACE_S, NETWORK, Api
 
 
@@ -51,12 +52,8 @@ async def test_gc_with_an_empty_list_releases_the_whole_network_past_grace(api: 
     api.node.check()
 
 
+@pytest.mark.parametrize("damaged", [True])
 async def test_gc_with_an_unusable_state_file_is_refused_as_del_is(api: Api) -> None:
-    await api.node.seed(enis=1, per_eni=4)
-    await api.add("c1")
-    api.engine.unavailable = StateUnavailable(
-        "state file /x/ipamd.db is corrupt; run ipamctl repair"
-    )
     body = {"network": NETWORK, "valid_attachments": []}
     collected = await api.call("POST", "/v1/gc", json=body)
     deleted = await api.delete("c1")

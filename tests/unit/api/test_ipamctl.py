@@ -9,7 +9,8 @@ import re
 import sys
 from pathlib import Path
 
-from ipamd.errors import StateUnavailable
+import pytest
+
 from tests.support.node import key
 from tests.unit.api.conftest import Api
 
@@ -45,16 +46,14 @@ async def test_allocations_show_their_address_and_times_in_utc(api: Api) -> None
     assert not re.search(r"\b\d{9,}\.\d+\b", out), "no raw Unix-time floats"
 
 
+@pytest.mark.parametrize("damaged", [True])
 async def test_status_of_an_unusable_state_file_says_so_and_fails(api: Api) -> None:
-    api.engine.unavailable = StateUnavailable(
-        "state file /x/ipamd.db is corrupt; run ipamctl repair"
-    )
     code, out, err = await _ipamctl("--socket", str(api.socket_path), "status")
     assert code == 1
-    assert "corrupt" in err and "ipamctl repair" in err
+    assert "unusable" in err and "ipamctl repair" in err
     assert "ENI" not in out, "no empty pool table"
     code, out, _ = await _ipamctl("--socket", str(api.socket_path), "--json", "status")
-    assert code == 1 and "corrupt" in json.loads(out)["state_unavailable"]
+    assert code == 1 and "unusable" in json.loads(out)["state_unavailable"]
 
 
 async def test_json_errors_are_json(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ async def test_the_middleware_counts_every_add_and_del(
 async def watched(node: NodeFixture) -> tuple[Engine, Recorders]:
     engine = node.engine or await node.open()
     recorders = Recorders()
-    engine.listeners.append(lambda m, _: recorders.note_commit(engine.state, m))
+    engine.subscribe(lambda m, _: recorders.note_commit(engine.state, m))
     return engine, recorders
 
 
