@@ -16,7 +16,7 @@
   (`ipamd.pool.manager.PoolManager.run_once`), and a backticked name followed by its module in
   parentheses (`` `PoolManager.run_once` (`ipamd/pool/manager.py`) ``).
   Names are looked up in the module's syntax tree: its functions, classes, assignments and imports,
-  and in a class its methods, class attributes and what its methods assign on `self`.
+  and in a class its methods, class attributes, what its methods assign on `self`, and its bases.
 
 It only reads files: nothing of the code under test is imported.
 """
@@ -368,7 +368,7 @@ def resolve(path: Path, names: list[str], depth: int = 0) -> bool:
     first, rest = names[0], names[1:]
     for node in tree(path).body:
         if isinstance(node, ast.ClassDef) and node.name == first:
-            return _resolve_in_class(node, rest)
+            return _resolve_in_class(path, node, rest, depth)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == first:
             return not rest
         if any(isinstance(t, ast.Name) and t.id == first for t in _targets(node)):
@@ -386,13 +386,17 @@ def resolve(path: Path, names: list[str], depth: int = 0) -> bool:
     return sub is not None and resolve(sub, rest, depth + 1)
 
 
-def _resolve_in_class(cls: ast.ClassDef, names: list[str]) -> bool:
+def _resolve_in_class(path: Path, cls: ast.ClassDef, names: list[str], depth: int) -> bool:
+    """Whether `names` is defined in `cls` of the module at `path`, or in one of its bases."""
     if not names:
         return True
     node = _class_names(cls).get(names[0])
     if isinstance(node, ast.ClassDef):
-        return _resolve_in_class(node, names[1:])
-    return node is not None and len(names) == 1
+        return _resolve_in_class(path, node, names[1:], depth)
+    if node is not None:
+        return len(names) == 1
+    bases = [b.id for b in cls.bases if isinstance(b, ast.Name)]
+    return depth < 5 and any(resolve(path, [base, *names], depth + 1) for base in bases)
 
 
 def cited_path_exists(path: str, name: str | None) -> bool:
@@ -436,7 +440,8 @@ def test_the_citation_checker_finds_what_is_broken() -> None:
     sample = """
 The pool (`ipamd/pool/manager.py`, `ipamd/pool/`) runs `ipamd.pool.manager.PoolManager.run_once`,
 and `PoolManager.run` (`ipamd/pool/manager.py`) ticks; `ipamd.policy.plan_pool` is re-exported.
-`Engine.snapshot` (`ipamd/engine/engine.py`), `ipamd.db` and `ipamd run --embedded` are fine.
+`Engine.snapshot` (`ipamd/engine/engine.py`), `ipamd.db` and `ipamd run --embedded` are fine,
+and so is `Engine.close_subnets` (`ipamd/engine/engine.py`), a method of a base class of Engine.
 Broken: `ipamd/pool/nowhere.py`, `ipamd.pool.manager.PoolManager.no_such_method`,
 `ipamd.no_such_module.Thing`, `PoolManager.run` (`ipamd/engine/engine.py`),
 `tests/unit/test_docs.py::test_that_does_not_exist`.
