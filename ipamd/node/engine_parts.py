@@ -12,8 +12,8 @@ and ENI GC leave alone.
 
 `ipamd.daemon.build_daemon` uses it, and so does every test, benchmark and simulation that runs a
 node's parts. A variant is asked for through the inputs — configuration values, the clock, the
-adapters, the engine opener (a store with faults, an engine on the loop's thread), `Tuning` — never
-by building a part by hand.
+adapters, the engine opener (a store with faults, an engine on the loop's thread, finer engine
+settings), the pool manager's settings — never by building a part by hand.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -77,17 +77,6 @@ async def describe_node(ec2: Ec2Catalog, instance_id: str) -> NodeFacts:
     return NodeFacts(instance, limits)
 
 
-@dataclass(frozen=True, slots=True)
-class Tuning:
-    """Timings no setting carries, for runs on a compressed clock (a crash scenario's child lives
-    well under a second); the daemon runs with none of them set."""
-
-    cooldown_s: float | None = None
-    """The IP cooldown, finer than IP_COOLDOWN_PERIOD's whole seconds; None = the setting's."""
-    pool_backoff_s: tuple[float, float] | None = None
-    """The pool manager's retry backoff (first wait, cap); None = its own default."""
-
-
 def strategy(config: Config) -> UnitStrategy:
     """The unit the pool grows by: /28 prefixes or secondary IPs (ENABLE_PREFIX_DELEGATION)."""
     return strategy_for(config.enable_prefix_delegation)
@@ -105,15 +94,12 @@ def unit_kinds(config: Config) -> tuple[UnitKind, ...]:
     return (strategy(config).kind,) + ((fallback.kind,) if fallback else ())
 
 
-def engine_settings(
-    config: Config, limits: NodeLimits, tuning: Tuning = Tuning()
-) -> EngineSettings:
+def engine_settings(config: Config, limits: NodeLimits) -> EngineSettings:
     """The engine's settings, final: the configuration's, with the pod and address limits the
     pool's targets leave on this instance type."""
     targets, unit = PoolTargets.from_config(config), strategy(config)
-    cooldown_s = tuning.cooldown_s
     return EngineSettings(
-        cooldown_s=float(config.ip_cooldown_period_s) if cooldown_s is None else cooldown_s,
+        cooldown_s=float(config.ip_cooldown_period_s),
         intent_ttl_s=config.delete_intent_ttl_s,
         max_pods=compute_pod_limit(targets, limits, unit),
         max_addresses=compute_address_capacity(targets, limits, unit),
@@ -146,9 +132,9 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
     return EniConfig(spec.name, spec.subnet, spec.security_groups)
 
 
-def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
+def pool_settings(config: Config) -> PoolSettings:
     """The pool manager's settings (where new ENIs go is the subnet catalogue's: `subnet_settings`)."""
-    settings = PoolSettings(
+    return PoolSettings(
         targets=PoolTargets.from_config(config),
         strategy=strategy(config),
         fallback_strategy=fallback_strategy(config),
@@ -160,10 +146,6 @@ def pool_settings(config: Config, tuning: Tuning = Tuning()) -> PoolSettings:
         shrink_interval_s=config.shrink_interval_s,
         release_delay_s=config.release_delay_s,
     )
-    if tuning.pool_backoff_s is None:
-        return settings
-    base_s, cap_s = tuning.pool_backoff_s
-    return replace(settings, backoff_base_s=base_s, backoff_cap_s=cap_s)
 
 
 def subnet_settings(config: Config, eni_config: EniConfig | None = None) -> SubnetSettings:
@@ -211,16 +193,16 @@ async def open_parts(
     clock: Clock,
     open_engine: EngineOpener = Engine.open,
     rng: random.Random | None = None,
-    tuning: Tuning = Tuning(),
+    pool_config: PoolSettings | None = None,
     eni_config: EniConfig | None = None,
     subnets: SubnetSource | None = None,
     catalog: Ec2Catalog | None = None,
 ) -> Parts:
     """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it.
 
-
-    `eni_config`: this zone's ENIConfig under custom networking; by default the one the
-    configuration's ENIConfig file has for the node's zone. `subnets`: where subnet discovery reads
+    `pool_config`: the pool manager's settings; by default `pool_settings(config)`'s. `eni_config`: this
+    zone's ENIConfig under custom networking; by default the one the configuration's ENIConfig file
+    has for the node's zone. `subnets`: where subnet discovery reads
     the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that does not
     leaves new ENIs in the node's subnet). `catalog`: where scarcity mode reads the free addresses
     of the subnet new ENIs go to when discovery does not read them; None: not then. Raises
@@ -229,12 +211,12 @@ async def open_parts(
     if eni_config is None:
         eni_config = node_eni_config(config, node)
     path = Path(config.state_dir) / STATE_FILE_NAME
-    engine = await open_engine(path, clock, engine_settings(config, node.limits, tuning))
+    engine = await open_engine(path, clock, engine_settings(config, node.limits))
     instance_id = node.instance.instance_id
     kinds = unit_kinds(config)
     source = subnets if subnets is not None else ec2 if isinstance(ec2, SubnetSource) else None
     catalogue = SubnetCatalogue(source, node.instance, subnet_settings(config, eni_config), clock)
-    settings = pool_settings(config, tuning)
+    settings = pool_settings(config) if pool_config is None else pool_config
     subnet_free = subnet_reading(config, catalogue, catalog, clock)
     free = catalogue.free_addresses if subnet_free is None else subnet_free.free
     pool = PoolManager(

@@ -35,7 +35,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,9 @@ from datastore.records import Mutation
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.settings import Config
+from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, Tuning, open_parts
+from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, open_parts, pool_settings
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.plan import PoolPlan
 from ipamd.pool.manager import PoolManager
@@ -90,9 +91,10 @@ class ShiftedClock:
         self.shift += seconds
 
 
-TUNING = Tuning(cooldown_s=COOLDOWN_S, pool_backoff_s=(0.05, 0.2))
-"""A child lives well under a second: a cooldown finer than IP_COOLDOWN_PERIOD's whole seconds, and
-a short pool backoff, so that it does not spend its life backing off."""
+POOL_BACKOFF_S = (0.05, 0.2)
+"""A child lives well under a second: a cooldown finer than IP_COOLDOWN_PERIOD's whole seconds
+(`COOLDOWN_S`, through the engine opener), and a short pool backoff (first wait, cap), so that it
+does not spend its life backing off."""
 
 
 def node_config(path: Path) -> Config:
@@ -118,16 +120,22 @@ async def open_node(
 ) -> Parts:
     """The node's parts, wired as the daemon wires them (`ipamd.node.engine_parts`); no IMDS or
     runtime here."""
+
+    async def finer(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+        return await open_engine(path, clock, replace(settings, cooldown_s=COOLDOWN_S))
+
+    config = node_config(path)
+    base_s, cap_s = POOL_BACKOFF_S
     return await open_parts(
-        node_config(path),
+        config,
         facts,
         ec2=ec2,
         imds=NoImds(),
         runtime=FakeRuntime(clock),
         clock=clock,
-        open_engine=open_engine,
+        open_engine=finer,
         rng=rng,
-        tuning=TUNING,
+        pool_config=replace(pool_settings(config), backoff_base_s=base_s, backoff_cap_s=cap_s),
     )
 
 

@@ -15,12 +15,12 @@ from cloud.fakes import FakeEc2, FakeEni, FakeImds
 from cloud.models import NetworkInterface
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from datastore.store import STATE_FILE_NAME
-from ipamd.clock import FakeClock
+from ipamd.clock import Clock, FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.engine import Engine
 from ipamd.node.engine_parts import (
     Parts,
-    Tuning,
     describe_node,
     engine_settings,
     open_parts,
@@ -66,7 +66,6 @@ async def _open(
     ec2: FakeEc2,
     clock: FakeClock,
     imds: FakeImds | None = None,
-    tuning: Tuning | None = None,
 ) -> Parts:
     facts = await describe_node(ec2, ec2.instance_id)
     return await open_parts(
@@ -76,7 +75,6 @@ async def _open(
         imds=imds or FakeImds(ec2),
         runtime=FakeRuntime(clock),
         clock=clock,
-        tuning=tuning or Tuning(),
     )
 
 
@@ -129,16 +127,37 @@ async def test_prefix_mode_with_the_fallback_holds_both_kinds(
         await parts.engine.close()
 
 
-async def test_tuning_sets_what_no_setting_carries(tmp_path: Path, clock: FakeClock) -> None:
+async def test_finer_settings_than_the_configuration_carries_come_through_the_inputs(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A run on a compressed clock (a crash scenario's child lives well under a second) asks for
+    a cooldown finer than IP_COOLDOWN_PERIOD's whole seconds through the engine opener, and for a
+    short pool backoff through the pool manager's settings; nothing is patched afterwards."""
     config = _config(tmp_path)
-    tuning = Tuning(cooldown_s=0.05, pool_backoff_s=(0.05, 0.2))
-    parts = await _open(config, FakeEc2(clock), clock, tuning=tuning)
+    ec2 = FakeEc2(clock)
+    opened: list[EngineSettings] = []
+
+    async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+        opened.append(settings)
+        return await Engine.open(path, clock, replace(settings, cooldown_s=0.05))
+
+    pool = replace(pool_settings(config), backoff_base_s=0.05, backoff_cap_s=0.2)
+    facts = await describe_node(ec2, ec2.instance_id)
+    parts = await open_parts(
+        config,
+        facts,
+        ec2=ec2,
+        imds=FakeImds(ec2),
+        runtime=FakeRuntime(clock),
+        clock=clock,
+        open_engine=open_engine,
+        pool_config=pool,
+    )
     try:
-        assert parts.engine.settings.cooldown_s == 0.05
-        assert parts.engine.settings == engine_settings(config, parts.node.limits, tuning)
-        settings = pool_settings(config, tuning)
-        assert (settings.backoff_base_s, settings.backoff_cap_s) == (0.05, 0.2)
-        assert pool_settings(config) == replace(settings, backoff_base_s=1.0, backoff_cap_s=60.0)
+        assert opened == [engine_settings(config, parts.node.limits)], "the configuration's"
+        assert parts.engine.settings == replace(opened[0], cooldown_s=0.05)
+        assert parts.pool._settings is pool
+        assert pool_settings(config) == replace(pool, backoff_base_s=1.0, backoff_cap_s=60.0)
     finally:
         await parts.engine.close()
 

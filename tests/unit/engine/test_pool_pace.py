@@ -20,7 +20,7 @@ from cloud.ratelimit import AttemptFailed, Retrier, RetryPolicy
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.errors import NoAddressAvailable
-from ipamd.node.engine_parts import Parts, Tuning, describe_node, open_parts
+from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.pool.enis import BIND_SETTLE_S, BIND_WAIT_CAP_S
 from ipamd.pool.pace import (
     DEMAND_EPISODE_SHARE,
@@ -78,7 +78,6 @@ async def _open(
         imds=FakeImds(fake),
         runtime=FakeRuntime(clock),
         clock=clock,
-        tuning=Tuning(),
     )
     return parts, account
 
