@@ -11,12 +11,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from bench.node import pod_key
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.errors import NoAddressAvailable
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
 from ipamd.pool.enis import BIND_SETTLE_S
-from tests.support.cloudnode import CloudNode, open_cloud_node
-from tests.support.node import key
 
 MUTATIONS = frozenset(
     {
@@ -50,22 +50,18 @@ async def run(workdir: Path) -> dict[str, float]:
 async def _fill_calls(host: EmbeddedEc2, workdir: Path, prefix_mode: bool) -> float:
     # Counted from the first Describe of the node (adopting its ENIs) to the pool at its targets;
     # the one-off DescribeInstances/DescribeInstanceTypes of start-up are included.
-    node = await open_cloud_node(host, workdir, "m5.large", prefix_mode=prefix_mode)
-    try:
+    async with open_cloud_node(host, workdir, "m5.large", prefix_mode=prefix_mode) as node:
         await node.settle()
         return float(sum(node.calls.counts.values()))
-    finally:
-        await node.engine.close()
 
 
 async def _new_eni_calls(host: EmbeddedEc2, workdir: Path) -> tuple[float, float]:
     """The round that adds the warm ENI once pods took the primary ENI's 9 addresses, and the
     later round that sets its DeleteOnTermination."""
-    node = await open_cloud_node(host, workdir, "m5.large")
-    try:
+    async with open_cloud_node(host, workdir, "m5.large") as node:
         await node.settle()
         for n in range(9):
-            await node.engine.assign(key(f"pod-{n}"))
+            await node.engine.assign(pod_key("pod", n))
         enis = len(node.engine.state.enis())
         calls, mutations = sum(node.calls.counts.values()), _mutations(node)
         await node.pool.run_once()
@@ -76,33 +72,28 @@ async def _new_eni_calls(host: EmbeddedEc2, workdir: Path) -> tuple[float, float
         if node.pool.unbound_enis:
             raise RuntimeError("DeleteOnTermination was not set")
         return float(sum(node.calls.counts.values()) - calls), float(_mutations(node) - mutations)
-    finally:
-        await node.engine.close()
 
 
 async def _churn_mutations(host: EmbeddedEc2, workdir: Path) -> float:
     targets = PoolTargets(warm_ip_target=5, minimum_ip_target=10, min_eni_lifetime_s=0)
-    node = await open_cloud_node(host, workdir, "m5.large", targets=targets)
-    try:
+    async with open_cloud_node(host, workdir, "m5.large", targets=targets) as node:
         await node.settle()
         before = _mutations(node)
         rng = random.Random(5)
-        live: list[str] = []
+        live: list[int] = []
         for event in range(CHURN_EVENTS):
             # A random walk around 15 pods, as a node running a busy batch workload sees.
             if live and (len(live) > 20 or rng.random() < 0.5):
-                await node.engine.release(key(live.pop(rng.randrange(len(live)))))
+                await node.engine.release(pod_key("churn", live.pop(rng.randrange(len(live)))))
             else:
                 try:
-                    await node.engine.assign(key(f"churn-{event}"))
-                    live.append(f"churn-{event}")
+                    await node.engine.assign(pod_key("churn", event))
+                    live.append(event)
                 except NoAddressAvailable:
                     pass
             node.clock.advance(rng.uniform(1, 10))
             await node.pool.run_once()
         return float(_mutations(node) - before)
-    finally:
-        await node.engine.close()
 
 
 def _mutations(node: CloudNode) -> int:

@@ -36,10 +36,10 @@ from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
+from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.runtime.fake import FakeRuntime
-from tests.support.configs import node_config
 
 ENIS = 15
 PREFIXES_PER_ENI = 49

@@ -23,8 +23,8 @@ import aiohttp
 
 from chaos.node import ChaosNode
 from chaos.pods import IFNAME, Ledger
+from datastore.readonly import has_unique_owner_index, read_disk
 from ipamd.wire import PATH_ALLOCATIONS
-from tests.support.invariants import has_unique_owner_index, read_disk
 
 Owners = dict[str, list[str]]
 """address -> the container IDs owning it."""

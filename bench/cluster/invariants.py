@@ -1,6 +1,6 @@
 """The invariants across the cluster, checked at checkpoints and at the end of each run:
 
-- each node's own invariants (`tests.support.invariants.check_invariants`: one owner per address,
+- each node's own invariants (`ipamd.engine.invariants.check_invariants`: one owner per address,
   memory equals the state file, no allocation under a live delete intent, ...);
 - every address a pod owns is on an ENI that EC2 (moto) lists attached to that node's instance, in
   the unit ipamd recorded it in, and is not `lost`;
@@ -23,7 +23,7 @@ from typing import Any
 from bench.cluster.node import SimNode
 from cloud.embedded import eni_rules
 from cloud.ports import MANAGED_BY, TAG_CLUSTER_NAME, TAG_INSTANCE_ID, TAG_MANAGED_BY
-from tests.support.invariants import check_invariants
+from ipamd.engine.invariants import check_invariants
 
 
 def check_cluster(nodes: Iterable[SimNode], instances: Mapping[str, Any], now: float) -> list[str]:

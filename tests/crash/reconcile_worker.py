@@ -49,6 +49,8 @@ from ipamd.clock import Clock
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
+from ipamd.node import cloud_node
+from ipamd.node.cloud_node import FAST, NoImds
 from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, open_parts, pool_settings
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.plan import PoolPlan
@@ -56,8 +58,6 @@ from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
 from tests.crash.churn_worker import Churn
-from tests.support import configs
-from tests.support.cloudnode import FAST, NoImds
 
 INSTANCE_TYPE = "t3.small"
 """3 ENIs of 4 IPv4 addresses: 3 secondary IPs per ENI, so a few pods make ENIs come and go."""
@@ -100,7 +100,7 @@ does not spend its life backing off."""
 def node_config(path: Path) -> Config:
     """The node's configuration, its state file at `path`."""
     assert path.name == STATE_FILE_NAME, f"the state file is {STATE_FILE_NAME} in IPAMD_STATE_DIR"
-    return configs.node_config(
+    return cloud_node.node_config(
         path.parent,
         TARGETS,
         cluster_name="crash-cluster",

@@ -37,8 +37,8 @@ import pytest
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import SystemClock
 from ipamd.engine.engine import Engine
+from ipamd.engine.invariants import check_invariants
 from tests.crash import churn_worker
-from tests.support.invariants import check_invariants
 from tests.support.node import key
 
 KILLS = int(os.environ.get("IPAMD_CRASH_KILLS", "200"))

@@ -59,6 +59,8 @@ from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Instance
 from ipamd.engine.engine import Engine
+from ipamd.engine.invariants import check_invariants
+from ipamd.node.cloud_node import FAST, open_cloud_node
 from ipamd.node.engine_parts import NodeFacts, Parts
 from ipamd.policy.model import NodeLimits
 from ipamd.pool.enis import BIND_SETTLE_S
@@ -88,8 +90,6 @@ from tests.crash.test_s08_crash import (
     read_raw,
 )
 from tests.crash.test_s08_crash import PRELOAD as CHURN_PRELOAD
-from tests.support.cloudnode import FAST, open_cloud_node
-from tests.support.invariants import check_invariants
 from tests.support.node import key
 
 KILLS = int(os.environ.get("IPAMD_CRASH_KILLS_RECONCILE", "60"))
@@ -346,8 +346,9 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
     whose ENI GC never runs again) when the instance terminates. The restart drift gives it
     DeleteOnTermination."""
     with EmbeddedEc2() as host:
-        node = await open_cloud_node(host, tmp_path, worker.INSTANCE_TYPE, targets=worker.TARGETS)
-        try:
+        async with open_cloud_node(
+            host, tmp_path, worker.INSTANCE_TYPE, targets=worker.TARGETS
+        ) as node:
             await node.settle()
             for pod in ("a", "b"):  # 2 of the primary ENI's 3 addresses: the pool needs an ENI
                 await node.engine.assign(key(pod))
@@ -379,5 +380,3 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
             assert not outliving, f"attached without DeleteOnTermination: {outliving}"
             again = await drift.run_once()
             assert not again.enis_bound_to_instance, "set once, not on every round"
-        finally:
-            await node.engine.close()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
 
 
@@ -30,8 +30,7 @@ async def test_the_plan_is_the_fresh_one_at_every_step(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = PoolTargets(warm_ip_target=2, minimum_ip_target=4, min_eni_lifetime_s=60)
-    node = await open_cloud_node(embedded, tmp_path, "m5.large", targets=targets)
-    try:
+    async with open_cloud_node(embedded, tmp_path, "m5.large", targets=targets) as node:
         _as_fresh(node)
         await node.settle()
         _as_fresh(node)
@@ -51,15 +50,12 @@ async def test_the_plan_is_the_fresh_one_at_every_step(
         await node.settle()
         _as_fresh(node)
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_the_plan_is_kept_while_nothing_changed(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path, "m5.large")
-    try:
+    async with open_cloud_node(embedded, tmp_path, "m5.large") as node:
         await node.settle()
         first = node.pool.plan()
         node.clock.advance(5)
@@ -67,5 +63,3 @@ async def test_the_plan_is_kept_while_nothing_changed(
         await node.engine.assign(key("a"))
         assert node.pool.plan() is not first
         _as_fresh(node)
-    finally:
-        await node.engine.close()

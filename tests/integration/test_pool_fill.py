@@ -11,8 +11,8 @@ import pytest
 
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.errors import NoAddressAvailable
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
 
 CASES = [
@@ -40,8 +40,7 @@ def _free(node: CloudNode) -> int:
 async def test_pool_reaches_targets_from_empty_node(
     embedded: EmbeddedEc2, tmp_path: Path, instance_type: str, prefix_mode: bool
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path, instance_type, prefix_mode=prefix_mode)
-    try:
+    async with open_cloud_node(embedded, tmp_path, instance_type, prefix_mode=prefix_mode) as node:
         await node.settle()
         limits = node.facts.limits
         per_eni = limits.units_per_eni * node.strategy.addresses_per_unit
@@ -50,8 +49,6 @@ async def test_pool_reaches_targets_from_empty_node(
         else:
             assert _free(node) >= per_eni, "WARM_ENI_TARGET=1: one ENI's worth free"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 @pytest.mark.parametrize(("instance_type", "prefix_mode"), CASES[:2] + CASES[3:5])
@@ -59,12 +56,11 @@ async def test_targets_hold_under_churn_and_units_go_back_after(
     embedded: EmbeddedEc2, tmp_path: Path, instance_type: str, prefix_mode: bool
 ) -> None:
     targets = PoolTargets(warm_ip_target=3, minimum_ip_target=4, min_eni_lifetime_s=0)
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, instance_type, targets=targets, prefix_mode=prefix_mode
-    )
-    rng = random.Random(11)
-    live: list[str] = []
-    try:
+    ) as node:
+        rng = random.Random(11)
+        live: list[str] = []
         await node.settle()
         for step in range(120):
             if live and rng.random() < 0.45:
@@ -93,5 +89,3 @@ async def test_targets_hold_under_churn_and_units_go_back_after(
         assert len(node.ec2_units()) == enis_needed, "ENIs that were needed only for pods went back"
         if instance_type == "t3.small" and not prefix_mode:
             assert node.peak_enis > enis_needed, "the churn did need extra ENIs on the way"
-    finally:
-        await node.engine.close()

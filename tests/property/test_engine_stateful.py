@@ -38,10 +38,10 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
+from ipamd.engine.invariants import check_invariants, normalized
 from ipamd.errors import IpamdError, StoreWriteFailed
 from tests.property.draws import ENI_IDS, IFNAMES, NETWORKS, Mode, StepDraws, releasing
 from tests.property.model import Add, AttachEni, Del, Model, Step
-from tests.support.invariants import check_invariants, normalized
 from tests.support.node import NodeFixture
 
 CLOCK_STEPS_S = (1, 10, 29, 30, 31, 120, 599, 600, 601)

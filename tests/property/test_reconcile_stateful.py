@@ -57,14 +57,14 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock, FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
+from ipamd.engine.invariants import check_invariants, normalized
 from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
+from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
-from tests.support.configs import node_config
-from tests.support.invariants import check_invariants, normalized
 from tests.support.node import key
 
 T = TypeVar("T")

@@ -22,8 +22,8 @@ from datastore.records import (
 )
 from ipamd.awsnode.checkpoint import CheckpointError, parse
 from ipamd.awsnode.takeover import plan_adoption
+from ipamd.engine.invariants import check_state
 from ipamd.engine.state import NodeState
-from tests.support.invariants import check_state
 
 EXAMPLES = int(os.environ.get("IPAMD_HYPOTHESIS_EXAMPLES", "200"))
 NOW = 1_800_000_000.0

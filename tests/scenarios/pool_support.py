@@ -5,6 +5,8 @@ apart that no backoff skips one."""
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from cloud.embedded.faults import FaultInjector
@@ -13,8 +15,8 @@ from datastore.records import AllocationRecord
 from ipamd.clock import Clock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.ec2_doubles import (
     retrying_on,
 )
@@ -77,19 +79,25 @@ async def on_faulty_store(node: CloudNode, *, inline_writes: bool = True) -> Fau
     return stores[0]
 
 
+@asynccontextmanager
 async def faulty_node(
-    embedded: EmbeddedEc2, tmp_path: Path, instance_type: str, targets: PoolTargets
-) -> tuple[CloudNode, FaultInjector]:
-    faults = FaultInjector(seed=1)
-    node = await open_cloud_node(
+    embedded: EmbeddedEc2,
+    tmp_path: Path,
+    instance_type: str,
+    targets: PoolTargets,
+    faults: FaultInjector,
+) -> AsyncIterator[CloudNode]:
+    """A node whose EC2 calls go through `faults` (retried without sleeping); its engine closed on
+    the way out."""
+    async with open_cloud_node(
         embedded,
         tmp_path,
         instance_type,
         targets=targets,
         api_wrapper=retrying_on(faults),
         settings=NO_RELEASE_DELAY,
-    )
-    return node, faults
+    ) as node:
+        yield node
 
 
 async def rounds(node: CloudNode, count: int = 5) -> None:

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
+from datastore.readonly import read_disk
 from ipamd.errors import DeleteIntentActive
-from tests.support.invariants import read_disk
 from tests.support.node import NodeFixture, key
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from datastore.readonly import read_disk
+from ipamd.engine.invariants import normalized
 from ipamd.errors import NoAddressAvailable, StoreWriteFailed
-from tests.support.invariants import normalized, read_disk
 from tests.support.node import NodeFixture, key
 
 

@@ -20,11 +20,11 @@ from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import NoAddressAvailable, NodeFull
+from ipamd.node.cloud_node import FAST, CloudNode, NoImds
 from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.policy.eni_config import EniConfig
 from ipamd.runtime.fake import FakeRuntime
-from tests.support.cloudnode import FAST, CloudNode, NoImds
 from tests.support.node import key
 
 POD_SUBNET = "100.64.0.0/19"

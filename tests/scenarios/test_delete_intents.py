@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from datastore.readonly import read_disk
 from datastore.records import IntentRecord, Mutation
 from ipamd.errors import DeleteIntentActive
-from tests.support.invariants import read_disk
 from tests.support.node import NodeFixture, key
 
 

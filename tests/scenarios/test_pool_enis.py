@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cloud.embedded.faults import FaultInjector
 from cloud.embedded.world import EmbeddedEc2
 from cloud.models import NetworkInterface
 from cloud.ports import (
@@ -23,13 +24,13 @@ from cloud.ports import (
     TAG_MANAGED_BY,
 )
 from ipamd.model import AddressState
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.reconcile.eni_gc import EniGc
 from tests.scenarios.pool_support import (
     EAGER,
     faulty_node,
     rounds,
 )
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.ec2_doubles import (
     GatedEc2,
 )
@@ -70,18 +71,17 @@ async def test_s24_eni_gc_spares_an_eni_being_attached(
 ) -> None:
     # t3.small: 3 addresses per ENI, so 5 warm addresses need a second ENI.
     targets = replace(EAGER, warm_ip_target=5)
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, "t3.small", targets=targets, api_wrapper=GatedEc2
-    )
-    gated = node.api
-    assert isinstance(gated, GatedEc2)
-    client = node.world.client()
-    instance_id = node.world.instance_id
+    ) as node:
+        gated = node.api
+        assert isinstance(gated, GatedEc2)
+        client = node.world.client()
+        instance_id = node.world.instance_id
 
-    def spared() -> set[str]:  # as the daemon wires it
-        return node.pool.pending_enis | set(node.engine.state.enis())
+        def spared() -> set[str]:  # as the daemon wires it
+            return node.pool.pending_enis | set(node.engine.state.enis())
 
-    try:
         gate = gated.hold("attach_eni")
         grow = asyncio.create_task(node.pool.run_once())
         await gated.wait_arrival("attach_eni")
@@ -113,8 +113,6 @@ async def test_s24_eni_gc_spares_an_eni_being_attached(
         assert _eni_status(client)[foreign] == "available", "never another instance's"
         assert _eni_status(client)[fresh] == "in-use"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_eni_gc_with_a_cluster_name_sweeps_what_terminated_nodes_left(
@@ -124,11 +122,10 @@ async def test_eni_gc_with_a_cluster_name_sweeps_what_terminated_nodes_left(
     cluster name, any node of the cluster deletes them once old enough (as VPC CNI's sweep does);
     another cluster's, and anything attached, are never touched."""
     targets = replace(EAGER, warm_ip_target=5)  # t3.small: a second ENI
-    node = await open_cloud_node(embedded, tmp_path, "t3.small", targets=targets)
-    client = node.world.client()
-    subnet, now = node.world.subnet_id, node.clock.now()
-    old = _created_at(now - 3600)
-    try:
+    async with open_cloud_node(embedded, tmp_path, "t3.small", targets=targets) as node:
+        client = node.world.client()
+        subnet, now = node.world.subnet_id, node.clock.now()
+        old = _created_at(now - 3600)
         await node.settle()
         dead_node = _leftover_eni(client, subnet, "i-0dead00000000000a", old, cluster="prod")
         fresh = _leftover_eni(client, subnet, "i-0dead00000000000b", _created_at(now), "prod")
@@ -152,25 +149,21 @@ async def test_eni_gc_with_a_cluster_name_sweeps_what_terminated_nodes_left(
         scoped = EniGc(node.api, node.world.instance_id, 0.0, node.clock, spared)
         assert await scoped.run_once() == (), "without a cluster name: this instance's only"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s25_attach_applied_but_answered_with_an_error_does_not_stall_growth(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node, faults = await faulty_node(
-        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
-    )
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5), faults
+    ) as node:
         faults.partial_failure("AttachNetworkInterface", times=1)
         await node.pool.run_once()
         await rounds(node)
         assert node.engine.snapshot().counts[AddressState.FREE] >= 5, "the pool reached its target"
         assert node.pool.health.consecutive_failures == 0
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s25_throttled_attach_reuses_the_created_eni_instead_of_creating_another(
@@ -179,10 +172,10 @@ async def test_s25_throttled_attach_reuses_the_created_eni_instead_of_creating_a
     """Under an exhausted mutating budget, an ENI whose attach was throttled is the one attached on
     the next tick: one CreateNetworkInterface, not one per tick (the cluster simulator showed
     creates running far ahead of attaches)."""
-    node, faults = await faulty_node(
-        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
-    )
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5), faults
+    ) as node:
         faults.throttle("AttachNetworkInterface")
         for _ in range(3):
             health = node.pool.health  # past any backoff, and past the throttle's hold
@@ -199,17 +192,15 @@ async def test_s25_throttled_attach_reuses_the_created_eni_instead_of_creating_a
         assert node.engine.snapshot().counts[AddressState.FREE] >= 5
         assert not node.pool.pending_enis
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_an_eni_kept_for_another_attach_is_deleted_once_no_longer_wanted(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node, faults = await faulty_node(
-        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
-    )
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5), faults
+    ) as node:
         faults.throttle("AttachNetworkInterface")
         await node.pool.run_once()
         (kept,) = node.pool.pending_enis
@@ -224,8 +215,6 @@ async def test_an_eni_kept_for_another_attach_is_deleted_once_no_longer_wanted(
         )["NetworkInterfaces"]
         assert gone == [], "deleted, not left for ENI GC"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_the_first_new_eni_takes_its_device_index_from_the_drifts_read_at_start(
@@ -234,8 +223,10 @@ async def test_the_first_new_eni_takes_its_device_index_from_the_drifts_read_at_
     """The daemon's start-up drift read the instance's ENIs from EC2: the first new ENI needs no
     DescribeNetworkInterfaces of its own (in a cluster joining at once, each is one more read
     against a saturated budget)."""
-    node, _ = await faulty_node(embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5))
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5), faults
+    ) as node:
         listings = _listings_counted(node)
         await node.drift.run_once()
         assert listings == [1]
@@ -243,17 +234,15 @@ async def test_the_first_new_eni_takes_its_device_index_from_the_drifts_read_at_
         assert len(node.engine.state.enis()) == 2, "a new ENI was made"
         assert listings == [1], "with no listing of its own"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_a_listing_asked_for_before_an_attach_failed_leaves_the_next_eni_to_describe(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node, faults = await faulty_node(
-        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5)
-    )
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5), faults
+    ) as node:
         await node.drift.run_once()
         stale = node.pool.new_enis.listing_ticket()
         faults.partial_failure("AttachNetworkInterface", times=1)
@@ -268,8 +257,6 @@ async def test_a_listing_asked_for_before_an_attach_failed_leaves_the_next_eni_t
         assert len(node.engine.state.enis()) == 3, "another ENI was made"
         assert listings == [1], "it listed the instance's ENIs first"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 def _listings_counted(node: CloudNode) -> list[int]:

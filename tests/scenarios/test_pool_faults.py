@@ -15,8 +15,10 @@ import pytest
 from cloud.embedded.faults import FaultInjector
 from cloud.embedded.world import EmbeddedEc2
 from datastore.records import AllocationRecord
+from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState
+from ipamd.node.cloud_node import open_cloud_node
 from tests.scenarios.pool_support import (
     EAGER,
     NO_RELEASE_DELAY,
@@ -29,11 +31,9 @@ from tests.scenarios.pool_support import (
     releasing,
     rounds,
 )
-from tests.support.cloudnode import open_cloud_node
 from tests.support.ec2_doubles import (
     retrying_on,
 )
-from tests.support.invariants import check_invariants
 from tests.support.node import key
 
 # -- S25 ---------------------------------------------------------------------------------------
@@ -64,18 +64,17 @@ async def test_s25_throttling_and_errors_during_churn(
 ) -> None:
     faults = FaultInjector(seed=27)
     targets = replace(EAGER, warm_ip_target=3, minimum_ip_target=4)
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         "m5.large",
         targets=targets,
         api_wrapper=retrying_on(faults),
         settings=NO_RELEASE_DELAY,
-    )
-    rng = random.Random(2025)
-    live: list[str] = []
-    served = refused = 0
-    try:
+    ) as node:
+        rng = random.Random(2025)
+        live: list[str] = []
+        served = refused = 0
         await node.settle()
         _inject_churn_faults(faults)
         for step in range(200):
@@ -129,17 +128,15 @@ async def test_s25_throttling_and_errors_during_churn(
         await node.settle()
         assert releasing(node) == set(), "nothing stuck releasing"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s25_unassign_applied_but_answered_with_an_error_hands_out_none_of_its_units(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node, faults = await faulty_node(
-        embedded, tmp_path, "m5.large", replace(EAGER, warm_ip_target=2)
-    )
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded, tmp_path, "m5.large", replace(EAGER, warm_ip_target=2), faults
+    ) as node:
         await fill_then_empty(node, 3, "old")
         excess = set(node.pool.plan().release_units)
         assert len(excess) == 3
@@ -154,8 +151,6 @@ async def test_s25_unassign_applied_but_answered_with_an_error_hands_out_none_of
         await rounds(node)
         assert releasing(node) == set()
         node.check()
-    finally:
-        await node.engine.close()
 
 
 @pytest.mark.parametrize("direction", ["grow", "shrink"])
@@ -166,9 +161,10 @@ async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
     fails like a failed EC2 call, with backoff, memory unchanged; what EC2 did meanwhile the drift
     reconciles once the disk takes writes again."""
     targets = replace(EAGER, warm_ip_target=2)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets, settings=NO_RELEASE_DELAY)
-    store = await on_faulty_store(node)
-    try:
+    async with open_cloud_node(
+        embedded, tmp_path, targets=targets, settings=NO_RELEASE_DELAY
+    ) as node:
+        store = await on_faulty_store(node)
         if direction == "shrink":
             await fill_then_empty(node, 3, "old")  # one free address more than wanted
         plan = node.pool.plan()
@@ -185,5 +181,3 @@ async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
         await node.drift.run_once()
         await node.settle()
         node.check()  # EC2's view and ipamd's agree again
-    finally:
-        await node.engine.close()

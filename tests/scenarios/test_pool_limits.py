@@ -16,12 +16,12 @@ import pytest
 from cloud.embedded.world import EmbeddedEc2
 from datastore.records import AllocationRecord
 from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
 from tests.scenarios.pool_support import (
     EAGER,
     releasing,
 )
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.ec2_doubles import (
     check_mixed,
     ec2_units_of_both_kinds,
@@ -49,16 +49,15 @@ async def test_s31_subnet_exhausted_pauses_growth_and_spares_existing_pods(
 ) -> None:
     # A /28: 11 usable addresses, the instance's primary holds one; one ENI can take all ten.
     targets = replace(EAGER, warm_ip_target=4)
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         "c5.18xlarge",
         targets=targets,
         subnet_cidr="10.0.0.0/28",
         settings=EXHAUSTION_ALONE,
-    )
-    health = node.pool.health
-    try:
+    ) as node:
+        health = node.pool.health
         for i in range(6):
             await node.settle()
             await node.engine.assign(key(f"pod-{i}"))
@@ -90,25 +89,22 @@ async def test_s31_subnet_exhausted_pauses_growth_and_spares_existing_pods(
         assert health.errors_by_code == {"InsufficientFreeAddressesInSubnet": 2}
         assert _allocations(node) == pods and _on_ec2(node, pods)
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s31_subnet_exhausted_backs_off_and_falls_back_in_prefix_mode(
     embedded: EmbeddedEc2, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A /27 has free addresses but no /28 free of reserved ones: no prefix can be delegated.
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         prefix_mode=True,
         subnet_cidr="10.0.0.0/27",
         fallback=True,
         settings=EXHAUSTION_ALONE,
-    )
-    health = node.pool.health
-    state = node.engine.state
-    try:
+    ) as node:
+        health = node.pool.health
+        state = node.engine.state
         now = node.clock.now()
         await node.pool.run_once()
         assert health.errors_by_code == {"InsufficientCidrBlocks": 1}
@@ -137,8 +133,6 @@ async def test_s31_subnet_exhausted_backs_off_and_falls_back_in_prefix_mode(
         assert _allocations(node) == before and _on_ec2(node, before), "existing pods untouched"
         assert releasing(node) == set()
         check_mixed(node)
-    finally:
-        await node.engine.close()
 
 
 # -- S32 ---------------------------------------------------------------------------------------
@@ -148,9 +142,8 @@ async def test_s32_limits_no_call_ec2_would_reject_and_max_pods_is_clear(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     # t3.small: 3 ENIs of 4 IPv4 addresses, the primary one included: 9 pod addresses.
-    node = await open_cloud_node(embedded, tmp_path, "t3.small")
-    served: list[AllocationRecord] = []
-    try:
+    async with open_cloud_node(embedded, tmp_path, "t3.small") as node:
+        served: list[AllocationRecord] = []
         error: Exception | None = None
         for i in range(20):
             await node.settle()
@@ -177,16 +170,13 @@ async def test_s32_limits_no_call_ec2_would_reject_and_max_pods_is_clear(
             assert node.calls.count(outcome=code) == 0
         assert node.calls.errors() == 0, "no call EC2 rejected"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s32_add_past_a_max_pods_override_fails_with_max_pods_reached(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = replace(EAGER, max_pods=5)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets)
-    try:
+    async with open_cloud_node(embedded, tmp_path, targets=targets) as node:
         for i in range(5):
             await node.settle()
             await node.engine.assign(key(f"pod-{i}"))
@@ -197,15 +187,12 @@ async def test_s32_add_past_a_max_pods_override_fails_with_max_pods_reached(
         assert (refused.value.code, refused.value.retryable) == ("max_pods", False)
         assert "5" in str(refused.value) and "max pods" in str(refused.value)
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s32_add_at_full_capacity_does_not_claim_the_pool_is_growing(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path, "t3.small")
-    try:
+    async with open_cloud_node(embedded, tmp_path, "t3.small") as node:
         for i in range(9):
             await node.settle()
             await node.engine.assign(key(f"pod-{i}"))
@@ -214,5 +201,3 @@ async def test_s32_add_at_full_capacity_does_not_claim_the_pool_is_growing(
             await node.engine.assign(key("pod-9"))
         assert "growing" not in str(refused.value)
         node.check()
-    finally:
-        await node.engine.close()

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from cloud.embedded.faults import FaultInjector
 from cloud.embedded.world import EmbeddedEc2
 from datastore.records import AllocationRecord
 from ipamd.errors import NoAddressAvailable, NodeFull
 from ipamd.model import AddressState
+from ipamd.node.cloud_node import open_cloud_node
 from ipamd.policy.model import PoolTargets
 from tests.scenarios.pool_support import (
     EAGER,
@@ -31,7 +33,6 @@ from tests.scenarios.pool_support import (
     releasing,
     rounds,
 )
-from tests.support.cloudnode import open_cloud_node
 from tests.support.ec2_doubles import (
     GatedEc2,
     LaggingEc2,
@@ -45,12 +46,11 @@ async def test_s19_release_racing_allocate_never_hands_out_a_releasing_unit(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = replace(EAGER, warm_ip_target=4)
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, targets=targets, api_wrapper=GatedEc2, settings=NO_RELEASE_DELAY
-    )
-    gated = node.api
-    assert isinstance(gated, GatedEc2)
-    try:
+    ) as node:
+        gated = node.api
+        assert isinstance(gated, GatedEc2)
         await fill_then_empty(node, 4, "old")
         excess = set(node.pool.plan().release_units)
         assert len(excess) == 4, "8 free addresses, WARM_IP_TARGET=4: four go back"
@@ -79,8 +79,6 @@ async def test_s19_release_racing_allocate_never_hands_out_a_releasing_unit(
         assert excess.isdisjoint(node.engine.state.units()), "and from ipamd"
         assert releasing(node) == set()
         node.check()
-    finally:
-        await node.engine.close()
 
 
 # -- S20 ---------------------------------------------------------------------------------------
@@ -91,12 +89,11 @@ async def test_s20_released_address_returned_by_ec2_is_allocatable_again(
     embedded: EmbeddedEc2, tmp_path: Path, prefix_mode: bool
 ) -> None:
     targets = replace(EAGER, warm_ip_target=1)
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, targets=targets, prefix_mode=prefix_mode, settings=NO_RELEASE_DELAY
-    )
-    state = node.engine.state
-    size = node.strategy.addresses_per_unit
-    try:
+    ) as node:
+        state = node.engine.state
+        size = node.strategy.addresses_per_unit
         await fill_then_empty(node, size, "old")  # two units, both free: one goes back
         await node.settle()
         assert len(state.released()) == 1
@@ -125,8 +122,6 @@ async def test_s20_released_address_returned_by_ec2_is_allocatable_again(
         served = [await node.engine.assign(key(f"new-{i}")) for i in range(2 * size)]
         assert addresses({cidr}) <= handed_out(served), "every address of it is allocatable"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 # -- S21 ---------------------------------------------------------------------------------------
@@ -138,12 +133,11 @@ async def test_s21_release_aborted_when_excess_becomes_need(
     targets = replace(EAGER, warm_ip_target=2)
     # The addresses EC2 draws decide which free unit the ADD takes (the fullest, then the lowest
     # CIDR) and which the plan gives back; with this seed's draws they differ, the case at issue.
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, targets=targets, seed=10, settings=NO_RELEASE_DELAY
-    )
-    store = await on_faulty_store(node, inline_writes=False)
-    state = node.engine.state
-    try:
+    ) as node:
+        store = await on_faulty_store(node, inline_writes=False)
+        state = node.engine.state
         await fill_then_empty(node, 1, "old")  # three free addresses, two wanted
         free_before = {c for c, u in state.units().items() if u.state == "active"}
         assert len(free_before) == 3
@@ -174,8 +168,6 @@ async def test_s21_release_aborted_when_excess_becomes_need(
         assert node.calls.count("UnassignPrivateIpAddresses") == 0
         assert node.engine.snapshot().counts[AddressState.FREE] == 2
         node.check()
-    finally:
-        await node.engine.close()
 
 
 # -- S22 ---------------------------------------------------------------------------------------
@@ -185,15 +177,14 @@ async def test_s22_stale_describe_after_assign_does_not_over_allocate(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = replace(EAGER, warm_ip_target=3)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets, api_wrapper=LaggingEc2)
-    lagging = node.api
-    assert isinstance(lagging, LaggingEc2)
-    limits = await node.ec2.instance_limits(node.world.instance_type)
-    per_eni, max_enis = limits.units_per_eni, limits.max_enis
-    instance_id = node.world.instance_id
-    pods = 0
-    stale_seen = 0
-    try:
+    async with open_cloud_node(embedded, tmp_path, targets=targets, api_wrapper=LaggingEc2) as node:
+        lagging = node.api
+        assert isinstance(lagging, LaggingEc2)
+        limits = await node.ec2.instance_limits(node.world.instance_type)
+        per_eni, max_enis = limits.units_per_eni, limits.max_enis
+        instance_id = node.world.instance_id
+        pods = 0
+        stale_seen = 0
         for _ in range(16):
             for _ in range(2):
                 try:
@@ -220,17 +211,15 @@ async def test_s22_stale_describe_after_assign_does_not_over_allocate(
         assert node.calls.count("UnassignPrivateIpAddresses") == 0, "no new unit released"
         assert node.calls.count("DetachNetworkInterface") == 0
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s21_describe_failing_mid_eni_release_leaves_nothing_releasing(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node, faults = await faulty_node(
-        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=1)
-    )
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=1), faults
+    ) as node:
         await fill_then_empty(node, 4, "old")
         assert node.pool.plan().release_enis, "a whole ENI goes back"
         faults.throttle("DescribeNetworkInterfaces")
@@ -241,18 +230,20 @@ async def test_s21_describe_failing_mid_eni_release_leaves_nothing_releasing(
         await rounds(node)
         assert node.pool.plan().is_empty()
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s21_unassign_failing_on_one_eni_leaves_nothing_releasing_on_the_others(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     # ENIs young enough to be kept: the excess goes back unit by unit, from both ENIs.
-    node, faults = await faulty_node(
-        embedded, tmp_path, "t3.small", PoolTargets(warm_ip_target=1, min_eni_lifetime_s=3600)
-    )
-    try:
+    faults = FaultInjector(seed=1)
+    async with faulty_node(
+        embedded,
+        tmp_path,
+        "t3.small",
+        PoolTargets(warm_ip_target=1, min_eni_lifetime_s=3600),
+        faults,
+    ) as node:
         await fill_then_empty(node, 5, "old")
         plan = node.pool.plan()
         owners = {node.engine.state.units()[c].eni_id for c in plan.release_units}
@@ -273,5 +264,3 @@ async def test_s21_unassign_failing_on_one_eni_leaves_nothing_releasing_on_the_o
         assert set(report.settled_kept) == failed
         assert releasing(node) == set(), "nothing stuck releasing"
         node.check()
-    finally:
-        await node.engine.close()

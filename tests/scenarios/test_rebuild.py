@@ -9,54 +9,54 @@ from pathlib import Path
 
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.engine.engine import Engine
+from ipamd.engine.invariants import check_invariants
+from ipamd.node.cloud_node import open_cloud_node
 from ipamd.node.engine_parts import rebuild_drift
 from ipamd.reconcile.rebuild import REBUILT_NETWORK, gather_claims, rebuild_state
 from ipamd.runtime.cri import GrpcCriRuntime
-from tests.support.cloudnode import open_cloud_node
 from tests.support.cri_server import FakeCriServer
-from tests.support.invariants import check_invariants
 from tests.support.node import key
 
 
 async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path)
-    await node.settle()
-    pods = {
-        f"sandbox-{i}": (await node.engine.assign(key(f"sandbox-{i}"))).addresses for i in range(4)
-    }
-    await node.engine.close()
-    node.path.write_bytes(b"\0" * 4096)  # the file is gone bad
+    async with open_cloud_node(embedded, tmp_path) as node:
+        await node.settle()
+        pods = {
+            f"sandbox-{i}": (await node.engine.assign(key(f"sandbox-{i}"))).addresses
+            for i in range(4)
+        }
+        await node.engine.close()
+        node.path.write_bytes(b"\0" * 4096)  # the file is gone bad
 
-    async with FakeCriServer() as cri, GrpcCriRuntime(cri.endpoint) as runtime:
-        for sid in (
-            "sandbox-0",
-            "sandbox-1",
-            "sandbox-2",
-        ):  # sandbox-3 is gone with the node's reboot
-            cri.add(sid, addresses=pods[sid])
-        cri.add("elsewhere", addresses=("192.168.9.9",))  # an address not on this node per EC2
-        plan = await gather_claims(runtime, runtime)
-    assert set(plan.claims) == {"sandbox-0", "sandbox-1", "sandbox-2", "elsewhere"}
+        async with FakeCriServer() as cri, GrpcCriRuntime(cri.endpoint) as runtime:
+            for sid in (
+                "sandbox-0",
+                "sandbox-1",
+                "sandbox-2",
+            ):  # sandbox-3 is gone with the node's reboot
+                cri.add(sid, addresses=pods[sid])
+            cri.add("elsewhere", addresses=("192.168.9.9",))  # an address not on this node per EC2
+            plan = await gather_claims(runtime, runtime)
+        assert set(plan.claims) == {"sandbox-0", "sandbox-1", "sandbox-2", "elsewhere"}
 
-    async def open_engine(path: Path) -> Engine:
-        engine = await Engine.open(path, node.clock, node.engine.settings)
-        await engine.claim_instance(node.world.instance_id)
-        return engine
+        async def open_engine(path: Path) -> Engine:
+            engine = await Engine.open(path, node.clock, node.engine.settings)
+            await engine.claim_instance(node.world.instance_id)
+            return engine
 
-    async def read_ec2(engine: Engine) -> None:
-        drift = rebuild_drift(
-            engine, node.api, node.world.instance_id, node.parts.kinds, node.clock
-        )
-        await drift.run_once()
+        async def read_ec2(engine: Engine) -> None:
+            drift = rebuild_drift(
+                engine, node.api, node.world.instance_id, node.parts.kinds, node.clock
+            )
+            await drift.run_once()
 
-    aside, unfixable = await rebuild_state(node.path, plan, open_engine, read_ec2, node.clock)
-    assert aside.read_bytes() == b"\0" * 4096, "the unusable file is kept as it was"
-    assert unfixable == ["192.168.9.9 of sandbox elsewhere is not on this node per EC2"]
+        aside, unfixable = await rebuild_state(node.path, plan, open_engine, read_ec2, node.clock)
+        assert aside.read_bytes() == b"\0" * 4096, "the unusable file is kept as it was"
+        assert unfixable == ["192.168.9.9 of sandbox elsewhere is not on this node per EC2"]
 
-    await node.reopen()
-    try:
+        await node.reopen()
         assert node.engine.unavailable is None
         rebuilt = {k.container_id: a.addresses for k, a in node.engine.state.allocations().items()}
         assert rebuilt == {sid: pods[sid] for sid in ("sandbox-0", "sandbox-1", "sandbox-2")}
@@ -68,5 +68,3 @@ async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
         )
         check_invariants(node.engine, node.path, node.clock.now())
         assert node.ec2_units() == node.ipamd_units()
-    finally:
-        await node.engine.close()

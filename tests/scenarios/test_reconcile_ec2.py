@@ -17,8 +17,8 @@ from cloud.embedded.world import EmbeddedEc2
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
 
 GRACE_S = 60.0
@@ -40,8 +40,7 @@ def _assign_on_ec2(node: CloudNode, eni_id: str, cidr: str) -> None:
 async def test_owned_address_ec2_drops_becomes_lost_and_comes_back_assigned(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path)
-    try:
+    async with open_cloud_node(embedded, tmp_path) as node:
         await node.settle()
         alloc = await node.engine.assign(key("pod"))
         cidr, eni_id = alloc.unit_cidrs[0], alloc.eni_id
@@ -58,16 +57,13 @@ async def test_owned_address_ec2_drops_becomes_lost_and_comes_back_assigned(
         assert report.found_again == [cidr]
         assert node.engine.state.owner_of(alloc.addresses[0]) == key("pod")
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_units_ec2_lists_and_ipamd_lacks_are_added_free_outside_grace(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = PoolTargets(warm_ip_target=2, minimum_ip_target=2)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets)
-    try:
+    async with open_cloud_node(embedded, tmp_path, targets=targets) as node:
         await node.settle()
         eni_id = next(iter(node.engine.state.enis()))
         answer = node.world.client().assign_private_ip_addresses(
@@ -77,16 +73,13 @@ async def test_units_ec2_lists_and_ipamd_lacks_are_added_free_outside_grace(
         report = await node.drift.run_once()
         assert report.added == [new]
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s12_restart_during_scale_down_waits_for_ec2_to_settle(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     targets = PoolTargets(warm_ip_target=2, minimum_ip_target=2)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets)
-    try:
+    async with open_cloud_node(embedded, tmp_path, targets=targets) as node:
         await node.settle()
         free = [c for c, u in node.engine.state.units().items() if u.state == "active"]
         # ipamd marked two units for release, unassigned only the first, and died.
@@ -105,15 +98,12 @@ async def test_s12_restart_during_scale_down_waits_for_ec2_to_settle(
         assert report.settled_kept == [marked[1]], "EC2 still lists it: free again"
         assert node.engine.state.units()[marked[1]].state == "active"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_s26_state_from_another_instance_is_set_aside_and_reread(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path)
-    try:
+    async with open_cloud_node(embedded, tmp_path) as node:
         await node.settle()
         await node.engine.claim_instance("i-0000000000000dead")  # the volume's first life
         await node.engine.assign(key("old-pod"))
@@ -131,8 +121,6 @@ async def test_s26_state_from_another_instance_is_set_aside_and_reread(
         assert report.enis_added, "the inventory is read afresh from EC2"
         node.check()
         assert not await node.engine.claim_instance(node.world.instance_id), "idempotent"
-    finally:
-        await node.engine.close()
 
 
 def _consistent(snapshot: PoolSnapshot) -> None:
@@ -184,22 +172,21 @@ async def test_s30_snapshots_during_churn_and_growth_are_consistent(
         wrappers.append(_SnapshottingEc2(inner))
         return wrappers[-1]
 
-    node = await open_cloud_node(embedded, tmp_path, "t3.small", api_wrapper=wrap)
-    snapshots: list[PoolSnapshot] = []
-    wrappers[0].take = lambda: snapshots.append(node.engine.snapshot())
+    async with open_cloud_node(embedded, tmp_path, "t3.small", api_wrapper=wrap) as node:
+        snapshots: list[PoolSnapshot] = []
+        wrappers[0].take = lambda: snapshots.append(node.engine.snapshot())
 
-    async def observed(operation: Awaitable[object]) -> None:
-        # Snapshots while the engine has decided and its commit is in flight on the store thread.
-        # (A few turns of the loop, not a spin: a spinning observer starves the store thread of
-        # the GIL and one commit then takes a second.)
-        task = asyncio.ensure_future(operation)
-        for _ in range(3):
-            await asyncio.sleep(0)
-            snapshots.append(node.engine.snapshot())
-        with contextlib.suppress(NoAddressAvailable):
-            await task
+        async def observed(operation: Awaitable[object]) -> None:
+            # Snapshots while the engine has decided and its commit is in flight on the store thread.
+            # (A few turns of the loop, not a spin: a spinning observer starves the store thread of
+            # the GIL and one commit then takes a second.)
+            task = asyncio.ensure_future(operation)
+            for _ in range(3):
+                await asyncio.sleep(0)
+                snapshots.append(node.engine.snapshot())
+            with contextlib.suppress(NoAddressAvailable):
+                await task
 
-    try:
         for i in range(40):
             await observed(node.engine.assign(key(f"p{i}")))
             if i % 3 == 0:
@@ -210,8 +197,6 @@ async def test_s30_snapshots_during_churn_and_growth_are_consistent(
         for snapshot in snapshots:
             _consistent(snapshot)
         node.check()
-    finally:
-        await node.engine.close()
 
 
 def _attach_raw(node: CloudNode, device_index: int, tags: dict[str, str]) -> str:
@@ -237,8 +222,7 @@ def _attach_raw(node: CloudNode, device_index: int, tags: dict[str, str]) -> str
 async def test_drift_gives_our_attached_eni_delete_on_termination_and_leaves_others_alone(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path, "m5.large")
-    try:
+    async with open_cloud_node(embedded, tmp_path, "m5.large") as node:
         ours = _attach_raw(
             node, 1, {TAG_INSTANCE_ID: node.world.instance_id, TAG_MANAGED_BY: MANAGED_BY}
         )
@@ -252,5 +236,3 @@ async def test_drift_gives_our_attached_eni_delete_on_termination_and_leaves_oth
         assert after[ours].delete_on_termination, "ours now goes with the instance"
         assert not after[foreign].delete_on_termination, "not ipamd's to decide"
         assert not (await node.drift.run_once()).enis_bound_to_instance, "set once"
-    finally:
-        await node.engine.close()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
 
 EAGER = PoolTargets(min_eni_lifetime_s=0)
@@ -39,10 +39,9 @@ async def _come_and_go(node: CloudNode, name: str) -> None:
 async def test_a_spare_eni_goes_only_after_the_delay_and_a_break_starts_it_over(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path, "m5.large", targets=EAGER)
-    delay_s = node.config.release_delay_s
-    assert delay_s == 300.0, "the default"
-    try:
+    async with open_cloud_node(embedded, tmp_path, "m5.large", targets=EAGER) as node:
+        delay_s = node.config.release_delay_s
+        assert delay_s == 300.0, "the default"
         await node.settle()
         assert len(node.ec2_units()) == 1, "the primary's 9 free addresses meet the target"
         await _come_and_go(node, "pod-0")
@@ -66,32 +65,28 @@ async def test_a_spare_eni_goes_only_after_the_delay_and_a_break_starts_it_over(
         assert len(node.ec2_units()) == 1, "spare for the whole delay: gone"
         assert not node.pool.plan().release_enis
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_a_delay_of_zero_frees_a_spare_eni_at_the_first_round(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, "m5.large", targets=EAGER, settings={"release_delay_s": 0.0}
-    )
-    try:
+    ) as node:
         await node.settle()
         await _come_and_go(node, "pod-0")
         assert len(node.ec2_units()) == 2
         await node.pool.run_once()
         assert len(node.ec2_units()) == 1, "as VPC CNI does"
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_a_spare_prefix_goes_only_after_the_delay(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(embedded, tmp_path, "m5.large", targets=EAGER, prefix_mode=True)
-    try:
+    async with open_cloud_node(
+        embedded, tmp_path, "m5.large", targets=EAGER, prefix_mode=True
+    ) as node:
         await node.settle()
         prefixes = sum(len(units) for units in node.ec2_units().values())
         await _come_and_go(node, "pod-0")
@@ -105,5 +100,3 @@ async def test_a_spare_prefix_goes_only_after_the_delay(
         await node.pool.run_once()
         assert sum(len(units) for units in node.ec2_units().values()) == prefixes, "given back"
         node.check()
-    finally:
-        await node.engine.close()

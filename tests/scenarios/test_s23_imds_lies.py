@@ -15,9 +15,9 @@ import pytest
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2
 from cloud.imds import Imdsv2Client
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
 from ipamd.reconcile.imds_hint import ImdsHint
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.node import key
 
 GRACE_S = 60.0
@@ -96,22 +96,21 @@ class Views:
 @pytest.fixture
 async def views(embedded: EmbeddedEc2, tmp_path: Path) -> AsyncIterator[Views]:
     targets = PoolTargets(warm_ip_target=2, minimum_ip_target=2, min_eni_lifetime_s=0)
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         targets=targets,
         subnet_cidr="10.56.144.0/20",
         settings={"release_delay_s": 0.0},  # the excess goes at once: the lie meets a release
-    )
-    sim = ImdsSimulator(node.world, clock=node.clock.now)
-    base_url = await sim.start()
-    imds = Imdsv2Client(base_url, clock=node.clock.now)
-    try:
-        yield Views(node, sim, imds, [])
-    finally:
-        await imds.close()
-        await sim.close()
-        await node.engine.close()
+    ) as node:
+        sim = ImdsSimulator(node.world, clock=node.clock.now)
+        base_url = await sim.start()
+        imds = Imdsv2Client(base_url, clock=node.clock.now)
+        try:
+            yield Views(node, sim, imds, [])
+        finally:
+            await imds.close()
+            await sim.close()
 
 
 async def test_s23_seed_001_timeline_never_releases_the_in_use_address(views: Views) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from datastore.readonly import read_disk
+from ipamd.engine.invariants import check_state
 from ipamd.errors import StateUnavailable
-from tests.support.invariants import check_state, read_disk
 from tests.support.node import NodeFixture, key
 
 

@@ -21,15 +21,14 @@ from cloud.fakes import FakeEc2, FakeImds
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
+from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
+from ipamd.node.cloud_node import CloudNode, node_config, open_cloud_node
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
 from ipamd.runtime.fake import FakeRuntime
-from tests.support.cloudnode import CloudNode, open_cloud_node
-from tests.support.configs import node_config
-from tests.support.invariants import check_invariants
 from tests.support.node import key
 
 # Grow a new ENI as soon as the primary (9 addresses) cannot keep 12 free; give back at once.
@@ -380,55 +379,55 @@ async def test_on_ec2_enis_go_to_the_tagged_subnet_with_the_most_free_addresses(
     """Through the boto3 adapter on the embedded EC2: of a node /24, a tagged /22, a larger /19
     scoped to another cluster, another zone's and untagged ones, both new ENIs go to the /22, and
     the adapter's call log counts one DescribeSubnets for both."""
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, targets=TARGETS, subnet_cidr="10.0.0.0/24", layout=EC2_LAYOUT
-    )
-    await node.settle()
-    for n in range(18):
-        await node.engine.assign(key(f"pod-{n}"))
+    ) as node:
         await node.settle()
+        for n in range(18):
+            await node.engine.assign(key(f"pod-{n}"))
+            await node.settle()
 
-    assert _ec2_subnets(node) == [node.world.subnet("10.0.16.0/22").subnet_id] * 2
-    assert node.calls.count("DescribeSubnets") == 1
-    green = node.world.subnet("100.64.0.0/19").subnet_id
-    assert node.engine.closed_subnets == {green}, "scoped to another cluster (test-cluster here)"
-    node.check()
-    await node.engine.close()
+        assert _ec2_subnets(node) == [node.world.subnet("10.0.16.0/22").subnet_id] * 2
+        assert node.calls.count("DescribeSubnets") == 1
+        green = node.world.subnet("100.64.0.0/19").subnet_id
+        assert node.engine.closed_subnets == {green}, (
+            "scoped to another cluster (test-cluster here)"
+        )
+        node.check()
 
 
 async def test_on_ec2_a_zero_tag_on_the_nodes_subnet_drains_its_secondary_eni(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         targets=PoolTargets(warm_ip_target=2, min_eni_lifetime_s=0),
         subnet_cidr="10.0.0.0/20",
         layout=EC2_LAYOUT,
-    )
-    await node.settle()
-    for n in range(12):
-        await node.engine.assign(key(f"old-{n}"))
+    ) as node:
         await node.settle()
-    assert _ec2_subnets(node) == [node.world.subnet_id], "the node's /20 has the most free"
+        for n in range(12):
+            await node.engine.assign(key(f"old-{n}"))
+            await node.settle()
+        assert _ec2_subnets(node) == [node.world.subnet_id], "the node's /20 has the most free"
 
-    node.world.client().create_tags(
-        Resources=[node.world.subnet_id], Tags=[{"Key": CNI_ROLE_TAG, "Value": "0"}]
-    )
-    node.clock.advance(HALF_HOUR_S)
-    await node.settle()
-    record = await node.engine.assign(key("new"))
-    await node.settle()
-    pods = node.world.subnet("10.0.16.0/22").subnet_id
-    assert node.engine.state.enis()[record.eni_id].subnet_id == pods
-    for n in range(12):
-        await node.engine.release(key(f"old-{n}"))
-    node.clock.advance(31.0)
-    await node.settle()
+        node.world.client().create_tags(
+            Resources=[node.world.subnet_id], Tags=[{"Key": CNI_ROLE_TAG, "Value": "0"}]
+        )
+        node.clock.advance(HALF_HOUR_S)
+        await node.settle()
+        record = await node.engine.assign(key("new"))
+        await node.settle()
+        pods = node.world.subnet("10.0.16.0/22").subnet_id
+        assert node.engine.state.enis()[record.eni_id].subnet_id == pods
+        for n in range(12):
+            await node.engine.release(key(f"old-{n}"))
+        node.clock.advance(31.0)
+        await node.settle()
 
-    assert _ec2_subnets(node) == [pods]
-    node.check()
-    await node.engine.close()
+        assert _ec2_subnets(node) == [pods]
+        node.check()
 
 
 async def test_on_ec2_the_eni_config_gives_its_subnet_and_security_groups(
@@ -436,24 +435,23 @@ async def test_on_ec2_the_eni_config_gives_its_subnet_and_security_groups(
 ) -> None:
     """Custom networking on the embedded EC2: the ENI is created in the ENIConfig's (untagged)
     subnet with the ENIConfig's security group, as DescribeNetworkInterfaces shows it."""
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded, tmp_path, targets=TARGETS, subnet_cidr="10.0.0.0/24", layout=EC2_LAYOUT
-    )
-    world = node.world
-    group = world.client().create_security_group(
-        GroupName="pods", Description="pods", VpcId=world.vpc_id
-    )["GroupId"]
-    custom = world.subnet("100.64.96.0/26").subnet_id
-    node.eni_config = EniConfig(world.availability_zone, custom, (group,))
-    await node.engine.close()
-    await node.reopen()
-    await node.settle()
+    ) as node:
+        world = node.world
+        group = world.client().create_security_group(
+            GroupName="pods", Description="pods", VpcId=world.vpc_id
+        )["GroupId"]
+        custom = world.subnet("100.64.96.0/26").subnet_id
+        node.eni_config = EniConfig(world.availability_zone, custom, (group,))
+        await node.engine.close()
+        await node.reopen()
+        await node.settle()
 
-    (eni_id,) = [e for e in node.engine.state.enis() if e != node.world.primary_eni_id]
-    described = node.world.client().describe_network_interfaces(NetworkInterfaceIds=[eni_id])
-    (eni,) = described["NetworkInterfaces"]
-    assert eni["SubnetId"] == custom
-    assert [g["GroupId"] for g in eni["Groups"]] == [group]
-    assert node.calls.count("DescribeSubnets") == 0
-    node.check()
-    await node.engine.close()
+        (eni_id,) = [e for e in node.engine.state.enis() if e != node.world.primary_eni_id]
+        described = node.world.client().describe_network_interfaces(NetworkInterfaceIds=[eni_id])
+        (eni,) = described["NetworkInterfaces"]
+        assert eni["SubnetId"] == custom
+        assert [g["GroupId"] for g in eni["Groups"]] == [group]
+        assert node.calls.count("DescribeSubnets") == 0
+        node.check()

@@ -18,9 +18,9 @@ from cloud.embedded.fragment import fragment_subnet, free_blocks
 from cloud.embedded.world import EmbeddedEc2
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, SubnetSpec
 from datastore.records import AllocationRecord
+from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
-from tests.support.cloudnode import CloudNode, open_cloud_node
 from tests.support.ec2_doubles import check_mixed, ec2_units_of_both_kinds
 from tests.support.node import key
 
@@ -109,9 +109,10 @@ async def test_scarcity_mode_turns_on_and_off_around_its_threshold_and_returns_a
 ) -> None:
     caplog.set_level(logging.INFO, logger="ipamd.pool.mode")
     targets = replace(EAGER, warm_ip_target=8, minimum_ip_target=4)
-    node = await open_cloud_node(embedded, tmp_path, targets=targets, subnet_cidr="10.0.0.0/24")
-    others = OtherNodes(node)
-    try:
+    async with open_cloud_node(
+        embedded, tmp_path, targets=targets, subnet_cidr="10.0.0.0/24"
+    ) as node:
+        others = OtherNodes(node)
         await node.settle()
         pods = []
         for i in range(2):
@@ -164,26 +165,23 @@ async def test_scarcity_mode_turns_on_and_off_around_its_threshold_and_returns_a
         assert _held(node) == 4 + 8
         assert _on_ec2(node, pods)
         node.check()
-    finally:
-        await node.engine.close()
 
 
 async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_fallback_to_32_reverses_when_prefixes_return(  # noqa: E501
     embedded: EmbeddedEc2, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="ipamd.pool.mode")
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         targets=replace(EAGER, warm_ip_target=4),
         prefix_mode=True,
         subnet_cidr="10.0.0.0/24",
         fallback=True,
-    )
-    health = node.pool.health
-    client: Any = node.world.client()
-    fragmented = fragment_subnet(client, node.world.subnet_id)
-    try:
+    ) as node:
+        health = node.pool.health
+        client: Any = node.world.client()
+        fragmented = fragment_subnet(client, node.world.subnet_id)
         # No /28 to be had: InsufficientCidrBlocks, and the fallback to secondary IPs.
         await node.pool.run_once()
         assert health.errors_by_code == {"InsufficientCidrBlocks": 1}
@@ -236,15 +234,13 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_
         assert health.errors_by_code == {"InsufficientCidrBlocks": 2}
         assert _on_ec2(node, later)
         check_mixed(node)
-    finally:
-        await node.engine.close()
 
 
 async def test_prefixes_take_the_slots_of_free_32s_when_the_fallback_filled_the_node(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     # t3.small: 3 slots per ENI; MAX_ENI=1 leaves the primary only, which the fallback fills.
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         "t3.small",
@@ -252,11 +248,10 @@ async def test_prefixes_take_the_slots_of_free_32s_when_the_fallback_filled_the_
         prefix_mode=True,
         subnet_cidr="10.0.0.0/24",
         fallback=True,
-    )
-    health = node.pool.health
-    client: Any = node.world.client()
-    fragmented = fragment_subnet(client, node.world.subnet_id)
-    try:
+    ) as node:
+        health = node.pool.health
+        client: Any = node.world.client()
+        fragmented = fragment_subnet(client, node.world.subnet_id)
         await node.pool.run_once()
         node.clock.advance(health.backoff_until - node.clock.now() + 0.01)
         await node.settle()
@@ -272,8 +267,6 @@ async def test_prefixes_take_the_slots_of_free_32s_when_the_fallback_filled_the_
         assert _kinds(node) == {"prefix": 1, "ip": 2}, "the free /32's slot holds a prefix"
         assert _on_ec2(node, pods)
         check_mixed(node)
-    finally:
-        await node.engine.close()
 
 
 POD_SUBNET = "100.64.0.0/19"
@@ -289,7 +282,7 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_another_subnet_before_
     """The node's /24 has no /28 left; a tagged pod subnet of the zone does. The prefixes the
     primary ENI cannot get go on a new ENI there, with no /32 drawn anywhere."""
     caplog.set_level(logging.INFO, logger="ipamd.pool.manager")
-    node = await open_cloud_node(
+    async with open_cloud_node(
         embedded,
         tmp_path,
         targets=replace(EAGER, warm_prefix_target=2),
@@ -298,10 +291,9 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_another_subnet_before_
         fallback=True,
         layout=POD_LAYOUT,
         settings={"subnet_scarcity_threshold": 0},
-    )
-    client: Any = node.world.client()
-    fragment_subnet(client, node.world.subnet_id)
-    try:
+    ) as node:
+        client: Any = node.world.client()
+        fragment_subnet(client, node.world.subnet_id)
         await node.settle()
         pod_subnet = node.world.subnet(POD_SUBNET).subnet_id
         enis = node.engine.state.enis()
@@ -315,5 +307,3 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_another_subnet_before_
         pod = await node.engine.assign(key("pod"))
         assert pod.unit_cidrs[0].endswith("/28") and pod.eni_id == secondary[0].eni_id
         check_mixed(node)
-    finally:
-        await node.engine.close()

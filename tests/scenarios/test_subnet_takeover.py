@@ -17,13 +17,13 @@ import pytest
 from cloud.fakes import FakeEc2, FakeImds
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
+from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
+from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import ROLE_TAG
 from ipamd.runtime.fake import FakeRuntime
-from tests.support.configs import node_config
-from tests.support.invariants import check_invariants
 from tests.support.node import key
 
 TARGETS = PoolTargets(warm_eni_target=1, min_eni_lifetime_s=0)

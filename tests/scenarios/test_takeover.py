@@ -19,12 +19,12 @@ from ipamd.awsnode.checkpoint import CheckpointFile, parse
 from ipamd.awsnode.takeover import plan_adoption
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
+from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import PodRef
 from ipamd.node.daemon import Daemon
 from ipamd.runtime.fake import FakeRuntime
 from tests.support.daemons import fake_daemon
-from tests.support.invariants import check_invariants
 
 COOLDOWN_S = 30
 GRACE_S = 60

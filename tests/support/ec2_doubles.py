@@ -19,8 +19,8 @@ from cloud.ec2 import Boto3Ec2
 from cloud.embedded.faults import FaultInjector
 from cloud.models import NetworkInterface, UnitKind
 from cloud.ports import Ec2Api
-from tests.support.cloudnode import FAST, CloudNode
-from tests.support.invariants import check_invariants
+from ipamd.engine.invariants import check_invariants
+from ipamd.node.cloud_node import FAST, CloudNode
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from datastore.records import AllocationKey, EniRecord, UnitKind
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from tests.support.invariants import check_invariants
+from ipamd.engine.invariants import check_invariants
 from tests.support.stores import FaultyStore
 
 

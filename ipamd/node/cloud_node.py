@@ -1,12 +1,19 @@
-"""A whole node on the embedded EC2: a world (VPC, subnet, instance), the boto3 adapter on it, and the
-daemon's parts wired by `ipamd.node.engine_parts` (an engine on a real state file, the pool manager, the EC2
-drift, ...) — with helpers to compare what EC2 reports with what ipamd believes."""
+"""A whole node on the embedded EC2, for tests and benchmarks: a world (VPC, subnet, instance), the
+boto3 adapter on it, and the daemon's parts wired by `open_parts`, the one composition path the daemon
+itself takes (an engine on a real state file, the pool manager, the EC2 drift, ...), on a fake clock
+and a fake runtime — with helpers to compare what EC2 reports with what ipamd believes.
+
+`async with open_cloud_node(embedded, tmp_path) as node:` opens one and closes its engine on the way
+out; `node_config` is the configuration such a node runs with, for callers that wire parts of their
+own.
+"""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +28,7 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
+from ipamd.engine.invariants import InvariantBroken, check_invariants
 from ipamd.node.engine_parts import (
     EngineOpener,
     NodeFacts,
@@ -35,8 +43,6 @@ from ipamd.policy.modes import UnitStrategy
 from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
-from tests.support.configs import node_config
-from tests.support.invariants import check_invariants
 
 # Generous buckets: these tests are about correctness, and the fake clock does not refill them.
 FAST = RateLimits(
@@ -130,10 +136,14 @@ class CloudNode:
         raise AssertionError(f"the pool did not settle in {max_rounds} rounds: {self.pool.plan()}")
 
     def check(self) -> None:
+        """The engine's invariants hold, and what EC2 reports equals what ipamd believes."""
         check_invariants(self.engine, self.path, self.clock.now())
-        assert self.ec2_units() == self.ipamd_units(), "what EC2 reports equals what ipamd believes"
+        ec2, ipamd = self.ec2_units(), self.ipamd_units()
+        if ec2 != ipamd:
+            raise InvariantBroken(f"EC2 reports {ec2}, ipamd believes {ipamd}")
 
 
+@asynccontextmanager
 async def open_cloud_node(
     embedded: EmbeddedEc2,
     tmp_path: Path,
@@ -147,8 +157,11 @@ async def open_cloud_node(
     eni_config: EniConfig | None = None,
     settings: Mapping[str, Any] | None = None,
     seed: int = 7,
-) -> CloudNode:
-    """`layout`: the VPC's other subnets (subnet discovery reads them through `ec2`, whatever wraps
+) -> AsyncIterator[CloudNode]:
+    """A node on `embedded`'s new world, its pool adopted, its state in `tmp_path`; its engine
+    closed on the way out (whichever engine it has then: `reopen` replaces it).
+
+    `layout`: the VPC's other subnets (subnet discovery reads them through `ec2`, whatever wraps
     the parts' EC2 calls); `eni_config`: custom networking's subnet and security groups;
     `settings`: other `Config` fields; `seed`: moto's random source (IDs, the addresses EC2 draws)."""
     world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=seed, layout=layout)
@@ -163,7 +176,7 @@ async def open_cloud_node(
     parts = await _open_parts(config, facts, api, clock, Engine.open, ec2, eni_config)
     await parts.pool.adopt()
     path = Path(config.state_dir) / STATE_FILE_NAME
-    return CloudNode(
+    node = CloudNode(
         world,
         ec2,
         api,
@@ -176,6 +189,10 @@ async def open_cloud_node(
         calls,
         eni_config=eni_config,
     )
+    try:
+        yield node
+    finally:
+        await node.engine.close()
 
 
 async def _open_parts(
@@ -199,4 +216,33 @@ async def _open_parts(
         eni_config=eni_config,
         subnets=subnets,
         catalog=subnets,  # as the daemon's: scarcity mode reads subnets discovery does not
+    )
+
+
+def node_config(
+    state_dir: Path,
+    targets: PoolTargets | None = None,
+    *,
+    prefix_mode: bool = False,
+    fallback: bool = False,
+    cluster_name: str = "test-cluster",
+    **values: Any,
+) -> Config:
+    """The configuration whose pool targets are `targets` (PoolTargets' defaults are the settings'),
+    in prefix mode (with the fallback to secondary IPs) or not; `values` sets any other field."""
+    t = targets or PoolTargets()
+    return replace(
+        Config.from_env({}),
+        state_dir=str(state_dir),
+        warm_eni_target=t.warm_eni_target,
+        warm_ip_target=t.warm_ip_target,
+        minimum_ip_target=t.minimum_ip_target,
+        warm_prefix_target=t.warm_prefix_target,
+        max_eni=t.max_eni,
+        max_pods_override=t.max_pods,
+        min_eni_lifetime_s=t.min_eni_lifetime_s,
+        enable_prefix_delegation=prefix_mode,
+        prefix_fallback_to_ips=fallback,
+        cluster_name=cluster_name,
+        **values,
     )
