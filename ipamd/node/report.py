@@ -13,9 +13,9 @@ from ipamd.telemetry.metrics import Sources
 def pool_report(daemon: Daemon) -> dict[str, object]:
     """The knobs and limits `GET /v1/pool` reports beside the counts (`ipamctl status`), with the
     rule that set max pods (the same pure rule the daemon's parts applied)."""
-    targets, limits = daemon.parts.targets, daemon.parts.node.limits
+    targets, limits, pool = daemon.parts.targets, daemon.parts.node.limits, daemon.pool.report()
     return {
-        "mode": daemon.pool.strategy.kind,
+        "mode": pool.strategy.kind,
         "targets": {
             "WARM_ENI_TARGET": targets.warm_eni_target,
             "WARM_IP_TARGET": targets.warm_ip_target,
@@ -28,9 +28,9 @@ def pool_report(daemon: Daemon) -> dict[str, object]:
             **max_pods_report(daemon),
         },
         "subnets": {
-            "free_addresses": daemon.pool.mode.subnet_free,
-            "scarce": daemon.pool.mode.scarce,
-            "prefix_fallback": daemon.pool.mode.prefix_fallback,
+            "free_addresses": pool.subnet_free,
+            "scarce": pool.scarce,
+            "prefix_fallback": pool.prefix_fallback,
         },
     }
 
@@ -39,7 +39,7 @@ def max_pods_report(daemon: Daemon) -> dict[str, object]:
     """The node's max pods, the rule that set it (the same pure rule the daemon's parts applied),
     why, and what the kubelet's config said."""
     parts = daemon.parts
-    rule = compute_pod_limit_rule(parts.targets, parts.node.limits, daemon.pool.strategy)
+    rule = compute_pod_limit_rule(parts.targets, parts.node.limits, daemon.pool.report().strategy)
     kubelet = daemon.config.kubelet_config
     return {
         "max_pods": daemon.engine.settings.max_pods,
@@ -53,11 +53,11 @@ def actions_in_progress(daemon: Daemon) -> dict[str, int]:
     """VPC CNI's `awscni_ipamd_action_inprogress` as far as ipamd's parts show it: start-up until
     ready (not while refusing an unusable state file), an ENI being created or attached, units
     or ENIs being returned to EC2."""
-    starting = not daemon.ready and daemon.engine.unavailable is None
+    starting, pool = not daemon.ready and daemon.engine.unavailable is None, daemon.pool.report()
     return {
         "nodeInit": int(starting),
-        "increaseDatastorePool": int(bool(daemon.pool.pending_enis)),
-        "decreaseDatastorePool": int(bool(daemon.pool.releases_in_flight)),
+        "increaseDatastorePool": int(pool.creating_enis),
+        "decreaseDatastorePool": int(pool.releasing),
     }
 
 
@@ -72,10 +72,10 @@ def metric_sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
         max_pods_rule=str(max_pods_report(daemon)["max_pods_rule"]),
         job_outcomes=lambda: daemon.jobs.outcomes,
         leaks_released=lambda: daemon.leak_gc.released,
-        pool_failures=lambda: daemon.pool.health.errors_by_code,
-        subnet_free=lambda: daemon.pool.mode.subnet_free,
-        subnet_scarce=lambda: daemon.pool.mode.scarce,
-        prefix_fallback=lambda: daemon.pool.mode.prefix_fallback,
+        pool_failures=lambda: daemon.pool.report().errors_by_code,
+        subnet_free=lambda: daemon.pool.report().subnet_free,
+        subnet_scarce=lambda: daemon.pool.report().scarce,
+        prefix_fallback=lambda: daemon.pool.report().prefix_fallback,
         hostnet_fixes=lambda: daemon.datapath.health.fixes if daemon.datapath else {},
         hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,
         hostnet_reconciles=lambda: daemon.datapath.health.reconciles if daemon.datapath else {},

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import replace
 
 from cloud.errors import (
     AddressLimitExceeded,
@@ -38,14 +37,13 @@ from ipamd.engine.inventory import diff_inventory, eni_record
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats
 from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking
+from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
 from ipamd.policy.subnets import left_alone, plan_drain
+from ipamd.pool.conditions import Conditions, never_read
 from ipamd.pool.enis import EniMaker
-from ipamd.pool.mode import PoolMode, never_read
 from ipamd.pool.pace import Pace
 from ipamd.pool.release import Releaser
-from ipamd.pool.settings import PoolHealth, PoolSettings
-from ipamd.pool.spare import SpareDelay
+from ipamd.pool.settings import PoolHealth, PoolReport, PoolSettings
 from ipamd.pool.stats import StatsMemo, aged
 from ipamd.pool.subnets import SubnetCatalogue
 
@@ -77,9 +75,10 @@ class PoolManager:
         self._clock = clock
         self._rng = rng or random.Random()
         self.health = PoolHealth()
-        self.pace = Pace(engine, settings, self.health, clock, self._rng)
+        self.conditions = Conditions(engine, settings, clock, subnet_free)
+        """What a round may do now and until when; the one place that trims the plan."""
+        self.pace = Pace(engine, settings, self.health, self.conditions, clock, self._rng)
         """Pods waiting first, background work held back while the account is throttled."""
-        self.mode = PoolMode(settings.subnet_scarcity_threshold, subnet_free)
         self.foreign_enis: set[str] = set()
         """Attached ENIs of others (EFA, trunk, `no_manage`): never touched, each takes a slot."""
         self.subnets = subnets
@@ -89,7 +88,6 @@ class PoolManager:
         self._stats = StatsMemo()
         self._planned: PoolPlan | None = None
         self._planned_for: tuple[object, ...] = ()
-        self._spare = SpareDelay(engine, settings.release_delay_s)
 
     @property
     def new_enis(self) -> EniMaker:
@@ -114,10 +112,22 @@ class PoolManager:
 
     @property
     def strategy(self) -> UnitStrategy:
-        fallback = self._settings.fallback_strategy
-        if fallback is not None and self._clock.now() < self.health.subnet_exhausted_until:
-            return fallback
-        return self._settings.strategy
+        """What the pool grows by now (`Conditions.strategy`)."""
+        return self.conditions.strategy
+
+    def report(self) -> PoolReport:
+        """What the pool manager shows of itself, in one value: `GET /v1/pool`, the metrics
+        endpoint and `ipamd.node.report` read this and nothing deeper."""
+        conditions = self.conditions
+        return PoolReport(
+            strategy=conditions.strategy,
+            subnet_free=conditions.subnet_free,
+            scarce=conditions.scarce,
+            prefix_fallback=conditions.prefix_fallback,
+            creating_enis=bool(self._enis.pending),
+            releasing=bool(self._releaser.in_flight),
+            errors_by_code=dict(self.health.errors_by_code),
+        )
 
     def stats(self) -> NodeStats:
         return self._stats(self._engine.state, self._clock.now(), self._engine.settings.cooldown_s)
@@ -135,7 +145,7 @@ class PoolManager:
             self.subnets.growth_closed(),
             self._engine.closed_enis(),
             len(self.foreign_enis),
-            self.mode.scarce,
+            self.conditions.scarce,
             self.strategy,
             targets,
             self._limits,
@@ -152,7 +162,8 @@ class PoolManager:
         stats = self.subnets.without_growth(stats, self._engine.state)
         closed, others = self._engine.closed_enis(), len(self.foreign_enis)
         drain = plan_drain(stats, self._settings.targets, self._limits, closed, others)
-        planned = self.mode.plan(drain.stats, drain.targets, drain.limits, self.strategy)
+        scarce = self.conditions.scarce
+        planned = plan_pool(drain.stats, drain.targets, drain.limits, self.strategy, scarce=scarce)
         return drain.applied_to(planned)
 
     async def adopt(self) -> int:
@@ -182,16 +193,18 @@ class PoolManager:
         return diff_inventory(state, eni_id, kind, listed, now, self._settings.release_grace_s).new
 
     async def run_once(self) -> PoolPlan:
-        """One tick: plan and apply, unless backing off. Returns the plan applied (empty if none)."""
+        """One tick: plan and apply what the conditions allow. Returns the plan applied (empty if
+        none): none while backing off, and none without pods waiting while background work is
+        held."""
         await self.refresh_subnets()
-        now = self._clock.now()
-        if now < self.health.backoff_until:
+        now, conditions = self._clock.now(), self.conditions
+        if conditions.backing_off(now):
             return NO_PLAN
-        self.mode.observe_subnets()
+        conditions.observe_subnets()
         demand = self.pace.demand()
-        if not demand and self.pace.held():
+        if not demand and conditions.held(now):
             return NO_PLAN
-        plan = self._round_plan(now, demand)
+        plan = conditions.trim(self.plan(), now, demand)
         if not demand:
             await self._enis.bind_waiting(growing=bool(plan.assign or plan.new_enis))
         if not plan.new_enis:
@@ -211,38 +224,16 @@ class PoolManager:
         self.pace.succeeded(demand)
         return plan
 
-    def _round_plan(self, now: float, demand: bool) -> PoolPlan:
-        """The plan, less what this round may not do."""
-        plan = self._spare.settled(self.plan(), now, demand, self.mode.scarce, self.strategy.kind)
-        if demand:
-            # Only what the waiting pods need goes first: the assigns and one new ENI; the rest of
-            # the plan (more warm ENIs, releases) waits for a round of its own.
-            plan = replace(plan, new_enis=plan.new_enis[:1], release_units=(), release_enis=())
-        if self._growth_paused(now) and (plan.assign or plan.new_enis):
-            plan = replace(plan, assign=(), new_enis=(), replace_units=())
-        shrinking = bool(plan.release_units or plan.release_enis)
-        if shrinking and now - self.health.last_shrink_at < self._settings.shrink_interval_s:
-            plan = replace(plan, release_units=(), release_enis=())
-        elif shrinking:
-            self.health.last_shrink_at = now
-        return plan
-
     async def refresh_subnets(self) -> None:
         """Read the subnets if the catalogue's view is due; close the excluded ones to new pods."""
         await self.subnets.refresh_if_due()
         self._engine.close_subnets(self.subnets.closed)
 
-    def _growth_paused(self, now: float) -> bool:
-        return now < self.health.subnet_exhausted_until and self._settings.fallback_strategy is None
-
     def _failed(self, err: CloudError | StoreWriteFailed, demand: bool) -> None:
-        now = self._clock.now()
         if self.subnets.takes_over(err):
             logger.info("pool.subnet_full error=%s: new ENIs go to another subnet", err)
         elif isinstance(err, SubnetExhausted):
-            cooldown_s = self._settings.subnet_exhausted_cooldown_s
-            self.health.subnet_exhausted_until = now + cooldown_s
-            logger.warning("pool.subnet_exhausted error=%s cooldown_s=%s", err, cooldown_s)
+            self.conditions.subnet_exhausted(err)
         delay = self.pace.failed(err, demand)
         logger.warning(
             "pool.failed error=%s retryable=%s demand=%s backoff_s=%.2f",
@@ -283,10 +274,10 @@ class PoolManager:
             if (record := self._engine.state.eni(eni_id)) is not None:
                 self.subnets.refused(record.subnet_id, err, self.strategy.addresses_in(count))
             if falls_back and not self.subnets.takes_over(err):
-                self.mode.prefixes_refused(self._settings.subnet_exhausted_cooldown_s)
+                self.conditions.prefixes_refused()
             raise
         if falls_back and cidrs:
-            self.mode.prefixes_granted()
+            self.conditions.prefixes_granted()
         await self._engine.add_units(eni_id, cidrs, kind)
         self.pace.served()
         logger.info("pool.grow eni_id=%s kind=%s units=%d", eni_id, kind, len(cidrs))

@@ -41,6 +41,7 @@ from ipamd.clock import Clock
 from ipamd.engine.allocator import pick_addresses
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed
+from ipamd.pool.conditions import Conditions
 from ipamd.pool.settings import PoolHealth, PoolSettings
 
 DEMAND_WINDOW_S = 60.0
@@ -74,12 +75,14 @@ class Pace:
         engine: Engine,
         settings: PoolSettings,
         health: PoolHealth,
+        conditions: Conditions,
         clock: Clock,
         rng: random.Random,
     ) -> None:
         self._engine = engine
         self._settings = settings
         self._health = health
+        self._conditions = conditions
         self._clock = clock
         self._rng = rng
         self._served_at = float("-inf")
@@ -109,14 +112,14 @@ class Pace:
         """Until the pool manager's next tick: a round pods wait for that failed is tried again as
         soon as its backoff ends, without waiting for another ADD to ask; else on the next tick
         (and never inside a backoff)."""
-        left = self._health.backoff_until - self._clock.now()
+        left = self._conditions.backoff_until - self._clock.now()
         if self._demand_failed and left > 0:
             return left
         return max(interval_s, left)
 
     def held(self) -> bool:
         """Whether background work waits (a throttle answer was seen lately)."""
-        return self._clock.now() < self._health.warm_hold_until
+        return self._conditions.held(self._clock.now())
 
     def calls(self, demand: bool) -> AbstractContextManager[None]:
         """The context a round's EC2 calls run in: retried on throttles only when pods wait and
@@ -150,7 +153,7 @@ class Pace:
         h.throttle_streak += 1
         cap_s = min(max(WARM_HOLD_CAP_S, self.episode_s()), WARM_HOLD_EPISODE_CAP_S)
         hold = backoff_delay_s(h.throttle_streak, WARM_HOLD_BASE_S, cap_s, self._rng, floor=0.5)
-        h.warm_hold_until = max(h.warm_hold_until, now + hold)
+        self._conditions.hold(now + hold)
 
     def succeeded(self, demand: bool) -> None:
         """A round went through. A background round tries each call once, so it went through
@@ -176,5 +179,5 @@ class Pace:
             if demand:
                 cap = min(cap, self.demand_cap_s())
         delay = backoff_delay_s(h.consecutive_failures, s.backoff_base_s, cap, self._rng)
-        h.backoff_until = self._clock.now() + delay
+        self._conditions.back_off(self._clock.now() + delay)
         return delay

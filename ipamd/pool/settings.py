@@ -1,8 +1,9 @@
 """The pool manager's settings, as `ipamd.node.engine_parts` derives them from the configuration, and
-its health: what it has been through, for metrics and introspection."""
+its health: what it has been through, counted, for metrics and introspection."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ipamd.policy.model import PoolTargets
@@ -36,16 +37,13 @@ class PoolSettings:
 
 @dataclass(slots=True)
 class PoolHealth:
-    """What the pool manager has been through, for metrics and introspection."""
+    """What the pool manager has been through, counted, for metrics and introspection. What a
+    round may do now (backoff, holds, exhaustion, ...) is `ipamd.pool.conditions`'."""
 
     plans_applied: int = 0
     failures: int = 0
     consecutive_failures: int = 0
-    subnet_exhausted_until: float = 0.0
-    backoff_until: float = 0.0
-    last_shrink_at: float = float("-inf")
-    warm_hold_until: float = 0.0
-    """Background work (warm-up, shrinking) waits until then: a throttle answer was seen."""
+    """Rounds failed in a row: the backoff doubles with it."""
     throttle_streak: int = 0
     """Throttle answers lately, less one per round that went through: the hold doubles with it."""
     throttled_rounds: int = 0
@@ -53,3 +51,24 @@ class PoolHealth:
     """Rounds applied because an ADD was waiting."""
     last_error: str = ""
     errors_by_code: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReport:
+    """What the pool manager shows of itself at one instant (`PoolManager.report`): `GET /v1/pool`,
+    the metrics endpoint and introspection read this one value."""
+
+    strategy: UnitStrategy
+    """What the pool grows by now: the configured mode's units, or the fallback's /32s."""
+    subnet_free: int | None
+    """Free addresses in the subnets the node draws from, as last read; None until read."""
+    scarce: bool
+    """Whether subnet-scarcity mode is on (`ipamd.policy.scarcity`)."""
+    prefix_fallback: bool
+    """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
+    creating_enis: bool
+    """Whether an ENI is being created or attached now."""
+    releasing: bool
+    """Whether units or ENIs are being given back to EC2 now."""
+    errors_by_code: Mapping[str, int]
+    """Failed rounds by the error's code."""

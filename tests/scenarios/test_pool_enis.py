@@ -178,8 +178,10 @@ async def test_s25_throttled_attach_reuses_the_created_eni_instead_of_creating_a
     ) as node:
         faults.throttle("AttachNetworkInterface")
         for _ in range(3):
-            health = node.pool.health  # past any backoff, and past the throttle's hold
-            node.clock.advance(max(health.backoff_until, health.warm_hold_until) - node.clock.now())
+            conditions = node.pool.conditions  # past any backoff, and past the throttle's hold
+            node.clock.advance(
+                max(conditions.backoff_until, conditions.warm_hold_until) - node.clock.now()
+            )
             node.clock.advance(1.0)
             await node.pool.run_once()
         assert node.pool.health.errors_by_code == {"RequestLimitExceeded": 3}

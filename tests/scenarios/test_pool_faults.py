@@ -98,8 +98,10 @@ async def test_s25_throttling_and_errors_during_churn(
                 # background work (warm-up, shrinking) back for a while, and freed addresses cool
                 # down; past both, the pool does what the wave left it to do.
                 for _ in range(6):
-                    health = node.pool.health
-                    quiet = max(health.warm_hold_until, health.backoff_until) - node.clock.now()
+                    conditions = node.pool.conditions
+                    quiet = (
+                        max(conditions.warm_hold_until, conditions.backoff_until) - node.clock.now()
+                    )
                     node.clock.advance(max(quiet, 0.0) + 31.0)
                     await node.pool.run_once()
             # EC2 and ipamd may disagree mid-churn (a partial failure); ipamd's own state may not.
@@ -174,7 +176,7 @@ async def test_pool_tick_on_a_failing_disk_backs_off_and_the_drift_catches_up(
         await node.pool.run_once()  # raises nothing: the daemon's pool loop keeps going
         assert not store.faults, "the tick's first commit met the failing disk"
         assert node.pool.health.errors_by_code == {"store_write_failed": 1}
-        assert node.pool.health.backoff_until >= node.clock.now()
+        assert node.pool.conditions.backoff_until >= node.clock.now()
         assert node.engine.state.to_image() == before, "nothing half-applied in memory"
 
         node.clock.advance(61.0)  # past the backoff and the grace window

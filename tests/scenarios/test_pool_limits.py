@@ -58,6 +58,7 @@ async def test_s31_subnet_exhausted_pauses_growth_and_spares_existing_pods(
         settings=EXHAUSTION_ALONE,
     ) as node:
         health = node.pool.health
+        conditions = node.pool.conditions
         for i in range(6):
             await node.settle()
             await node.engine.assign(key(f"pod-{i}"))
@@ -71,8 +72,8 @@ async def test_s31_subnet_exhausted_pauses_growth_and_spares_existing_pods(
         await node.pool.run_once()
         assert node.calls.count("AssignPrivateIpAddresses") == asked + 1
         assert health.errors_by_code == {"InsufficientFreeAddressesInSubnet": 1}
-        assert health.subnet_exhausted_until == now + 120.0
-        assert health.backoff_until > now
+        assert conditions.subnet_exhausted_until == now + 120.0
+        assert conditions.backoff_until > now
         assert any("pool.subnet_exhausted" in r.getMessage() for r in caplog.records)
         assert _allocations(node) == pods and _on_ec2(node, pods), "existing pods untouched"
 
@@ -83,7 +84,7 @@ async def test_s31_subnet_exhausted_pauses_growth_and_spares_existing_pods(
         assert node.calls.count("AssignPrivateIpAddresses") == asked + 1
         assert node.pool.plan().assign, "the pool is still short"
 
-        node.clock.advance(health.subnet_exhausted_until - node.clock.now() + 1)
+        node.clock.advance(conditions.subnet_exhausted_until - node.clock.now() + 1)
         await node.pool.run_once()
         assert node.calls.count("AssignPrivateIpAddresses") == asked + 2, "tried again after it"
         assert health.errors_by_code == {"InsufficientFreeAddressesInSubnet": 2}
@@ -104,16 +105,17 @@ async def test_s31_subnet_exhausted_backs_off_and_falls_back_in_prefix_mode(
         settings=EXHAUSTION_ALONE,
     ) as node:
         health = node.pool.health
+        conditions = node.pool.conditions
         state = node.engine.state
         now = node.clock.now()
         await node.pool.run_once()
         assert health.errors_by_code == {"InsufficientCidrBlocks": 1}
-        assert health.subnet_exhausted_until == now + 120.0
-        assert health.backoff_until > now
+        assert conditions.subnet_exhausted_until == now + 120.0
+        assert conditions.backoff_until > now
         assert any("pool.subnet_exhausted" in r.getMessage() for r in caplog.records)
         assert state.units() == {}
 
-        node.clock.advance(health.backoff_until - now + 0.01)
+        node.clock.advance(conditions.backoff_until - now + 0.01)
         assert node.pool.strategy is SECONDARY_IPS, "falling back while the subnet is exhausted"
         await node.settle()
         assert state.units() and {u.kind for u in state.units().values()} == {"ip"}
@@ -122,11 +124,11 @@ async def test_s31_subnet_exhausted_backs_off_and_falls_back_in_prefix_mode(
         before = _allocations(node)
 
         # No prefix is asked for again until the cooldown has passed.
-        while node.clock.now() + 10 < health.subnet_exhausted_until:
+        while node.clock.now() + 10 < conditions.subnet_exhausted_until:
             node.clock.advance(10)
             await node.pool.run_once()
         assert health.errors_by_code == {"InsufficientCidrBlocks": 1}
-        node.clock.advance(health.subnet_exhausted_until - node.clock.now() + 1)
+        node.clock.advance(conditions.subnet_exhausted_until - node.clock.now() + 1)
         assert node.pool.strategy is PREFIXES
         await node.pool.run_once()
         assert health.errors_by_code == {"InsufficientCidrBlocks": 2}, "tried prefixes again"

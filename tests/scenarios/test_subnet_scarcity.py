@@ -56,11 +56,11 @@ def _on_ec2(node: CloudNode, pods: list[AllocationRecord]) -> bool:
 
 
 def _scarce(node: CloudNode) -> bool:
-    return node.pool.mode.scarce
+    return node.pool.report().scarce
 
 
 def _falling_back(node: CloudNode) -> bool:
-    return node.pool.mode.prefix_fallback
+    return node.pool.report().prefix_fallback
 
 
 def _messages(caplog: pytest.LogCaptureFixture, prefix: str) -> list[str]:
@@ -107,7 +107,7 @@ async def _read_and_settle(node: CloudNode) -> int:
 async def test_scarcity_mode_turns_on_and_off_around_its_threshold_and_returns_addresses(
     embedded: EmbeddedEc2, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ipamd.pool.mode")
+    caplog.set_level(logging.INFO, logger="ipamd.pool.conditions")
     targets = replace(EAGER, warm_ip_target=8, minimum_ip_target=4)
     async with open_cloud_node(
         embedded, tmp_path, targets=targets, subnet_cidr="10.0.0.0/24"
@@ -119,7 +119,7 @@ async def test_scarcity_mode_turns_on_and_off_around_its_threshold_and_returns_a
             pods.append(await node.engine.assign(key(f"pod-{i}")))
             await node.settle()
         free = await _read_and_settle(node)
-        assert not _scarce(node) and node.pool.mode.subnet_free == free
+        assert not _scarce(node) and node.pool.report().subnet_free == free
         assert _held(node) == 2 + 8, "WARM_IP_TARGET free addresses beside the pods"
 
         # Other nodes take the subnet below the threshold.
@@ -170,7 +170,7 @@ async def test_scarcity_mode_turns_on_and_off_around_its_threshold_and_returns_a
 async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_fallback_to_32_reverses_when_prefixes_return(  # noqa: E501
     embedded: EmbeddedEc2, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ipamd.pool.mode")
+    caplog.set_level(logging.INFO, logger="ipamd.pool.conditions")
     async with open_cloud_node(
         embedded,
         tmp_path,
@@ -180,6 +180,7 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_
         fallback=True,
     ) as node:
         health = node.pool.health
+        conditions = node.pool.conditions
         client: Any = node.world.client()
         fragmented = fragment_subnet(client, node.world.subnet_id)
         # No /28 to be had: InsufficientCidrBlocks, and the fallback to secondary IPs.
@@ -189,7 +190,7 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_
         assert _messages(caplog, "pool.prefix_fallback on") == [
             "pool.prefix_fallback on: secondary IPs for 120 s, then prefixes"
         ]
-        node.clock.advance(health.backoff_until - node.clock.now() + 0.01)
+        node.clock.advance(conditions.backoff_until - node.clock.now() + 0.01)
         assert node.pool.strategy is SECONDARY_IPS
         await node.settle()
         pods = []
@@ -201,7 +202,7 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_
 
         # Past the cooldown prefixes are asked for again; still fragmented, the plan's releases
         # of free /32s wait behind the refused prefix, so nothing is lost.
-        node.clock.advance(health.subnet_exhausted_until - node.clock.now() + 1)
+        node.clock.advance(conditions.subnet_exhausted_until - node.clock.now() + 1)
         assert node.pool.strategy is PREFIXES
         assert not (await node.pool.run_once()).is_empty()
         assert health.errors_by_code == {"InsufficientCidrBlocks": 2}
@@ -211,7 +212,7 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_secondary_ips_and_the_
         # Blocks free again: the next prefix is granted, and the free /32s go back with it.
         fragmented.remove(client)
         assert free_blocks(client, node.world.subnet_id)
-        node.clock.advance(health.subnet_exhausted_until - node.clock.now() + 1)
+        node.clock.advance(conditions.subnet_exhausted_until - node.clock.now() + 1)
         await node.settle()
         assert not _falling_back(node)
         assert _messages(caplog, "pool.prefix_fallback off") == [
@@ -249,17 +250,17 @@ async def test_prefixes_take_the_slots_of_free_32s_when_the_fallback_filled_the_
         subnet_cidr="10.0.0.0/24",
         fallback=True,
     ) as node:
-        health = node.pool.health
+        conditions = node.pool.conditions
         client: Any = node.world.client()
         fragmented = fragment_subnet(client, node.world.subnet_id)
         await node.pool.run_once()
-        node.clock.advance(health.backoff_until - node.clock.now() + 0.01)
+        node.clock.advance(conditions.backoff_until - node.clock.now() + 0.01)
         await node.settle()
         pods = [await node.engine.assign(key(f"pod-{i}")) for i in range(2)]
         assert _kinds(node) == {"ip": 3}, "every slot a /32"
 
         fragmented.remove(client)
-        node.clock.advance(health.subnet_exhausted_until - node.clock.now() + 1)
+        node.clock.advance(conditions.subnet_exhausted_until - node.clock.now() + 1)
         plan = node.pool.plan()
         assert len(plan.replace_units) == 1 and plan.assign and not plan.new_enis
         await node.settle()

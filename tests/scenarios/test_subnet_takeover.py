@@ -72,7 +72,7 @@ async def _open(tmp_path: Path, ec2: FakeEc2, clock: FakeClock, **values: Any) -
 async def _rounds(parts: Parts, clock: FakeClock, n: int = 10) -> None:
     """`n` pool rounds, each past the backoff of the one before."""
     for _ in range(n):
-        clock.advance(max(parts.pool.health.backoff_until - clock.now(), 0.0) + 5.0)
+        clock.advance(max(parts.pool.conditions.backoff_until - clock.now(), 0.0) + 5.0)
         await parts.pool.run_once()
 
 
@@ -92,10 +92,11 @@ async def test_a_tagged_subnet_takes_over_when_the_nodes_runs_dry_under_the_prim
     ec2, pods = _dry_node_subnet(clock, free=4)
     parts = await _open(tmp_path, ec2, clock)
     health = parts.pool.health
+    conditions = parts.pool.conditions
     try:
         await parts.pool.run_once()  # the first view, then the primary's 9: 4 are left
         assert health.errors_by_code == {EXHAUSTED: 1}
-        assert health.subnet_exhausted_until == 0.0, "no cooldown: another subnet takes over"
+        assert conditions.subnet_exhausted_until == 0.0, "no cooldown: another subnet takes over"
         assert parts.pool.subnets.growth_closed() == {ec2.subnet_id}
 
         await _rounds(parts, clock, 3)
@@ -133,7 +134,7 @@ async def test_without_discovery_exhaustion_pauses_growth_as_before(tmp_path: Pa
     parts = await _open(tmp_path, ec2, clock, enable_subnet_discovery=False)
     try:
         await parts.pool.run_once()
-        assert parts.pool.health.subnet_exhausted_until == clock.now() + 120.0
+        assert parts.pool.conditions.subnet_exhausted_until == clock.now() + 120.0
         await _rounds(parts, clock, 5)
         assert _secondary_subnets(ec2) == [], "growth paused, and only the node's subnet anyway"
         check_invariants(parts.engine, tmp_path / STATE_FILE_NAME, clock.now())
@@ -148,16 +149,16 @@ async def test_when_every_candidate_is_full_exhaustion_pauses_growth(tmp_path: P
     ec2, pods = _dry_node_subnet(clock, free=0)
     tagged = ec2.subnets[pods]
     parts = await _open(tmp_path, ec2, clock)
-    health = parts.pool.health
+    conditions = parts.pool.conditions
     try:
         await parts.pool.refresh_subnets()
         tagged.used.update(range(tagged.first, tagged.last + 1))  # after the view was read
         await parts.pool.run_once()
-        assert health.subnet_exhausted_until == 0.0, "the tagged subnet could still take over"
-        clock.advance(max(health.backoff_until - clock.now(), 0.0) + 1.0)
+        assert conditions.subnet_exhausted_until == 0.0, "the tagged subnet could still take over"
+        clock.advance(max(conditions.backoff_until - clock.now(), 0.0) + 1.0)
         await parts.pool.run_once()
         assert ec2.calls["create_eni"] == 2, "the tagged subnet, then the node's"
-        assert health.subnet_exhausted_until == clock.now() + 120.0
+        assert conditions.subnet_exhausted_until == clock.now() + 120.0
         assert parts.pool.subnets.growth_closed() == frozenset()
         check_invariants(parts.engine, tmp_path / STATE_FILE_NAME, clock.now())
     finally:

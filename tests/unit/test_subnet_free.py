@@ -24,7 +24,7 @@ NO_DISCOVERY = {"ENABLE_SUBNET_DISCOVERY": "false"}
 
 
 def _scarce(parts: Parts) -> bool:
-    return parts.pool.mode.scarce
+    return parts.pool.report().scarce
 
 
 def _config(tmp_path: Path, env: dict[str, str] | None = None) -> Config:
@@ -57,7 +57,7 @@ async def test_with_discovery_the_catalogues_view_is_what_scarcity_reads(tmp_pat
         await parts.pool.run_once()  # the catalogue's first read, then the plan
         free = parts.pool.subnets.free_addresses()
         assert free == before < 64
-        assert _scarce(parts) and parts.pool.mode.subnet_free == free
+        assert _scarce(parts) and parts.pool.report().subnet_free == free
         assert len(parts.engine.state.units()) == 1, "scarce from the first round: one address"
         await parts.engine.assign(key("a"))
         await parts.pool.run_once()
@@ -76,7 +76,6 @@ async def test_without_discovery_a_reading_of_its_own_is_taken_and_followed(
     try:
         reading = parts.subnet_free
         assert reading is not None and reading.free() is None
-        mode = parts.pool.mode
         await parts.pool.run_once()
         assert not _scarce(parts), "never read: the subnet is not taken for scarce"
         assert len(parts.engine.state.units()) == 9, "a warm ENI's worth"
@@ -84,7 +83,7 @@ async def test_without_discovery_a_reading_of_its_own_is_taken_and_followed(
         assert free == (await ec2.subnet(ec2.subnet_id)).available_ips < 64
         await parts.engine.assign(key("a"))
         await parts.pool.run_once()
-        assert _scarce(parts) and mode.subnet_free == free
+        assert _scarce(parts) and parts.pool.report().subnet_free == free
         assert (await parts.pool.run_once()).is_empty()
         assert len(parts.engine.state.units()) == 2
     finally:
@@ -104,7 +103,7 @@ async def test_no_reading_when_the_mode_is_off_or_there_is_no_catalog(
     try:
         assert parts.subnet_free is None
         await parts.pool.run_once()
-        assert not _scarce(parts) and parts.pool.mode.subnet_free is None
+        assert not _scarce(parts) and parts.pool.report().subnet_free is None
     finally:
         await parts.engine.close()
 

@@ -92,7 +92,7 @@ async def node(tmp_path: Path, clock: FakeClock) -> AsyncIterator[tuple[Parts, T
 async def _settle(parts: Parts, clock: FakeClock) -> None:
     """The targets met and every new ENI's DeleteOnTermination set."""
     for wait_s in (1.0, 1.0, 1.0, 1.0, BIND_SETTLE_S):
-        clock.advance(max(parts.pool.health.backoff_until - clock.now(), 0.0) + wait_s)
+        clock.advance(max(parts.pool.conditions.backoff_until - clock.now(), 0.0) + wait_s)
         await parts.pool.run_once()
     assert parts.pool.plan().is_empty() and not parts.pool.unbound_enis
 
@@ -145,7 +145,9 @@ async def test_delete_on_termination_waits_while_the_pool_grows_but_not_past_its
     await pool.run_once()
     assert pool.plan().new_enis, "the pool still grows"
     assert account.asked["set_delete_on_termination"] == 0, "so DeleteOnTermination waits"
-    clock.advance(BIND_WAIT_CAP_S - BIND_SETTLE_S + max(pool.health.backoff_until - clock.now(), 0))
+    clock.advance(
+        BIND_WAIT_CAP_S - BIND_SETTLE_S + max(pool.conditions.backoff_until - clock.now(), 0)
+    )
     await pool.run_once()
     assert account.asked["set_delete_on_termination"] == 1, "but not past its cap"
     assert first not in pool.unbound_enis
@@ -162,9 +164,9 @@ async def test_warm_up_holds_back_while_throttled_and_a_waiting_add_goes_first(
     account.throttling = True
     await pool.run_once()
     assert sum(account.refused.values()) == 1, "the warm-up round tried once"
-    assert pool.health.warm_hold_until > clock.now(), "and holds back after the throttle"
-    clock.advance(max(pool.health.backoff_until - clock.now(), 0.0))
-    assert clock.now() < pool.health.warm_hold_until
+    assert pool.conditions.warm_hold_until > clock.now(), "and holds back after the throttle"
+    clock.advance(max(pool.conditions.backoff_until - clock.now(), 0.0))
+    assert clock.now() < pool.conditions.warm_hold_until
     before = sum(account.asked.values())
     assert (await pool.run_once()).is_empty()
     assert sum(account.asked.values()) == before, "no call while held, no pod waiting"
@@ -176,19 +178,19 @@ async def test_warm_up_holds_back_while_throttled_and_a_waiting_add_goes_first(
     account.throttling = False
     plan = await pool.run_once()
     assert plan.new_enis == (9,), "the round the pod waits for ran, hold or not"
-    assert clock.now() < pool.health.warm_hold_until
+    assert clock.now() < pool.conditions.warm_hold_until
     assert (await engine.assign(key("pod-9"))).addresses, "and the pod has its address"
     assert pool.health.demand_rounds == 1
     assert not pool.pace.demand(), "served: what is left is warm-up"
 
     # What the targets still want is background work: it waits out the hold, then goes.
     assert not pool.plan().is_empty()
-    clock.advance(max(pool.health.backoff_until - clock.now(), 0.0))
+    clock.advance(max(pool.conditions.backoff_until - clock.now(), 0.0))
     before = sum(account.asked.values())
-    if clock.now() < pool.health.warm_hold_until:
+    if clock.now() < pool.conditions.warm_hold_until:
         assert (await pool.run_once()).is_empty()
         assert sum(account.asked.values()) == before
-    clock.advance(max(pool.health.warm_hold_until - clock.now(), 0.0) + 0.1)
+    clock.advance(max(pool.conditions.warm_hold_until - clock.now(), 0.0) + 0.1)
     assert not (await pool.run_once()).is_empty()
     assert sum(account.asked.values()) > before
 
@@ -227,7 +229,7 @@ async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_e
         await engine.assign(key("pod-9"))
     account.throttling = True
     await pool.run_once()
-    left = pool.health.backoff_until - clock.now()
+    left = pool.conditions.backoff_until - clock.now()
     assert 0 < left < interval_s
     assert pool.pace.next_wait_s(interval_s) == left, (
         "tried again when the backoff ends, no ADD asked"
@@ -238,12 +240,12 @@ async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_e
     assert pool.pace.next_wait_s(interval_s) == interval_s, "served: back to the tick"
 
     account.throttling = True  # a background round that fails waits for the tick as before
-    clock.advance(pool.health.warm_hold_until - clock.now() + 1.0)
+    clock.advance(pool.conditions.warm_hold_until - clock.now() + 1.0)
     for n in range(10, 12):
         await engine.assign(key(f"pod-{n}"))
     assert not pool.pace.demand() and pool.plan().new_enis
     await pool.run_once()
-    assert pool.health.backoff_until > clock.now()
+    assert pool.conditions.backoff_until > clock.now()
     assert pool.pace.next_wait_s(interval_s) >= interval_s
 
 
@@ -287,7 +289,7 @@ async def test_a_long_throttle_episode_paces_waiting_rounds_by_its_length(
         assert pace.demand()
         await pool.run_once()
         episode_s = pace.episode_s()
-        left = pool.health.backoff_until - clock.now()
+        left = pool.conditions.backoff_until - clock.now()
         assert 0 < left <= max(DEMAND_THROTTLE_CAP_S, DEMAND_EPISODE_SHARE * episode_s)
         waits.append((episode_s, left))
         assert await _attempts_in(pace.calls(demand=True)) == 1, "one attempt a round"
