@@ -1,17 +1,25 @@
-"""The pool manager: applies the policy's plan through the EC2 port.
+"""The pool manager: it applies the policy's plan through the EC2 port, one round at a time.
 
-Grow: fill existing ENIs, then create new ones holding their units, tagged, attached and recorded
-(`pool_enis`); every unit enters the inventory from EC2's own answer. Which rounds go first and how
-they back off is `pool_pace`'s: a round an ADD waits for calls at once; warm-up and shrinking wait
-while the account is throttled. Shrink (`pool_release`): units are marked `releasing` (a committed
-change) before EC2 is called, so no ADD can take them; if they became needed meanwhile the release
-is aborted.
-The engine's lock is never held across an EC2 call. Failures back off with jitter; subnet exhaustion
-sends growth to new ENIs in another subnet where discovery has one, else pauses growth for a
-cooldown, or in prefix mode with the fallback grows secondary IPs meanwhile; two shrinks are at
-least `shrink_interval_s` apart, and what is spare goes once it has been so for `release_delay_s`
-(`pool_spare`). What each round plans with besides the knobs (subnet scarcity, the fallback) is
-`PoolMode`'s.
+A round (`PoolManager.run_once`) goes through four hops:
+
+1. The subnets: their view is read if it is due, and the excluded ones are closed to new pods
+   (`SubnetCatalogue.refresh_if_due`).
+2. The conditions: no round runs while a failed round's backoff lasts, and none without pods
+   waiting while background work is held after a throttle answer (`Conditions`; `Pace` says which
+   rounds pods wait for).
+3. The plan: the policy's plan for the node as it is now (`PoolManager.plan`, worked out again only
+   when something it is made from changed), cut down to what this round may do (`Conditions.trim`:
+   the release delay, a demand round's share, paused growth, the spacing of shrinks).
+4. EC2: the plan's calls, growing before shrinking (`PoolManager._apply`).
+
+Growing fills the existing ENIs first, then creates new ones holding their units, tagged, attached
+and recorded (`ipamd.pool.enis`). Every unit enters the inventory from EC2's own answer.
+Shrinking (`ipamd.pool.release`) marks the units `releasing`, a committed change, before EC2 is
+called, so no ADD can take them; if they became needed meanwhile, the release is aborted.
+
+The engine's lock is never held across an EC2 call. A failed round backs off with jitter. A subnet
+out of addresses sends growth to new ENIs in another subnet when discovery has one. Otherwise growth
+pauses for a cooldown, or, in prefix mode with the fallback, grows secondary IPs meanwhile.
 """
 
 from __future__ import annotations

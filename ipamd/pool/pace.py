@@ -1,32 +1,35 @@
-"""When the pool manager calls EC2: pods that wait first, the warm pool after, and both slower when
-the account is throttled.
+"""When the pool manager calls EC2: rounds that pods wait for go first, the warm pool after, and
+both slow down while the account is throttled.
 
-Every node of a cluster draws on the same account buckets (docs/architecture.md §5.5), so in a burst
-the calls that serve a waiting ADD compete with every other node's calls that only top up a warm
-pool or give addresses back. A node cannot see the others, but it sees the throttle answers, and it
-knows which of its own rounds a pod is waiting for:
+Every node of a cluster draws on the same account's API buckets (docs/architecture.md §5.5). In a
+burst, the calls that serve a waiting ADD compete with every other node's calls that only top up a
+warm pool or give addresses back. A node cannot see the other nodes, but it sees the throttle
+answers, and it knows which of its own rounds a pod waits for.
 
-- **Demand**: an ADD found no address since the pool last gained one (within `DEMAND_WINDOW_S`),
-  and none is free now.
-  Such a round calls at once, even while warm-up is held. Until the account throttles this node,
-  its calls are retried inside the adapter; once it does (a throttle episode: throttle answers no
-  more than `EPISODE_GAP_S` apart), each round makes one attempt per call, and a throttled one is
-  tried again within `DEMAND_THROTTLE_CAP_S`, later in the episode within
-  `DEMAND_EPISODE_SHARE` of its length: the runtime asks again only every 10 s or so (kubelet's
-  backoff), so the adapter's quick retries would mostly be refused, and a saturated account
-  admits the same calls a second however often the nodes ask; asking less often spares it (and
-  the nodes) most of the refused calls and costs a pod a bounded share of the time the account
-  has been short. The episode, not the pod's own wait, sets the pace, so every
-  node of a saturated cluster asks at about the same rate, and one that starts to wait late does
-  not overtake those that waited long.
-- **Everything else** (warm targets, minimum targets, shrinking) is background work: its calls are
-  not retried on a throttle (`cloud.ratelimit.background_calls`), and each throttle answer the node
-  sees, in any round, holds that work back for a jittered, doubling while (between half and all of
-  `WARM_HOLD_BASE_S` doubled per answer, up to `WARM_HOLD_CAP_S`, or up to the episode's length
-  in a longer episode, at most `WARM_HOLD_EPISODE_CAP_S`); each round that goes through
-  unthrottled halves the next hold. A round with pods waiting applies the assigns and one new ENI,
-  and leaves the rest of its plan to a round of its own. So while the
-  account is throttled, the tokens it refills go to the nodes with pods waiting.
+- **Demand rounds.** A round is one when an ADD found no address since the pool last gained one
+  (within `DEMAND_WINDOW_S`) and none is free now. It calls EC2 at once, even while warm-up is
+  held. It applies only what the pods need, the assigns and one new ENI, and leaves the rest of
+  its plan to a round of its own (`Conditions.trim`). Until the account throttles this node, its
+  calls are retried inside the adapter. Once it does, the node is in a throttle episode (throttle
+  answers no more than `EPISODE_GAP_S` apart): each round makes one attempt per call, and a
+  throttled round is tried again within `DEMAND_THROTTLE_CAP_S`, later in the episode within
+  `DEMAND_EPISODE_SHARE` of its length. Why: the runtime asks again only every 10 s or so (the
+  kubelet's backoff), so the adapter's quick retries would mostly be refused, and a saturated
+  account admits the same calls a second however often the nodes ask. Asking less often spares it
+  (and the nodes) most of the refused calls, and costs a pod a bounded share of the time the
+  account has been short. The episode sets the pace, not the pod's own wait: every node of a
+  saturated cluster asks at about the same rate, and a node that starts to wait late does not
+  overtake those that waited long.
+- **Background work** is everything else: warm targets, minimum targets, shrinking. Its calls are
+  not retried on a throttle (`cloud.ratelimit.background_calls`).
+  Each throttle answer the node sees, in any round, holds background work back for a while:
+  jittered, between half and all of `WARM_HOLD_BASE_S` doubled per answer, up to
+  `WARM_HOLD_CAP_S` (in a longer episode up to the episode's length, at most
+  `WARM_HOLD_EPISODE_CAP_S`). Each background round that goes through unthrottled halves the
+  next hold.
+
+So while the account is throttled, the tokens it refills go to the nodes with pods waiting. `Pace`
+works out these waits; `Conditions` (`ipamd.pool.conditions`) keeps the deadlines they set.
 """
 
 from __future__ import annotations
@@ -67,8 +70,9 @@ so a node that only tries its warm-up now and then stays in the episode."""
 
 
 class Pace:
-    """The pool manager's pacing: which rounds are urgent, when background work may run, and how
-    long a failed round waits. Holds no lock and calls nothing; the pool manager asks it."""
+    """The pool manager's pacing: which rounds pods wait for, how long a failed round waits, and
+    how long background work holds after a throttle answer (the deadlines go to `Conditions`).
+    Holds no lock and calls nothing; the pool manager asks it."""
 
     def __init__(
         self,

@@ -1,18 +1,18 @@
 """The subnet catalogue: where the pool manager creates its next ENI, with which security groups, and
-which subnets are closed to new pods. The rules are `ipamd.policy.subnets`'; this keeps the view
-they are applied to.
+which subnets are closed to new pods. The rules live in `ipamd.policy.subnets`; the catalogue keeps
+the view of the subnets they are applied to.
 
-The view is one DescribeSubnets of the node's VPC and zone, read on the first use, then again every
-`refresh_s` (30 min: two calls a node-hour) and soon after a call finds a subnet full, never per
-ENI. A failed read keeps the last view and is tried again after `retry_s`; with no view at all, new
-ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails. A subnet found full (by a
-create, or by an assign on one of its ENIs) stays full until a view shows it with the room that call
-asked for: it goes last among the candidates, and its ENIs grow no more while new ENIs may go to
-another subnet (`growth_closed`).
-
-With an ENIConfig (custom networking), discovery is off, as in VPC CNI: new ENIs go to its subnet,
-with its security groups, or the primary ENI's when it names none, and nothing is read. Without
-discovery and without an ENIConfig, new ENIs go to the node's subnet and nothing is read either.
+- **The view** is one DescribeSubnets of the node's VPC and zone. It is read on first use, then
+  every `refresh_s` (30 min: two calls a node-hour), and soon after a call finds a subnet full;
+  never once per ENI. A failed read keeps the last view and is tried again after `retry_s`. With no
+  view at all, new ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails.
+- **A full subnet** is one a create, or an assign on one of its ENIs, found without room. It stays
+  full until a view shows the room that call asked for. Meanwhile it goes last among the
+  candidates, and its ENIs grow no more while new ENIs may go to another subnet (`growth_closed`).
+- **Without discovery.** With an ENIConfig (custom networking) discovery is off, as in VPC CNI:
+  new ENIs go to the ENIConfig's subnet, with its security groups (or the primary ENI's when it
+  names none), and nothing is read. Without discovery and without an ENIConfig, new ENIs go to the
+  node's subnet, and nothing is read either.
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ class SubnetSettings:
 
 
 class SubnetCatalogue:
+    """The view of the node zone's subnets, and what calls found of them since: the candidates for
+    a new ENI (best first), the subnets closed to new pods, the subnets prefix growth avoids, and
+    the free addresses scarcity reads (`free_addresses`). It calls EC2 only to read the view
+    (`refresh`) and to create an ENI (`create_eni`)."""
+
     def __init__(
         self,
         source: SubnetSource | None,
