@@ -10,13 +10,13 @@
 - The README's "What is here" table names every package and module of `ipamd/`, and every other
   top-level part of the repository.
 - docs/architecture.md §1.3 states each layers contract of `pyproject.toml` as it is there.
-- Every code name that docs/architecture.md, operations.md, configuration.md and the README cite
-  exists: a backticked path of the repository (`ipamd/pool/manager.py`, `ipamd/pool/`,
-  `tests/....py::test_name`), a backticked dotted name that starts with a package
-  (`ipamd.pool.manager.PoolManager.run_once`), and a backticked name followed by its module in
-  parentheses (`` `PoolManager.run_once` (`ipamd/pool/manager.py`) ``).
-  Names are looked up in the module's syntax tree: its functions, classes, assignments and imports,
-  and in a class its methods, class attributes, what its methods assign on `self`, and its bases.
+- Every code name that the docs (docs/*.md) and the README cite exists: a backticked path of the
+  repository (`ipamd/pool/manager.py`, `ipamd/pool/`, `tests/....py::test_name`), a backticked
+  dotted name that starts with a package (`ipamd.pool.manager.PoolManager.run_once`), and a
+  backticked name followed by its module in parentheses
+  (`` `PoolManager.run_once` (`ipamd/pool/manager.py`) ``). Names are looked up in the module's
+  syntax tree: its functions, classes, assignments and imports, and in a class its methods, class
+  attributes, what its methods assign on `self`, and its bases.
 
 It only reads files: nothing of the code under test is imported.
 """
@@ -287,12 +287,7 @@ def test_the_readme_names_every_part() -> None:
 
 # -- code names cited in the docs ------------------------------------------------------------------
 
-CITING_DOCS = (
-    DOCS / "architecture.md",
-    DOCS / "operations.md",
-    DOCS / "configuration.md",
-    REPO / "README.md",
-)
+CITING_DOCS = (*sorted(DOCS.glob("*.md")), REPO / "README.md")
 PACKAGES = ("ipamd", "cloud", "datastore", "bench", "chaos", "tests")
 IDENTIFIER = r"[A-Za-z_]\w*"
 CITED_PATH = re.compile(rf"`((?:{'|'.join(PACKAGES)}|deploy|docs)/[\w./-]*?)(?:::({IDENTIFIER}))?`")
