@@ -30,8 +30,8 @@ from bench.timing import median
 from chaos.daemon import BIN, Endpoints, daemon_environment
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2, World
+from ipamd.runtime.embedded_cri import CriServer
 from ipamd.wire import PATH_ALLOCATIONS
-from tests.support.cri_server import FakeCriServer
 
 PODS = 250
 ENIS = 3
@@ -67,7 +67,7 @@ async def run(workdir: Path) -> dict[str, float]:
 
 
 @contextlib.asynccontextmanager
-async def _node(workdir: Path) -> AsyncIterator[tuple[World, str, FakeCriServer]]:
+async def _node(workdir: Path) -> AsyncIterator[tuple[World, str, CriServer]]:
     host = EmbeddedEc2("server").start()
     imds: ImdsSimulator | None = None
     try:
@@ -75,7 +75,7 @@ async def _node(workdir: Path) -> AsyncIterator[tuple[World, str, FakeCriServer]
         _aws_node_enis(world)
         imds = ImdsSimulator(world)
         imds_url = await imds.start()
-        async with FakeCriServer(workdir / "cri.sock") as cri:
+        async with CriServer(workdir / "cri.sock") as cri:
             yield world, imds_url, cri
     finally:
         if imds is not None:
@@ -138,7 +138,7 @@ def _checkpoint(world: World) -> bytes:
 
 
 async def _start(
-    workdir: Path, world: World, imds_url: str, cri: FakeCriServer, checkpoint: bytes | None
+    workdir: Path, world: World, imds_url: str, cri: CriServer, checkpoint: bytes | None
 ) -> float:
     """One start of `ipamd run` on a fresh state directory: ms until ready."""
     run_dir = workdir / "run"

@@ -6,7 +6,7 @@ and the daemon is started as `ipamd run` (not `--embedded`) pointed at it (`chao
 
     ipamd-cni (a process per ADD/DEL) --unix socket--> ipamd run --HTTP--> Ec2FaultProxy --> moto
                                                            |  --HTTP--> ImdsSimulator (moto's state)
-                                                           |  --gRPC--> FakeCriServer (the pods)
+                                                           |  --gRPC--> CriServer (the pods)
                                                            '-- state dir: a tmpfs of its own
 
 moto serves EC2 on loopback from this process; the daemon reaches it only through `Ec2FaultProxy`

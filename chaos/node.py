@@ -33,7 +33,7 @@ from cloud.embedded.eni_rules import LOCK
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2, World
 from datastore.store import STATE_FILE_NAME
-from tests.support.cri_server import FakeCriServer
+from ipamd.runtime.embedded_cri import CriServer
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def free_port() -> int:
 class ChaosNode:
     world: World
     imds: ImdsSimulator
-    cri: FakeCriServer
+    cri: CriServer
     proxy: Ec2FaultProxy
     disk: StateDisk
     daemon: DaemonProcess
@@ -134,9 +134,9 @@ async def open_node(*, seed: int, disk_bytes: int) -> AsyncIterator[ChaosNode]:
         imds = ImdsSimulator(world, rng=random.Random(seed))
         imds_url = await imds.start()
         stack.push_async_callback(imds.close)
-        cri = FakeCriServer(workdir / "cri.sock")
+        cri = CriServer(workdir / "cri.sock")
         await cri.start()
-        stack.push_async_callback(cri.shutdown)
+        stack.push_async_callback(cri.close)
         proxy = Ec2FaultProxy(world.endpoint_url)
         await proxy.start()
         stack.push_async_callback(proxy.close)

@@ -2,7 +2,7 @@
 
 Every ADD and DEL runs `ipamd-cni` as its own process, the way a container runtime does: the CNI_*
 environment, the network config on stdin, the IPAM result or a CNI error on stdout. The runtime double
-(`FakeCriServer`) lists a pod's sandbox from just before its ADD until its DEL succeeded, as a real
+(`CriServer`) lists a pod's sandbox from just before its ADD until its DEL succeeded, as a real
 runtime would, so the daemon's runtime leak GC sees exactly the pods that exist.
 
 The ledger's rules:
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from chaos.daemon import BIN
-from tests.support.cri_server import FakeCriServer
+from ipamd.runtime.embedded_cri import CriServer
 
 NETWORK: Final = "k8s-pod-network"
 IFNAME: Final = "eth0"
@@ -83,7 +83,7 @@ class Churn:
 
     def __init__(
         self,
-        cri: FakeCriServer,
+        cri: CriServer,
         socket_path: Path,
         ledger: Ledger,
         *,

@@ -43,7 +43,7 @@ from cloud.ec2 import Boto3Ec2, client_config, make_client
 from cloud.errors import CloudError
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
 from ipamd.api.app import EngineOnly, PodAddresses, create_app
-from ipamd.api.server import App, Runner, SocketPathError, serve_unix
+from ipamd.api.server import App, Runner, serve_unix
 from ipamd.api.views import POD_GATEWAY
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointedPods
@@ -62,6 +62,7 @@ from ipamd.telemetry.endpoint import ListenFailed, latency_middleware, serve_met
 from ipamd.telemetry.introspection import serve_introspection
 from ipamd.telemetry.logs import configure_logging
 from ipamd.telemetry.metrics import Recorders
+from ipamd.wire.unix_socket import SocketPathError
 
 if TYPE_CHECKING:
     from ipamd.node.embedded import EmbeddedNode

@@ -4,6 +4,7 @@ See `ipamd.api.app` for the routes, bodies and error codes.
 """
 
 from ipamd.api.app import create_app
-from ipamd.api.server import SocketPathError, serve_unix
+from ipamd.api.server import serve_unix
+from ipamd.wire.unix_socket import SocketPathError
 
 __all__ = ["SocketPathError", "create_app", "serve_unix"]

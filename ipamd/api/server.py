@@ -1,10 +1,10 @@
 """Serving the API on a unix socket, and only there: ipamd opens no TCP listener for it.
 
 The socket is bound under a temporary name, given mode 0660, then renamed over the final path, so no
-client ever sees it with the process umask's mode, and a stale socket file left by a killed daemon is
-replaced in one step. A socket a live process still answers on is never taken over, and a path that is
-not a socket is never removed. On a clean stop the runner's cleanup unlinks the socket if it is still
-ours.
+client ever sees it with the process umask's mode. A stale socket file left by a killed daemon is
+removed first, and a socket a live process still answers on or a path that is not a socket refused,
+as every socket ipamd serves on (`ipamd.wire.unix_socket.clear_stale`). On a clean stop the runner's
+cleanup unlinks the socket if it is still ours.
 
 A refused upload (too large, wrong type) is not drained: with no lingering time the connection closes
 right after the answer, so no client holds a handler by sending a body the API has already refused.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ipamd.wire.unix_socket import SocketInUse, is_stale
+from ipamd.wire.unix_socket import MAX_SOCKET_PATH, SocketPathError, clear_stale
 
 logger = logging.getLogger(__name__)
 
@@ -29,19 +29,12 @@ SOCKET_MODE = 0o660
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues before ipamd accepts them (capped by net.core.somaxconn). A node
 starting a few hundred pods at once runs as many plugins at once; the default of 128 reset the rest."""
-MAX_SOCKET_PATH = 107
-"""`sun_path` is 108 bytes on Linux, with the terminating NUL."""
 
 App = web.Application
 """What `serve_unix` serves (`ipamd.api.create_app` builds the API's), named here so that the
 composition root need not import aiohttp."""
 Runner = web.AppRunner
 """A served app: `await runner.cleanup()` stops serving it."""
-
-
-class SocketPathError(Exception):
-    """The socket path cannot be served: another process answers on it, it is not a socket, or it is
-    too long."""
 
 
 def bind_unix(path: Path) -> socket.socket:
@@ -51,11 +44,8 @@ def bind_unix(path: Path) -> socket.socket:
         if len(os.fsencode(candidate)) > MAX_SOCKET_PATH:
             raise SocketPathError(f"{candidate} is longer than {MAX_SOCKET_PATH} bytes")
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if is_stale(path):
-            logger.info("api.stale_socket path=%s", path)  # replaced by the rename below
-    except SocketInUse as err:
-        raise SocketPathError(str(err)) from err
+    if clear_stale(path):
+        logger.info("api.stale_socket path=%s", path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         temp.unlink(missing_ok=True)

@@ -28,7 +28,7 @@ from ipamd.netpolicy._generated import rpc_pb2 as rpc
 from ipamd.netpolicy._generated import rpc_pb2_grpc as rpc_grpc
 from ipamd.netpolicy.enforcement import agent_mode
 from ipamd.netpolicy.ports import AgentConfig
-from ipamd.wire.unix_socket import SocketInUse, is_stale
+from ipamd.wire.unix_socket import SocketPathError, clear_stale
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +74,9 @@ class ConfigServer:
         """Listen on the socket. Raises `SettingUnusable` (the one line `ipamd.main` prints)."""
         path = self.socket_path
         try:
-            if is_stale(path):
-                path.unlink(missing_ok=True)
+            clear_stale(path)
             path.parent.mkdir(parents=True, exist_ok=True)
-        except SocketInUse as err:
+        except SocketPathError as err:
             raise SettingUnusable(f"{err} ({SETTING}): stop it first") from err
         except OSError as err:
             raise SettingUnusable(f"cannot serve on {path} ({SETTING}): {os_reason(err)}") from err

@@ -28,11 +28,11 @@ from cloud.embedded.cloud_keeper import CLOUD_FILE, start_kept_world
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import World
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, LayoutError, SubnetSpec
-from ipamd.api.server import MAX_SOCKET_PATH
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable, StateUnusable, os_reason
-from ipamd.runtime.embedded_cri import CriSocketBusy, EmbeddedCri, LiveSandbox
+from ipamd.runtime.embedded_cri import CriSandbox, EmbeddedCri, to_ns
+from ipamd.wire.unix_socket import MAX_SOCKET_PATH, SocketPathError
 
 GONE_FILE: Final = "embedded-cri-gone"
 """In the state directory: sandbox IDs, one a line, that the embedded runtime no longer lists."""
@@ -144,7 +144,7 @@ async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> Em
     runtime = EmbeddedCri(path, state_dir / GONE_FILE)
     try:
         await runtime.start()
-    except CriSocketBusy as err:
+    except SocketPathError as err:
         raise SettingUnusable(f"cannot serve the embedded runtime: {err}") from err
     except OSError as err:
         raise SettingUnusable(
@@ -154,16 +154,17 @@ async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> Em
     return runtime
 
 
-def live_sandboxes(engine: Engine) -> list[LiveSandbox]:
+def live_sandboxes(engine: Engine) -> list[CriSandbox]:
     """One sandbox per container ID that holds an allocation (a pod with two interfaces is one
     sandbox), created when its first allocation was."""
-    found: dict[str, LiveSandbox] = {}
+    found: dict[str, CriSandbox] = {}
     for alloc in engine.state.allocations().values():
         cid = alloc.key.container_id
         had = found.get(cid)
-        found[cid] = LiveSandbox(
+        created_ns = to_ns(alloc.created_at)
+        found[cid] = CriSandbox(
             sandbox_id=cid,
-            created_at=min(alloc.created_at, had.created_at) if had else alloc.created_at,
+            created_at_ns=min(created_ns, had.created_at_ns) if had else created_ns,
             namespace=alloc.pod_namespace or (had.namespace if had else ""),
             name=alloc.pod_name or (had.name if had else ""),
             uid=alloc.pod_uid or (had.uid if had else ""),

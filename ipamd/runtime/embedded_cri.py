@@ -1,83 +1,147 @@
-"""`EmbeddedCri`: the container runtime of `ipamd run --embedded`, a CRI v1 server on a unix socket.
+"""One CRI v1 RuntimeService on a unix socket, answering from pod sandboxes held in memory: the
+container runtime of `ipamd run --embedded` (`EmbeddedCri`), and of the benches, the chaos runner and
+the tests (`CriServer`).
 
-On a laptop there is no containerd, so without this the runtime leak GC and `ipamctl repair` could
-never be tried. Its pod sandboxes are whatever `source` lists — `ipamd.main` passes the allocations
+It speaks the same generated protocol as `ipamd.runtime.cri`: Version, ListPodSandbox (with CRI's
+filter: ID, state, labels) and PodSandboxStatus (the pod's addresses, which repair rebuilds a lost
+state file from). A `CriServer` holds the sandboxes its owner adds, stops and removes (`add`, `stop`,
+`remove`), and serves the lifecycle calls kubelet makes (RunPodSandbox, StopPodSandbox,
+RemovePodSandbox) on the same list.
+
+`EmbeddedCri` lists instead whatever its `source` gives — `ipamd.node.embedded` passes the allocations
 ipamd holds, one sandbox per container ID — less every sandbox ID written in the *gone file* (one ID a
 line, e.g. `echo demo-1a2b >> .run/state/embedded-cri-gone`): a pod that disappeared behind ipamd's
 back, whose DEL never came. Two listings later, and once older than IPAMD_LEAK_GRACE, leak GC
-releases it; `ipamctl repair` shows it at once.
+releases it; `ipamctl repair` shows it at once. Until `source` is set its listings answer
+UNAVAILABLE, which proves nothing to ipamd; it answers the lifecycle calls UNIMPLEMENTED, never
+writes the gone file and never changes ipamd's state: it only reads.
 
-It answers Version, ListPodSandbox (with CRI's filter) and PodSandboxStatus (the pod's addresses,
-which repair rebuilds a lost state file from); every other RPC is UNIMPLEMENTED. Until `source` is set
-every call answers UNAVAILABLE, which proves nothing to ipamd. It never writes the gone file and never
-changes ipamd's state: it only reads.
+The server runs in its owner's event loop (grpc.aio). Before it binds, a stale socket (nobody answers
+on it) is replaced and a live one or a non-socket refused (`ipamd.wire.unix_socket.clear_stale`).
+`close()` stops it and removes the socket, and `start()` serves again on the same path with the
+sandboxes kept, like a runtime restart. It can misbehave the ways a runtime does, for the chaos runner
+and the tests: `unavailable` answers every call with UNAVAILABLE, `delay_s` answers late (past the
+client's deadline). `calls` counts the calls received, per RPC name.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
-from typing import cast
+from types import TracebackType
+from typing import Literal, Self, cast
 
 import grpc
 import grpc.aio
 
 from ipamd.runtime._generated import cri_v1_pb2 as cri
 from ipamd.runtime._generated import cri_v1_pb2_grpc as cri_grpc
-from ipamd.wire.unix_socket import SocketInUse, is_stale
+from ipamd.wire.unix_socket import clear_stale
 
 logger = logging.getLogger(__name__)
 
 _NS_PER_S = 1_000_000_000
+_STATES = {"ready": cri.SANDBOX_READY, "notready": cri.SANDBOX_NOTREADY}
 _add_servicer: Callable[[object, grpc.aio.Server], None] = (
     cri_grpc.add_RuntimeServiceServicer_to_server
 )
 
 
-class CriSocketBusy(Exception):
-    """The socket path is taken: another process answers on it, or it is not a socket."""
+def to_ns(seconds: float) -> int:
+    """Seconds since the epoch as CRI's nanoseconds, exactly: the client's division gives back the
+    same float."""
+    return round(Fraction(seconds) * _NS_PER_S)
 
 
-@dataclass(frozen=True, slots=True)
-class LiveSandbox:
-    """One pod sandbox as the embedded runtime lists it."""
+@dataclass
+class CriSandbox:
+    """One pod sandbox as the runtime lists it."""
 
     sandbox_id: str
-    created_at: float
-    """Seconds since the epoch."""
+    created_at_ns: int
     namespace: str = ""
     name: str = ""
     uid: str = ""
+    state: int = cri.SANDBOX_READY
+    """A `PodSandboxState` value; any other number plays a newer runtime's state."""
+    attempt: int = 0
     addresses: tuple[str, ...] = ()
+    """The pod addresses its network setup got (PodSandboxStatus: network)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    runtime_handler: str = ""
+
+    def to_message(self) -> cri.PodSandbox:
+        return cri.PodSandbox(
+            id=self.sandbox_id,
+            metadata=cri.PodSandboxMetadata(
+                name=self.name, uid=self.uid, namespace=self.namespace, attempt=self.attempt
+            ),
+            state=cast("cri.PodSandboxState", self.state),
+            created_at=self.created_at_ns,
+            labels=self.labels,
+            annotations=self.annotations,
+            runtime_handler=self.runtime_handler,
+        )
+
+    def matches(self, wanted: cri.PodSandboxFilter) -> bool:
+        """CRI filter semantics: every set field must match (ID exactly, state, every label pair)."""
+        if wanted.id and wanted.id != self.sandbox_id:
+            return False
+        if wanted.HasField("state") and wanted.state.state != self.state:
+            return False
+        return all(self.labels.get(key) == value for key, value in wanted.label_selector.items())
 
 
-SandboxSource = Callable[[], Iterable[LiveSandbox]]
+class CriServer:
+    """Serves the sandboxes it holds as CRI on `socket_path`: `await start()`, `await close()`, or
+    `async with`."""
 
+    lifecycle = True
+    """Whether kubelet's lifecycle calls (Run, Stop, RemovePodSandbox) change the sandboxes."""
 
-class EmbeddedCri:
-    """Serves `source()` less the gone file as CRI; start with `await start()`, stop with `close()`."""
-
-    def __init__(self, socket_path: Path, gone_file: Path) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        runtime_name: str = "ipamd-embedded",
+        runtime_version: str = "1.0.0",
+    ) -> None:
         self.socket_path = socket_path
-        self.gone_file = gone_file
-        self.source: SandboxSource | None = None
-        """Set once the daemon is built; until then every call answers UNAVAILABLE."""
+        self.runtime_name = runtime_name
+        self.runtime_version = runtime_version
+        self.sandboxes: dict[str, CriSandbox] = {}
+        """The sandboxes by ID, in creation order."""
+        self.unavailable = False
+        """Answer every call with UNAVAILABLE."""
+        self.delay_s = 0.0
+        """Wait this long before answering any call."""
+        self.calls: Counter[str] = Counter()
+        """Calls received per RPC name (`ListPodSandbox`, ...), answered or not."""
         self._server: grpc.aio.Server | None = None
 
     @property
     def endpoint(self) -> str:
+        """The socket as a CRI endpoint URL: `unix:///run/.../cri.sock`."""
         return f"unix://{self.socket_path}"
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
 
     async def start(self) -> None:
         """Serve on the socket (a stale one, nobody answering on it, is replaced). Raises
-        `CriSocketBusy`, or OSError if the socket cannot be made."""
-        try:
-            if is_stale(self.socket_path):
-                self.socket_path.unlink(missing_ok=True)
-        except SocketInUse as err:
-            raise CriSocketBusy(str(err)) from err
+        `SocketPathError` when the path is taken, or OSError if the socket cannot be made."""
+        if self._server is not None:
+            raise RuntimeError("the CRI server is already serving")
+        clear_stale(self.socket_path)
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server()
         _add_servicer(_Servicer(self), server)
@@ -85,13 +149,123 @@ class EmbeddedCri:
             raise OSError(f"cannot listen on {self.socket_path}")
         await server.start()
         self._server = server
-        logger.info("embedded.cri_serving path=%s gone_file=%s", self.socket_path, self.gone_file)
+        logger.info("cri.serving path=%s runtime=%s", self.socket_path, self.runtime_name)
 
     async def close(self) -> None:
+        """Stop serving (calls in flight are cancelled) and remove the socket; the sandboxes stay.
+        Idempotent."""
         server, self._server = self._server, None
-        if server is not None:
-            await server.stop(grace=None)
-            self.socket_path.unlink(missing_ok=True)
+        if server is None:
+            return
+        await server.stop(grace=None)
+        # grpc's tasks for the cancelled calls may still be unwinding once `stop` returns (on a
+        # busy machine, a loop turn or more later): wait for them, so none outlives it.
+        unwinding = [t for t in asyncio.all_tasks() if t.get_name() == "rpc_task" and not t.done()]
+        if unwinding:
+            await asyncio.wait(unwinding, timeout=5.0)
+        self.socket_path.unlink(missing_ok=True)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- the sandboxes -----------------------------------------------------------------------------
+
+    def add(
+        self,
+        sandbox_id: str,
+        namespace: str = "default",
+        name: str = "",
+        uid: str = "",
+        created_at: float | None = None,
+        state: Literal["ready", "notready"] = "ready",
+        *,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        attempt: int = 0,
+        addresses: tuple[str, ...] = (),
+    ) -> CriSandbox:
+        """A new sandbox; `created_at` in seconds since the epoch, now by default."""
+        if sandbox_id in self.sandboxes:
+            raise ValueError(f"sandbox {sandbox_id} exists")
+        sandbox = CriSandbox(
+            sandbox_id=sandbox_id,
+            created_at_ns=time.time_ns() if created_at is None else to_ns(created_at),
+            namespace=namespace,
+            name=name or f"pod-{sandbox_id[:8]}",
+            uid=uid or f"uid-{sandbox_id[:8]}",
+            state=_STATES[state],
+            attempt=attempt,
+            addresses=addresses,
+            labels=dict(labels or {}),
+            annotations=dict(annotations or {}),
+        )
+        self.sandboxes[sandbox_id] = sandbox
+        return sandbox
+
+    def stop(self, sandbox_id: str) -> None:
+        """The sandbox turns NOTREADY and stays listed (as after StopPodSandbox). KeyError if unknown."""
+        self.sandboxes[sandbox_id].state = cri.SANDBOX_NOTREADY
+
+    def remove(self, sandbox_id: str) -> None:
+        """The sandbox is gone (as after RemovePodSandbox). Idempotent."""
+        self.sandboxes.pop(sandbox_id, None)
+
+    # -- what the calls are answered from ----------------------------------------------------------
+
+    async def before_answer(self, rpc: str, context: grpc.aio.ServicerContext) -> None:
+        """Before each call is answered (`rpc`: its CRI name): counted, delayed or refused."""
+        self.calls[rpc] += 1
+        if self.delay_s > 0:
+            await asyncio.sleep(self.delay_s)
+        if self.unavailable:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the runtime is unavailable")
+
+    def listing(self) -> Iterable[CriSandbox] | None:
+        """The sandboxes to list; None while there is nothing to list from yet (UNAVAILABLE)."""
+        return self.sandboxes.values()
+
+    def status_of(self, sandbox_id: str) -> CriSandbox | None:
+        """The sandbox PodSandboxStatus describes; None: NOT_FOUND."""
+        return self.sandboxes.get(sandbox_id)
+
+    def _run(self, request: cri.RunPodSandboxRequest) -> str:
+        sandbox_id = secrets.token_hex(32)
+        metadata = request.config.metadata
+        sandbox = self.add(
+            sandbox_id,
+            metadata.namespace,
+            metadata.name,
+            metadata.uid,
+            labels=request.config.labels,
+            annotations=request.config.annotations,
+            attempt=metadata.attempt,
+        )
+        sandbox.runtime_handler = request.runtime_handler
+        return sandbox_id
+
+
+SandboxSource = Callable[[], Iterable[CriSandbox]]
+
+
+class EmbeddedCri(CriServer):
+    """The runtime of `ipamd run --embedded`: lists `source()` less the gone file."""
+
+    lifecycle = False
+
+    def __init__(self, socket_path: Path, gone_file: Path) -> None:
+        super().__init__(socket_path)
+        self.gone_file = gone_file
+        self.source: SandboxSource | None = None
+        """Set once the daemon is built; until then every listing answers UNAVAILABLE."""
 
     def gone(self) -> frozenset[str]:
         """The sandbox IDs in the gone file (none if it is missing or unreadable)."""
@@ -101,78 +275,92 @@ class EmbeddedCri:
             return frozenset()
         return frozenset(line.strip() for line in text.splitlines() if line.strip())
 
-    def listing(self) -> list[LiveSandbox] | None:
-        """The live sandboxes, or None while there is no source yet."""
+    def listing(self) -> list[CriSandbox] | None:
         if self.source is None:
             return None
         gone = self.gone()
         return [s for s in self.source() if s.sandbox_id not in gone]
 
-
-def _message(sandbox: LiveSandbox) -> cri.PodSandbox:
-    return cri.PodSandbox(
-        id=sandbox.sandbox_id,
-        metadata=cri.PodSandboxMetadata(
-            name=sandbox.name, uid=sandbox.uid, namespace=sandbox.namespace
-        ),
-        state=cri.SANDBOX_READY,
-        created_at=int(sandbox.created_at * _NS_PER_S),
-    )
-
-
-def _matches(sandbox: LiveSandbox, wanted: cri.PodSandboxFilter) -> bool:
-    """CRI filter semantics: a set ID must match; every sandbox here is READY and has no labels."""
-    if wanted.id and wanted.id != sandbox.sandbox_id:
-        return False
-    if wanted.HasField("state") and wanted.state.state != cri.SANDBOX_READY:
-        return False
-    return not wanted.label_selector
+    def status_of(self, sandbox_id: str) -> CriSandbox | None:
+        return next((s for s in self.listing() or () if s.sandbox_id == sandbox_id), None)
 
 
 class _Servicer(cri_grpc.RuntimeServiceServicer):
-    """The gRPC face of an `EmbeddedCri`; method names are CRI's."""
+    """The gRPC face of a `CriServer`; method names are CRI's."""
 
-    def __init__(self, runtime: EmbeddedCri) -> None:
+    def __init__(self, runtime: CriServer) -> None:
         self._runtime = runtime
 
-    async def _listing(self, context: grpc.aio.ServicerContext) -> list[LiveSandbox]:
+    async def _listing(self, context: grpc.aio.ServicerContext) -> list[CriSandbox]:
         listing = self._runtime.listing()
         if listing is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the embedded runtime is starting")
-        return cast("list[LiveSandbox]", listing)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the runtime is starting")
+        return list(cast("Iterable[CriSandbox]", listing))
+
+    async def _lifecycle(self, rpc: str, context: grpc.aio.ServicerContext) -> None:
+        await self._runtime.before_answer(rpc, context)
+        if not self._runtime.lifecycle:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{rpc} is not served here")
 
     async def Version(  # noqa: N802
         self, request: cri.VersionRequest, context: grpc.aio.ServicerContext
     ) -> cri.VersionResponse:
+        await self._runtime.before_answer("Version", context)
         return cri.VersionResponse(
             version="0.1.0",
-            runtime_name="ipamd-embedded",
-            runtime_version="1.0.0",
+            runtime_name=self._runtime.runtime_name,
+            runtime_version=self._runtime.runtime_version,
             runtime_api_version="v1",
         )
 
     async def ListPodSandbox(  # noqa: N802
         self, request: cri.ListPodSandboxRequest, context: grpc.aio.ServicerContext
     ) -> cri.ListPodSandboxResponse:
-        items = [_message(s) for s in await self._listing(context) if _matches(s, request.filter)]
+        await self._runtime.before_answer("ListPodSandbox", context)
+        wanted = request.filter
+        items = [s.to_message() for s in await self._listing(context) if s.matches(wanted)]
         return cri.ListPodSandboxResponse(items=items)
 
     async def PodSandboxStatus(  # noqa: N802
         self, request: cri.PodSandboxStatusRequest, context: grpc.aio.ServicerContext
     ) -> cri.PodSandboxStatusResponse:
+        await self._runtime.before_answer("PodSandboxStatus", context)
         wanted = request.pod_sandbox_id
-        found = next((s for s in await self._listing(context) if s.sandbox_id == wanted), None)
+        found = self._runtime.status_of(wanted)
         if found is None:
+            await self._listing(context)  # UNAVAILABLE while there is nothing to list from
             await context.abort(grpc.StatusCode.NOT_FOUND, f"sandbox {wanted}")
-        sandbox = cast("LiveSandbox", found)
+        sandbox = cast("CriSandbox", found)
         first, *extra = (*sandbox.addresses, "")
         network = cri.PodSandboxNetworkStatus(
             ip=first, additional_ips=[cri.PodIP(ip=ip) for ip in extra if ip]
         )
         status = cri.PodSandboxStatus(
             id=sandbox.sandbox_id,
-            state=cri.SANDBOX_READY,
-            created_at=int(sandbox.created_at * _NS_PER_S),
+            state=cast("cri.PodSandboxState", sandbox.state),
+            created_at=sandbox.created_at_ns,
             network=network,
         )
         return cri.PodSandboxStatusResponse(status=status)
+
+    async def RunPodSandbox(  # noqa: N802
+        self, request: cri.RunPodSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> cri.RunPodSandboxResponse:
+        await self._lifecycle("RunPodSandbox", context)
+        return cri.RunPodSandboxResponse(pod_sandbox_id=self._runtime._run(request))
+
+    async def StopPodSandbox(  # noqa: N802
+        self, request: cri.StopPodSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> cri.StopPodSandboxResponse:
+        await self._lifecycle("StopPodSandbox", context)
+        if request.pod_sandbox_id not in self._runtime.sandboxes:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"sandbox {request.pod_sandbox_id}")
+        self._runtime.stop(request.pod_sandbox_id)
+        return cri.StopPodSandboxResponse()
+
+    async def RemovePodSandbox(  # noqa: N802
+        self, request: cri.RemovePodSandboxRequest, context: grpc.aio.ServicerContext
+    ) -> cri.RemovePodSandboxResponse:
+        await self._lifecycle("RemovePodSandbox", context)
+        self._runtime.remove(request.pod_sandbox_id)
+        return cri.RemovePodSandboxResponse()

@@ -60,7 +60,7 @@ async def serve(host_root: Path, ready_file: Path) -> None:
             partial.rename(ready_file)
             await stop.wait()
         finally:
-            await cri.shutdown()
+            await cri.close()
             await imds.close()
     finally:
         host.close()

@@ -155,7 +155,7 @@ async def test_reconnects_as_soon_as_the_runtime_is_back(
     fake_cri.add(ID_A)
     assert len(await runtime.list_sandboxes()) == 1
 
-    await fake_cri.shutdown()
+    await fake_cri.close()
     for _ in range(3):  # several failed dials: a reused channel would now sit in reconnect backoff
         with pytest.raises(RuntimeUnavailable):
             await runtime.list_sandboxes()
@@ -169,7 +169,7 @@ async def test_survives_a_restart_between_two_calls(
     fake_cri: FakeCriServer, runtime: GrpcCriRuntime
 ) -> None:
     assert await runtime.version() == "fakecri 1.2.3"
-    await fake_cri.shutdown()
+    await fake_cri.close()
     await fake_cri.start()
     try:
         assert await runtime.version() == "fakecri 1.2.3"

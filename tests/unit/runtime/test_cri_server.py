@@ -149,7 +149,7 @@ def test_add_refuses_a_duplicate_id(fake_cri: FakeCriServer) -> None:
 async def test_restarts_on_the_same_path_keeping_its_sandboxes(fake_cri: FakeCriServer) -> None:
     path = fake_cri.socket_path
     fake_cri.add(ID_A)
-    await fake_cri.shutdown()
+    await fake_cri.close()
     assert not path.exists()
     await fake_cri.start()
     assert fake_cri.socket_path == path
