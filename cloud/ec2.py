@@ -6,6 +6,9 @@ exception into a `cloud.errors.CloudError` by AWS error code (never by message t
 which error is `cloud.ec2_codes`), the call budget
 and retries (`cloud.ratelimit.Retrier`: what is retried and why is written there), recording every
 attempt (`cloud.calls.CallRecorder`), and turning EC2's dictionaries into `cloud.models` values.
+An adapter makes its calls under one `cloud.ports.CallPolicy` (foreground when built); `with_policy`
+gives a view of it under another, sharing the client, the call slots, the token buckets, the limits
+cache and the ENI locks, so views of one adapter compete for one budget.
 It must not: keep any view of the inventory between calls, decide anything about pools, or let a
 botocore exception or a boto3 dictionary out of this module.
 
@@ -25,7 +28,7 @@ arrival order at their refill rate, is outside the deadline. botocore's connect 
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import copy
 import logging
 import random
 import time
@@ -63,7 +66,7 @@ from cloud.errors import (
 )
 from cloud.limits import FALLBACK_LIMITS, InstanceLimitsCache
 from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
-from cloud.ports import Instance
+from cloud.ports import CallPolicy, Instance
 from cloud.ratelimit import (
     AttemptFailed,
     MonotonicClock,
@@ -158,8 +161,17 @@ class Boto3Ec2:
         self._retrier = Retrier(
             self.recorder, limits=limits, policy=retry, clock=clock, sleep=sleep, rng=rng
         )
-        self._limits = InstanceLimitsCache(self._fetch_limits, fallback_limits)
+        self._limits = InstanceLimitsCache(fallback_limits)
         self._eni_locks: dict[str, asyncio.Lock] = {}
+        self._policy = CallPolicy.FOREGROUND
+
+    def with_policy(self, policy: CallPolicy) -> Boto3Ec2:
+        """This adapter with its calls made under `policy`: a shallow copy, so everything it holds
+        (the client, the call slots, the retrier and its buckets, the limits cache, the ENI locks)
+        is the same object in both."""
+        view = copy.copy(self)
+        view._policy = policy
+        return view
 
     # -- Ec2Api ----------------------------------------------------------------------------------
 
@@ -289,7 +301,7 @@ class Boto3Ec2:
 
     async def instance_limits(self, instance_type: str) -> InstanceLimits:
         """From DescribeInstanceTypes once per type for the life of the process (`cloud.limits`)."""
-        return await self._limits.get(instance_type)
+        return await self._limits.get(instance_type, self._fetch_limits)
 
     async def subnet(self, subnet_id: str) -> Subnet:
         operation = "DescribeSubnets"
@@ -349,13 +361,16 @@ class Boto3Ec2:
         mutating: bool = False,
         repeatable: bool = True,
     ) -> Response:
-        """One EC2 API call by name, with rate limiting, retries and recording."""
+        """One EC2 API call by name, with rate limiting, retries (as this view's policy allows) and
+        recording."""
         method: Callable[..., Response] = getattr(self._client, xform_name(operation))
 
         async def attempt() -> Response:
             return await self._attempt(operation, lambda: method(**params))
 
-        return await self._retrier.run(operation, attempt, mutating=mutating, repeatable=repeatable)
+        return await self._retrier.run(
+            operation, attempt, mutating=mutating, repeatable=repeatable, call_policy=self._policy
+        )
 
     async def _attempt(self, operation: str, request: Callable[[], Response]) -> Response:
         """One request in a worker thread. This is `asyncio.to_thread`, but with the slot held until
@@ -366,8 +381,7 @@ class Boto3Ec2:
         try:
             async with asyncio.timeout(self._call_timeout_s):
                 await self._slots.acquire()
-                context = contextvars.copy_context()
-                future = loop.run_in_executor(None, context.run, request)
+                future = loop.run_in_executor(None, request)
                 sent = True
                 future.add_done_callback(self._thread_done)
                 return await asyncio.shield(future)

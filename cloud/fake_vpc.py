@@ -26,6 +26,7 @@ from typing import Protocol
 
 from cloud.errors import NotFound, SubnetExhausted, SubnetFragmented
 from cloud.models import NetworkInterface, Subnet, UnitKind
+from cloud.ports import CallPolicy
 
 PREFIX_SIZE = 16
 
@@ -200,6 +201,8 @@ class FakeVpc:
         self.enis: dict[str, FakeEni] = {}
         self.calls: Counter[str] = Counter()
         """Calls per port operation, as `FakeEc2` counts them."""
+        self.calls_under: Counter[tuple[str, CallPolicy]] = Counter()
+        """Calls per port operation and call policy, made through a view (`FakeEc2.with_policy`)."""
         self.unassigned: list[tuple[float, str, str]] = []
         """(when, ENI, CIDR) of every unit that left an ENI: unassigned, or deleted with it."""
         self.last_eni: dict[str, str] = {}

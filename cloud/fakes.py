@@ -3,6 +3,9 @@ thousands of reconcile rounds: EC2 (`FakeEc2`, on the truth `cloud.fake_vpc.Fake
 instance metadata service (`FakeImds`).
 
 `FakeEc2.fail_next` makes the next call of an operation time out, before EC2 acted or after.
+`FakeEc2.with_policy` gives a view that passes each call to the fake as it is then (its knobs, a
+method a test replaced) and counts it under its call policy (`calls_under`); the fake has no
+retries, so the policy changes nothing else.
 
 `FakeImds` serves the truth through knobs that make it stale in both directions, per unit and for as
 long as a test likes (seed 001: IMDS was wrong for hours): `keep` a released unit listed, `hide` an
@@ -28,13 +31,16 @@ from cloud.errors import (
 )
 from cloud.fake_vpc import FakeEni, FakeSubnet, FakeVpc
 from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
-from cloud.ports import ImdsIdentity, ImdsInterface, Instance
+from cloud.ports import CallPolicy, ImdsIdentity, ImdsInterface, Instance
 
-__all__ = ["FakeEc2", "FakeEni", "FakeImds", "FakeSubnet"]
+__all__ = ["FakeEc2", "FakeEc2View", "FakeEni", "FakeImds", "FakeSubnet"]
 
 
 class FakeEc2(FakeVpc):
     """`cloud.ports.Ec2Api` and `Ec2Catalog` for one instance, in memory."""
+
+    def with_policy(self, policy: CallPolicy) -> FakeEc2View:
+        return FakeEc2View(self, policy)
 
     def fail_next(self, operation: str, after_acting: bool) -> None:
         """The next call of `operation` (a port method name) times out, before EC2 acted or after."""
@@ -239,6 +245,74 @@ class FakeEc2(FakeVpc):
                 # An answer lost after EC2 acted, or a request that never reached it: either way a
                 # timeout, whose outcome the caller does not know.
                 raise CallTimeout(operation, "ReadTimeout", "injected")
+
+
+class FakeEc2View:
+    """A `FakeEc2` under a call policy: each call counted in `calls_under`, then passed on."""
+
+    def __init__(self, fake: FakeEc2, policy: CallPolicy) -> None:
+        self.fake = fake
+        self.policy = policy
+
+    def with_policy(self, policy: CallPolicy) -> FakeEc2View:
+        return FakeEc2View(self.fake, policy)
+
+    def _count(self, operation: str) -> FakeEc2:
+        self.fake.calls_under[(operation, self.policy)] += 1
+        return self.fake
+
+    async def describe_enis(self, instance_id: str) -> tuple[NetworkInterface, ...]:
+        return await self._count("describe_enis").describe_enis(instance_id)
+
+    async def create_eni(
+        self,
+        subnet_id: str,
+        security_groups: Sequence[str],
+        description: str,
+        tags: Mapping[str, str],
+        *,
+        kind: UnitKind = "ip",
+        count: int = 0,
+    ) -> NetworkInterface:
+        return await self._count("create_eni").create_eni(
+            subnet_id, security_groups, description, tags, kind=kind, count=count
+        )
+
+    async def attach_eni(self, eni_id: str, instance_id: str, device_index: int) -> str:
+        return await self._count("attach_eni").attach_eni(eni_id, instance_id, device_index)
+
+    async def set_delete_on_termination(self, eni_id: str, attachment_id: str) -> None:
+        fake = self._count("set_delete_on_termination")
+        await fake.set_delete_on_termination(eni_id, attachment_id)
+
+    async def detach_eni(self, attachment_id: str) -> None:
+        await self._count("detach_eni").detach_eni(attachment_id)
+
+    async def delete_eni(self, eni_id: str) -> None:
+        await self._count("delete_eni").delete_eni(eni_id)
+
+    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+        return await self._count("assign_units").assign_units(eni_id, kind, count)
+
+    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
+        await self._count("unassign_units").unassign_units(eni_id, kind, cidrs)
+
+    async def find_enis(
+        self, tags: Mapping[str, str], *, available_only: bool = False
+    ) -> tuple[NetworkInterface, ...]:
+        return await self._count("find_enis").find_enis(tags, available_only=available_only)
+
+    async def describe_instance(self, instance_id: str) -> Instance:
+        return await self._count("describe_instance").describe_instance(instance_id)
+
+    async def instance_limits(self, instance_type: str) -> InstanceLimits:
+        return await self._count("instance_limits").instance_limits(instance_type)
+
+    async def subnet(self, subnet_id: str) -> Subnet:
+        return await self._count("subnet").subnet(subnet_id)
+
+    async def subnets_in(self, vpc_id: str, availability_zone: str) -> tuple[Subnet, ...]:
+        return await self._count("subnets_in").subnets_in(vpc_id, availability_zone)
 
 
 class FakeImds:

@@ -44,15 +44,11 @@ class InstanceLimitsCache:
 
     Concurrent first requests for one type share one fetch. When the fetch fails with a `CloudError`
     and the type is in the fallback table, the table's entry is returned (not cached); otherwise the
-    error propagates.
+    error propagates. The fetch is the caller's, per request: each view of an adapter reads EC2
+    under its own call policy, into the one cache they share.
     """
 
-    def __init__(
-        self,
-        fetch: Callable[[str], Awaitable[InstanceLimits]],
-        fallback: Mapping[str, InstanceLimits] = FALLBACK_LIMITS,
-    ) -> None:
-        self._fetch = fetch
+    def __init__(self, fallback: Mapping[str, InstanceLimits] = FALLBACK_LIMITS) -> None:
         self._fallback = fallback
         self._known: dict[str, InstanceLimits] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -60,7 +56,10 @@ class InstanceLimitsCache:
     def cached(self, instance_type: str) -> InstanceLimits | None:
         return self._known.get(instance_type)
 
-    async def get(self, instance_type: str) -> InstanceLimits:
+    async def get(
+        self, instance_type: str, fetch: Callable[[str], Awaitable[InstanceLimits]]
+    ) -> InstanceLimits:
+        """The type's limits: from memory, else from `fetch` (DescribeInstanceTypes)."""
         known = self._known.get(instance_type)
         if known is not None:
             return known
@@ -70,7 +69,7 @@ class InstanceLimitsCache:
             if known is not None:
                 return known
             try:
-                limits = await self._fetch(instance_type)
+                limits = await fetch(instance_type)
             except CloudError as err:
                 fallback = self._fallback.get(instance_type)
                 if fallback is None:

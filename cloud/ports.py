@@ -2,10 +2,15 @@
 
 Adapters: `cloud.ec2.Boto3Ec2` (real EC2, or moto in tests and `--embedded`). Every method raises only
 `cloud.errors.CloudError` subclasses.
+
+Each EC2 port is used under a `CallPolicy`: `with_policy` gives a view of the same adapter whose calls
+follow another policy, and each consumer is handed the view it should use (the composition root and
+the pool manager decide, `cloud.ratelimit` applies it).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,6 +24,18 @@ TAG_CREATED_AT = "node.k8s.amazonaws.com/createdAt"
 TAG_CLUSTER_NAME = "cluster.k8s.amazonaws.com/name"
 TAG_MANAGED_BY = "ipamd.k8s.aws/managed-by"
 MANAGED_BY = "ipamd"
+
+
+class CallPolicy(enum.Enum):
+    """Whether something waits on an EC2 call, which decides what a throttle answer does to it."""
+
+    FOREGROUND = "foreground"
+    """A pod waits on it (or start-up, or an operator): a throttled call is retried, with backoff, as
+    every other retryable error."""
+    BACKGROUND = "background"
+    """Nothing waits on it (a warm pool's top-up, addresses given back, DeleteOnTermination, the
+    reconcilers): a throttled call is not retried; its caller holds its work back instead, so the
+    account's tokens go to the calls something waits on. Other retryable errors are retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +52,11 @@ class Instance:
 
 class Ec2Api(Protocol):
     """ENIs and their addresses."""
+
+    def with_policy(self, policy: CallPolicy) -> Ec2Api:
+        """This adapter, its calls made under `policy`: a view sharing all else (the client, the
+        token buckets, the locks); the adapter itself calls under `CallPolicy.FOREGROUND`."""
+        ...
 
     async def describe_enis(self, instance_id: str) -> tuple[NetworkInterface, ...]:
         """Every ENI attached to the instance, with its addresses and prefixes, by device index."""
@@ -83,6 +105,10 @@ class Ec2Api(Protocol):
 
 class Ec2Catalog(Protocol):
     """Facts about the instance and its network that change rarely."""
+
+    def with_policy(self, policy: CallPolicy) -> Ec2Catalog:
+        """This adapter, its calls made under `policy` (`Ec2Api.with_policy`)."""
+        ...
 
     async def describe_instance(self, instance_id: str) -> Instance: ...
 

@@ -36,8 +36,10 @@ Whether a retryable error may be retried depends on the call:
   re-reads the ENI (DescribeNetworkInterfaces) before acting again, since the inventory changes only on
   evidence from EC2.
 
-Background work (`background_calls`) is not retried on a throttle: the pool manager holds it back
-itself while the account is throttled, so the calls a waiting pod needs get the tokens.
+A call made under `CallPolicy.BACKGROUND` (`cloud.ports`) is not retried on a throttle: no pod waits
+on it, and the pool manager holds such work back itself while the account is throttled, so the calls
+a waiting pod needs get the tokens. The caller says which policy a call runs under (`Retrier.run`);
+nothing here guesses it from where the call came from.
 
 Time is injected (`clock`, `sleep`) and so is the random source, so tests are exact and never sleep.
 This module knows nothing of boto3; it sees `CloudError`s only.
@@ -46,25 +48,22 @@ This module knows nothing of boto3; it sees `CloudError`s only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from cloud.backoff import Backoff
 from cloud.calls import OK, CallRecorder
 from cloud.errors import CloudError, Throttled
+from cloud.ports import CallPolicy
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_BACKGROUND: ContextVar[bool] = ContextVar("ipamd_background_calls", default=False)
 
 MonotonicClock = Callable[[], float]
 """Seconds from an arbitrary origin that never goes backwards (`time.monotonic`)."""
@@ -162,24 +161,6 @@ class TokenBucket:
         self._stamp = now
 
 
-@contextlib.contextmanager
-def background_calls() -> Iterator[None]:
-    """EC2 calls made inside are background work that no caller waits for (a warm pool's top-up,
-    addresses given back, DeleteOnTermination on an ENI in use): a throttled one is not retried
-    here. Its caller backs off instead, so the account's tokens go to the calls something waits on.
-    Every other retryable error is retried as ever."""
-    token = _BACKGROUND.set(True)
-    try:
-        yield
-    finally:
-        _BACKGROUND.reset(token)
-
-
-def in_background() -> bool:
-    """Whether a call made now is background work (`background_calls`)."""
-    return _BACKGROUND.get()
-
-
 class AttemptFailed(Exception):
     """One attempt's translated error, and whether EC2 surely did not act on the request."""
 
@@ -230,11 +211,13 @@ class Retrier:
         *,
         mutating: bool,
         repeatable: bool,
+        call_policy: CallPolicy = CallPolicy.FOREGROUND,
     ) -> T:
         """Call `attempt` until it succeeds or may not be retried; raises the last `CloudError`.
 
         `attempt` raises `AttemptFailed` for a failure; `mutating` picks the token bucket;
-        `repeatable` says whether sending the request twice is harmless (module docstring).
+        `repeatable` says whether sending the request twice is harmless (module docstring);
+        `call_policy` whether a throttle answer is retried (only in the foreground).
         """
         bucket = self.mutate_bucket if mutating else self.read_bucket
         for n in itertools.count(1):
@@ -248,7 +231,7 @@ class Retrier:
                 if isinstance(error, Throttled):
                     bucket.drain()
                 retry = may_retry(error, not_applied=failed.not_applied, repeatable=repeatable)
-                if isinstance(error, Throttled) and in_background():
+                if isinstance(error, Throttled) and call_policy is CallPolicy.BACKGROUND:
                     retry = False
                 if not retry or n >= self.policy.max_attempts:
                     raise error from failed.__cause__

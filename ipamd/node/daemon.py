@@ -23,8 +23,7 @@ from pathlib import Path
 from cloud.backoff import Backoff
 from cloud.errors import CloudError
 from cloud.models import UnitKind
-from cloud.ports import Imds, Instance
-from cloud.ratelimit import background_calls
+from cloud.ports import CallPolicy, Imds, Instance
 from datastore.store import STATE_FILE_NAME
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointKeeper
@@ -133,13 +132,13 @@ class Daemon:
         if self.engine.unavailable is not None:
             logger.error("daemon.not_ready reason=%s", self.engine.unavailable)
             return
-        # Full jitter: a fleet restarted together does not retry together. One attempt per call:
-        # a throttled read waits here, where the tries are spaced, not in the adapter's retries.
+        # Full jitter: a fleet restarted together does not retry together. One attempt per call
+        # (the parts call EC2 through its background view): a throttled read waits here, where
+        # the tries are spaced, not in the adapter's retries.
         backoff = Backoff(1.0, self.start_retry_cap_s, self.rng)
         for attempt in itertools.count(1):
             try:
-                with background_calls():
-                    await self._start_once()
+                await self._start_once()
                 return
             except (CloudError, StoreWriteFailed, HostNetError) as err:
                 wait = backoff.delay_s(attempt)
@@ -230,10 +229,10 @@ async def _describe_when_answered(
     a saturated account admits as many reads however often the nodes ask. Any other error is
     raised (`CloudError`)."""
     backoff = Backoff(1.0, START_RETRY_CAP_S, rng)
+    background = ec2.with_policy(CallPolicy.BACKGROUND)
     for attempt in itertools.count(1):
         try:
-            with background_calls():
-                return await describe_node(ec2, instance_id)
+            return await describe_node(background, instance_id)
         except CloudError as err:
             if not err.retryable:
                 raise
@@ -309,12 +308,14 @@ def _datapath(
 ) -> Datapath:
     """The datapath owner on the adapters `main` made. The primary ENI's MAC (to find its link and
     read the VPC's CIDRs) comes from the state, filled from EC2 by the first drift; a subnet's CIDR
-    comes from `cidrs` (the subnet catalogue's) when it has it, else from DescribeSubnets."""
+    comes from `cidrs` (the subnet catalogue's) when it has it, else from DescribeSubnets, as
+    background work (the datapath retries an ENI's set-up with a backoff of its own)."""
+    catalog = ec2.with_policy(CallPolicy.BACKGROUND)
 
     async def subnet_cidr(subnet_id: str) -> str:
         # From the subnet catalogue's view if it showed the subnet (a CIDR never changes).
         known = cidrs.get(subnet_id)
-        return known if known is not None else (await ec2.subnet(subnet_id)).cidr
+        return known if known is not None else (await catalog.subnet(subnet_id)).cidr
 
     return Datapath(
         engine,

@@ -8,7 +8,9 @@ one is a start-up error, before anything is opened. On
 that one engine it builds the pool manager, the EC2 drift, the IMDS hint, the runtime leak GC and ENI
 GC, and what the pool's scarcity mode reads of the subnets' free addresses (`subnet_reading`); the
 ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
-and ENI GC leave alone.
+and ENI GC leave alone. The reconcilers call EC2 through the adapter's background view
+(`CallPolicy.BACKGROUND`: no pod waits on them, so a throttled call is not retried); the pool
+manager picks a view per round.
 
 `ipamd.daemon.build_daemon` uses it, and so does every test, benchmark and simulation that runs a
 node's parts. A variant is asked for through the inputs — configuration values, the clock, the
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cloud.models import UnitKind
-from cloud.ports import Ec2Api, Ec2Catalog, Imds, Instance
+from cloud.ports import CallPolicy, Ec2Api, Ec2Catalog, Imds, Instance
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.settings import Config
@@ -50,6 +52,8 @@ from ipamd.runtime.ports import RuntimeApi
 
 class Ec2(Ec2Api, Ec2Catalog, Protocol):
     """Both EC2 ports, as one adapter serves them."""
+
+    def with_policy(self, policy: CallPolicy) -> Ec2: ...
 
 
 EngineOpener = Callable[[Path, Clock, EngineSettings], Awaitable[Engine]]
@@ -223,9 +227,10 @@ async def open_parts(
         engine, ec2, node.instance, node.limits, settings, catalogue, clock, rng, subnet_free=free
     )
     pending, foreign = pool.pending_enis, pool.foreign_enis
+    background = ec2.with_policy(CallPolicy.BACKGROUND)
     drift = Ec2Drift(
         engine,
-        ec2,
+        background,
         instance_id,
         kinds,
         config.reconcile_grace_s,
@@ -245,7 +250,7 @@ async def open_parts(
         foreign=foreign,
     )
     eni_gc = EniGc(
-        ec2,
+        background,
         instance_id,
         config.eni_gc_grace_s,
         clock,
@@ -276,7 +281,8 @@ def subnet_reading(
     does (the catalogue's view has them), the mode is off, or there is no catalog to read."""
     if catalogue.discovering or catalog is None or config.subnet_scarcity_threshold <= 0:
         return None
-    return SubnetFree(read_subnets(catalog, catalogue.candidates), clock)
+    background = catalog.with_policy(CallPolicy.BACKGROUND)
+    return SubnetFree(read_subnets(background, catalogue.candidates), clock)
 
 
 def rebuild_drift(

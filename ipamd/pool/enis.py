@@ -16,6 +16,9 @@ least `BIND_SETTLE_S`, and while the pool still grows up to `BIND_WAIT_CAP_S`, a
 work is held. In a burst the account's tokens go to the ENIs pods wait for; an instance terminated
 meanwhile leaves the ENI detached, for ENI GC. Left unset (refused, throttled, the answer lost), it
 is set by the drift (`ipamd.reconcile.ec2_drift`).
+
+A new ENI's calls go through the view of the adapter the pool manager hands `make`, under the policy
+of its round; DeleteOnTermination is always background work (`CallPolicy.BACKGROUND`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from cloud.ports import (
     TAG_CREATED_AT,
     TAG_INSTANCE_ID,
     TAG_MANAGED_BY,
+    CallPolicy,
     Ec2Api,
     Instance,
 )
@@ -82,27 +86,27 @@ class EniMaker:
         self._listed_indexes: frozenset[int] = frozenset()
         """The device indexes of the listing that settled the doubt, for the next new ENI."""
 
-    async def make(self, count: int, kind: UnitKind) -> tuple[str, int]:
-        """A new ENI in the inventory: its ID and how many units it came with (they are recorded
-        too). Its DeleteOnTermination is left to `bind_waiting` (to the drift if EC2 attached it
-        but the answer, with its attachment ID, was lost)."""
+    async def make(self, count: int, kind: UnitKind, ec2: Ec2Api) -> tuple[str, int]:
+        """A new ENI in the inventory, made through `ec2`: its ID and how many units it came with
+        (they are recorded too). Its DeleteOnTermination is left to `bind_waiting` (to the drift
+        if EC2 attached it but the answer, with its attachment ID, was lost)."""
         # EC2's view, not only the inventory, whenever it may differ: an ENI attached by a call
         # whose answer was lost (or before a restart, or by another user of the instance) holds
         # its device index until reconcile adopts it.
         if self._doubt:
             ticket = self._doubts
-            attached = await self._ec2.describe_enis(self._instance.instance_id)
+            attached = await ec2.describe_enis(self._instance.instance_id)
             self.listed(ticket, attached)
         index = self._free_device_index(set(self._listed_indexes))
         self._listed_indexes = frozenset()
         if self._unattached:
             eni = self._unattached.pop(next(iter(self._unattached)))
         else:
-            eni = await self._create(count, kind)
+            eni = await self._create(count, kind, ec2)
         held = eni.units(kind)
         self.pending.add(eni.eni_id)
         try:
-            attachment_id = await self._attach(eni, index)
+            attachment_id = await self._attach(eni, index, ec2)
             await self._engine.add_eni(eni_record(eni, index, self._clock.now()))
             if held:
                 await self._engine.add_units(eni.eni_id, held, kind)
@@ -155,8 +159,8 @@ class EniMaker:
         if self._pace.held():  # a throttle on an earlier call of this sweep holds the rest
             return
         try:
-            with self._pace.calls(demand=False):
-                await self._ec2.set_delete_on_termination(eni_id, attachment_id)
+            background = self._ec2.with_policy(CallPolicy.BACKGROUND)
+            await background.set_delete_on_termination(eni_id, attachment_id)
         except CloudError as err:
             if isinstance(err, Throttled):
                 self._pace.throttle_seen()
@@ -193,7 +197,7 @@ class EniMaker:
             del self._unattached[eni_id]
             self.pending.discard(eni_id)
 
-    async def _create(self, count: int, kind: UnitKind) -> NetworkInterface:
+    async def _create(self, count: int, kind: UnitKind, ec2: Ec2Api) -> NetworkInterface:
         now = self._clock.now()
         tags = {
             TAG_INSTANCE_ID: self._instance.instance_id,
@@ -204,12 +208,12 @@ class EniMaker:
         if self._settings.cluster_name:
             tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
         description = f"ipamd: pod addresses for {self._instance.instance_id}"
-        return await self._subnets.create_eni(self._ec2, description, tags, kind=kind, count=count)
+        return await self._subnets.create_eni(ec2, description, tags, kind=kind, count=count)
 
-    async def _attach(self, eni: NetworkInterface, index: int) -> str | None:
+    async def _attach(self, eni: NetworkInterface, index: int, ec2: Ec2Api) -> str | None:
         """The attachment ID, or None when EC2 did attach it but the answer was lost."""
         try:
-            return await self._ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
+            return await ec2.attach_eni(eni.eni_id, self._instance.instance_id, index)
         except Throttled:
             # EC2 refused it before acting: attach this one on the next round, no need to look.
             self._unattached[eni.eni_id] = eni
@@ -218,7 +222,7 @@ class EniMaker:
             self._doubt = True
             self._doubts += 1
             # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
-            attached = await attached_here(self._ec2, self._instance.instance_id, eni.eni_id)
+            attached = await attached_here(ec2, self._instance.instance_id, eni.eni_id)
             if attached:
                 return None  # EC2 did attach it
             if attached is None or err.retryable:
@@ -228,7 +232,7 @@ class EniMaker:
                 raise
             # Refused, and not attached, so nothing can use it: delete it now.
             try:
-                await self._ec2.delete_eni(eni.eni_id)
+                await ec2.delete_eni(eni.eni_id)
             except CloudError as cleanup:
                 logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
             raise

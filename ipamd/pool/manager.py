@@ -10,7 +10,8 @@ A round (`PoolManager.run_once`) goes through four hops:
 3. The plan: the policy's plan for the node as it is now (`PoolManager.plan`, worked out again only
    when something it is made from changed), cut down to what this round may do (`Conditions.trim`:
    the release delay, a demand round's share, paused growth, the spacing of shrinks).
-4. EC2: the plan's calls, growing before shrinking (`PoolManager._apply`).
+4. EC2: the plan's calls, growing before shrinking (`PoolManager._apply`), through the adapter's
+   view for the round's call policy (`Pace.policy`: retried on a throttle only if pods wait).
 
 Growing fills the existing ENIs first, then creates new ones holding their units, tagged, attached
 and recorded (`ipamd.pool.enis`). Every unit enters the inventory from EC2's own answer.
@@ -92,7 +93,7 @@ class PoolManager:
         self.subnets = subnets
         """Where new ENIs go, and which subnets are closed to new pods."""
         self._enis = EniMaker(engine, ec2, instance, settings, subnets, clock, self.pace)
-        self._releaser = Releaser(engine, ec2, instance.instance_id, self._no_longer_excess)
+        self._releaser = Releaser(engine, instance.instance_id, self._no_longer_excess)
         self._stats = StatsMemo()
         self._planned: PoolPlan | None = None
         self._planned_for: tuple[object, ...] = ()
@@ -220,8 +221,7 @@ class PoolManager:
         if plan.is_empty():
             return plan
         try:
-            with self.pace.calls(demand):
-                await self._apply(plan)
+            await self._apply(plan, self._ec2.with_policy(self.pace.policy(demand)))
         except (CloudError, StoreWriteFailed) as err:
             # A full or failing disk is a failed tick like a failed EC2 call: the change was not
             # recorded, so memory is unchanged; what EC2 did meanwhile the drift reconciles.
@@ -251,33 +251,34 @@ class PoolManager:
             delay,
         )
 
-    async def _apply(self, plan: PoolPlan) -> None:
+    async def _apply(self, plan: PoolPlan, ec2: Ec2Api) -> None:
+        """`plan`'s calls, through the view of the adapter for the round's policy."""
         logger.info("pool.apply plan=%s", plan)
         if plan.replace_units:
             # Leftover /32s make room for the prefixes `assign` puts in their slots.
-            await self._releaser.release_units(plan.replace_units)
+            await self._releaser.release_units(plan.replace_units, ec2)
         for eni_id, count in plan.assign:
-            await self._grow_eni(eni_id, count)
+            await self._grow_eni(eni_id, count, ec2)
         for count in plan.new_enis:
-            await self._new_eni(count)
+            await self._new_eni(count, ec2)
         if plan.release_units:
-            await self._releaser.release_units(plan.release_units)
+            await self._releaser.release_units(plan.release_units, ec2)
         for eni_id in plan.release_enis:
-            await self._releaser.release_eni(eni_id)
+            await self._releaser.release_eni(eni_id, ec2)
 
     # -- growing -------------------------------------------------------------------------------
 
-    async def _grow_eni(self, eni_id: str, count: int) -> None:
+    async def _grow_eni(self, eni_id: str, count: int, ec2: Ec2Api) -> None:
         kind = self.strategy.kind
         falls_back = kind == "prefix" and self._settings.fallback_strategy is not None
         try:
-            cidrs = await self._ec2.assign_units(eni_id, kind, count)
+            cidrs = await ec2.assign_units(eni_id, kind, count)
         except AddressLimitExceeded:
             # EC2 holds more on this ENI than ipamd knows: take EC2's word for what is there.
-            await self._resync_eni(eni_id)
+            await self._resync_eni(eni_id, ec2)
             raise
         except SubnetExhausted as err:
-            if kind == "prefix" and await self._prefixes_elsewhere(eni_id, err, count):
+            if kind == "prefix" and await self._prefixes_elsewhere(eni_id, err, count, ec2):
                 return
             if (record := self._engine.state.eni(eni_id)) is not None:
                 self.subnets.refused(record.subnet_id, err, self.strategy.addresses_in(count))
@@ -290,7 +291,9 @@ class PoolManager:
         self.pace.served()
         logger.info("pool.grow eni_id=%s kind=%s units=%d", eni_id, kind, len(cidrs))
 
-    async def _prefixes_elsewhere(self, eni_id: str, err: SubnetExhausted, count: int) -> bool:
+    async def _prefixes_elsewhere(
+        self, eni_id: str, err: SubnetExhausted, count: int, ec2: Ec2Api
+    ) -> bool:
         """A subnet too fragmented for a /28: the prefixes go on another ENI with room, or a new one
         in another eligible subnet; False leaves it to the fallback to /32s."""
         eni = self._engine.state.eni(eni_id)
@@ -306,31 +309,31 @@ class PoolManager:
         )
         if other is not None:
             logger.info("pool.prefixes_elsewhere from=%s to=%s", eni_id, other)
-            await self._grow_eni(other, count)
+            await self._grow_eni(other, count, ec2)
             return True
         used = len(engine.state.enis()) + len(self.foreign_enis)
         if elsewhere is None or used >= effective_max_enis(self._settings.targets, self._limits):
             return False
         logger.info("pool.prefixes_elsewhere from=%s to=new ENI in %s", eni_id, elsewhere)
         try:
-            await self._new_eni(count)
+            await self._new_eni(count, ec2)
         except SubnetExhausted:
             return False
         return True
 
-    async def _new_eni(self, count: int) -> None:
-        eni_id, held = await self._enis.make(count, self.strategy.kind)
+    async def _new_eni(self, count: int, ec2: Ec2Api) -> None:
+        eni_id, held = await self._enis.make(count, self.strategy.kind, ec2)
         if held:
             self.pace.served()
         try:
             if count > held:
-                await self._grow_eni(eni_id, count - held)
+                await self._grow_eni(eni_id, count - held, ec2)
         except BaseException:
             self._enis.abandon(eni_id)
             raise
 
-    async def _resync_eni(self, eni_id: str) -> None:
-        enis = await self._ec2.describe_enis(self._instance.instance_id)
+    async def _resync_eni(self, eni_id: str, ec2: Ec2Api) -> None:
+        enis = await ec2.describe_enis(self._instance.instance_id)
         for eni in enis:
             if eni.eni_id == eni_id:
                 kind = self.strategy.kind

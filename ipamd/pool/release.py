@@ -8,7 +8,8 @@ which may lag the change: what EC2 no longer lists is released, what it still li
 grace window. A refusal means EC2 did nothing: the units are free again.
 
 Every EC2 call here runs under the adapter's one deadline (`cloud.ec2.Boto3Ec2`): no answer in
-time is a `CallTimeout`, whose outcome is unknown.
+time is a `CallTimeout`, whose outcome is unknown. The calls go through the view of the adapter the
+pool manager hands each release, under the policy of its round (`ipamd.pool.pace.Pace.policy`).
 """
 
 from __future__ import annotations
@@ -36,19 +37,17 @@ class Releaser:
     def __init__(
         self,
         engine: Engine,
-        ec2: Ec2Api,
         instance_id: str,
         still_needed: Callable[[tuple[str, ...]], set[str]],
     ) -> None:
         self._engine = engine
-        self._ec2 = ec2
         self._instance_id = instance_id
         self._still_needed = still_needed
         self.in_flight: set[str] = set()
         """Units whose unassign (or whose ENI's detach) is being called right now: reconcile
         leaves them to this call instead of judging a half-done release."""
 
-    async def release_units(self, cidrs: tuple[str, ...]) -> None:
+    async def release_units(self, cidrs: tuple[str, ...], ec2: Ec2Api) -> None:
         marked = await self._engine.begin_release(cidrs)
         keep = self._still_needed(marked)
         if keep:
@@ -60,13 +59,13 @@ class Releaser:
         first_error: CloudError | None = None
         for eni_id, eni_cidrs in by_eni.items():
             try:
-                await self._unassign(eni_id, eni_cidrs)
+                await self._unassign(eni_id, eni_cidrs, ec2)
             except CloudError as err:
                 first_error = first_error or err
         if first_error is not None:
             raise first_error
 
-    async def release_eni(self, eni_id: str) -> None:
+    async def release_eni(self, eni_id: str, ec2: Ec2Api) -> None:
         state = self._engine.state
         cidrs = tuple(state.units_on(eni_id))
         marked = await self._engine.begin_release(cidrs)
@@ -75,28 +74,30 @@ class Releaser:
             return
         self.in_flight.update((eni_id, *cidrs))
         try:
-            await self._detach_and_delete(eni_id, marked)
+            await self._detach_and_delete(eni_id, marked, ec2)
         finally:
             self.in_flight.difference_update((eni_id, *cidrs))
         await self._engine.remove_eni(eni_id)
         logger.info("pool.eni_released eni_id=%s", eni_id)
 
-    async def _unassign(self, eni_id: str, cidrs: list[str]) -> None:
+    async def _unassign(self, eni_id: str, cidrs: list[str], ec2: Ec2Api) -> None:
         kind = self._engine.state.units()[cidrs[0]].kind
         self.in_flight.update(cidrs)
         try:
-            await self._ec2.unassign_units(eni_id, kind, cidrs)
+            await ec2.unassign_units(eni_id, kind, cidrs)
         except NotFound:
             pass  # already gone from the ENI: the release is complete
         except CloudError as err:
-            await self._settle_release(eni_id, cidrs, err)
+            await self._settle_release(eni_id, cidrs, err, ec2)
             raise
         finally:
             self.in_flight.difference_update(cidrs)
         await self._engine.finish_release(cidrs)
         logger.info("pool.release eni_id=%s units=%d", eni_id, len(cidrs))
 
-    async def _settle_release(self, eni_id: str, cidrs: list[str], err: CloudError) -> None:
+    async def _settle_release(
+        self, eni_id: str, cidrs: list[str], err: CloudError, ec2: Ec2Api
+    ) -> None:
         """After a failed unassign: a refusal (a throttle too: EC2 refuses before acting) frees
         the units again; after an unknown outcome the units EC2 no longer lists were released and
         the others stay `releasing`."""
@@ -104,7 +105,7 @@ class Releaser:
             await self._engine.abort_release(cidrs)
             return
         try:
-            enis = await self._ec2.describe_enis(self._instance_id)
+            enis = await ec2.describe_enis(self._instance_id)
         except CloudError:
             return
         listed = {
@@ -114,23 +115,23 @@ class Releaser:
         if gone:
             await self._engine.finish_release(gone)
 
-    async def _detach_and_delete(self, eni_id: str, marked: tuple[str, ...]) -> None:
+    async def _detach_and_delete(self, eni_id: str, marked: tuple[str, ...], ec2: Ec2Api) -> None:
         try:
-            enis = await self._ec2.describe_enis(self._instance_id)
+            enis = await ec2.describe_enis(self._instance_id)
         except CloudError:
             await self._engine.abort_release(marked)  # nothing was asked of EC2 yet
             raise
         attachment = next((e.attachment_id for e in enis if e.eni_id == eni_id), None)
         if attachment is not None:
             try:
-                await self._ec2.detach_eni(attachment)
+                await ec2.detach_eni(attachment)
             except NotFound:
                 pass
             except CloudError as err:
-                await self._settle_detach(eni_id, marked, err)
+                await self._settle_detach(eni_id, marked, err, ec2)
                 raise
         try:
-            await self._ec2.delete_eni(eni_id)
+            await ec2.delete_eni(eni_id)
         except NotFound:
             pass
         except CloudError:
@@ -139,13 +140,15 @@ class Releaser:
             await self._engine.remove_eni(eni_id)
             raise
 
-    async def _settle_detach(self, eni_id: str, marked: tuple[str, ...], err: CloudError) -> None:
+    async def _settle_detach(
+        self, eni_id: str, marked: tuple[str, ...], err: CloudError, ec2: Ec2Api
+    ) -> None:
         """After a failed detach: a refusal (or a throttle) frees the units again; after an unknown
         outcome the ENI leaves the inventory if EC2 no longer lists it attached, else its units stay
         `releasing` until the drift sees, past the grace window, what EC2 did."""
         if not err.retryable or isinstance(err, Throttled):
             await self._engine.abort_release(marked)
             return
-        attached = await attached_here(self._ec2, self._instance_id, eni_id)
+        attached = await attached_here(ec2, self._instance_id, eni_id)
         if attached is False:
             await self._engine.remove_eni(eni_id)

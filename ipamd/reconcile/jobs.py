@@ -7,9 +7,10 @@ badly, or the state disk refusing a write: full, read-only) is logged and counte
 next time; any other exception is a bug: it is recorded in `fatal` and `failed` is set, so the
 daemon stops loudly instead of limping on.
 
-Every round is background work (`cloud.ratelimit.background_calls`): no pod waits on it, so a call
-EC2 throttles is not retried within the round, and the account's tokens go to the pool rounds pods
-wait for (docs/architecture.md §5.6).
+Every round is background work: no pod waits on it, so the reconcilers are handed the EC2 adapter's
+background view (`cloud.ports.CallPolicy.BACKGROUND`, in `ipamd.node.engine_parts.open_parts`), a
+call EC2 throttles is not retried within the round, and the account's tokens go to the pool rounds
+pods wait for (docs/architecture.md §5.6).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from cloud.errors import CloudError
-from cloud.ratelimit import background_calls
 from ipamd.errors import StoreWriteFailed
 from ipamd.hostnet.ports import HostNetError
 from ipamd.runtime.ports import RuntimeUnavailable
@@ -71,8 +71,7 @@ class Jobs:
     async def run_now(self, job: Job) -> bool:
         """Run one round of `job` as the schedule would; True if it succeeded."""
         try:
-            with background_calls():
-                await job.run()
+            await job.run()
         except EXPECTED as err:
             self.outcomes[(job.name, type(err).__name__)] += 1
             logger.warning("job.failed job=%s error=%s", job.name, err)

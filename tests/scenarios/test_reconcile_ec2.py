@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
-from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
+from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, CallPolicy, Ec2Api
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
@@ -147,6 +147,15 @@ class _SnapshottingEc2:
     def __init__(self, inner: Ec2Api) -> None:
         self._inner = inner
         self.take: Callable[[], None] = lambda: None
+
+    def with_policy(self, policy: CallPolicy) -> _SnapshottingEc2:
+        view = _SnapshottingEc2(self._inner.with_policy(policy))
+
+        def take() -> None:
+            self.take()  # this wrapper's, as the test sets it later
+
+        view.take = take
+        return view
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)

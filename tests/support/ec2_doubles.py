@@ -6,19 +6,24 @@ adapter on a fault-injected client that retries without sleeping.
 They keep state a test can read (who arrived at a gate, how many stale answers were given); none
 of them records call sequences to assert on. Pass a class (or `retrying_on`'s result) to
 `open_cloud_node(api_wrapper=...)`.
+
+A double's view under a call policy (`with_policy`) is a shallow copy of it on the inner adapter's
+view: it shares the double's state, so what a double keeps (gates, views, counts) it keeps in
+objects a copy shares, never in a plain number or flag it reassigns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.faults import FaultInjector
 from cloud.models import NetworkInterface, UnitKind
-from cloud.ports import Ec2Api
+from cloud.ports import CallPolicy, Ec2Api
 from ipamd.engine.invariants import check_invariants
 from ipamd.node.cloud_node import FAST, CloudNode
 
@@ -30,6 +35,11 @@ class PassThroughEc2:
 
     def __init__(self, inner: Ec2Api) -> None:
         self.inner = inner
+
+    def with_policy(self, policy: CallPolicy) -> Self:
+        view = copy.copy(self)
+        view.inner = self.inner.with_policy(policy)
+        return view
 
     async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         return await call()
@@ -132,15 +142,19 @@ class LaggingEc2(PassThroughEc2):
         super().__init__(inner)
         self._instances: set[str] = set()
         self._views: dict[str, tuple[NetworkInterface, ...]] = {}
-        self.stale_answers = 0
+        self._stale = [0]
+
+    @property
+    def stale_answers(self) -> int:
         """Describe answers served from an older view."""
+        return self._stale[0]
 
     async def describe_enis(self, instance_id: str) -> tuple[NetworkInterface, ...]:
         self._instances.add(instance_id)
         view = self._views.get(instance_id)
         if view is None:  # nothing mutated since this instance was first described: current
             return await self.inner.describe_enis(instance_id)
-        self.stale_answers += 1
+        self._stale[0] += 1
         return view
 
     async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:

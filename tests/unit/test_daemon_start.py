@@ -9,9 +9,7 @@ import pytest
 
 from cloud.errors import NotFound
 from cloud.fakes import FakeEc2
-from cloud.models import NetworkInterface
-from cloud.ports import Instance
-from cloud.ratelimit import in_background
+from cloud.ports import CallPolicy, Instance
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from tests.support.daemons import fake_daemon
@@ -53,17 +51,10 @@ async def test_building_waits_out_an_instance_read_worth_retrying_one_attempt_a_
     ec2 = FakeEc2(clock)
     config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
     waits: list[float] = []
-    background: list[bool] = []
-    read = ec2.describe_instance
-
-    async def describe_instance(instance_id: str) -> Instance:
-        background.append(in_background())
-        return await read(instance_id)
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    ec2.describe_instance = describe_instance  # type: ignore[method-assign]
     for _ in range(2):
         ec2.fail_next("describe_instance", after_acting=False)
     daemon = await fake_daemon(config, ec2, clock, sleep)
@@ -71,7 +62,9 @@ async def test_building_waits_out_an_instance_read_worth_retrying_one_attempt_a_
         assert daemon.instance_id == ec2.instance_id
         assert len(waits) == 2, "one wait per failed try"
         assert all(0 <= w <= cap for w, cap in zip(waits, (1.0, 2.0), strict=True))
-        assert background == [True, True, True], "one attempt per call in every try"
+        under = ec2.calls_under
+        assert under[("describe_instance", CallPolicy.BACKGROUND)] == 3, "each try in background"
+        assert under[("describe_instance", CallPolicy.FOREGROUND)] == 0
     finally:
         await daemon.close()
 
@@ -99,17 +92,12 @@ async def test_start_makes_one_attempt_per_call_in_each_try(tmp_path: Path) -> N
     ec2 = FakeEc2(clock)
     config = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
     daemon = await fake_daemon(config, ec2, clock)
-    background: list[bool] = []
-    listing = ec2.describe_enis
-
-    async def describe_enis(instance_id: str) -> tuple[NetworkInterface, ...]:
-        background.append(in_background())
-        return await listing(instance_id)
-
-    ec2.describe_enis = describe_enis  # type: ignore[method-assign]
+    ec2.calls.clear()
+    ec2.calls_under.clear()
     try:
         await daemon.start()
         assert daemon.ready
-        assert background and all(background)
+        background = ec2.calls_under[("describe_enis", CallPolicy.BACKGROUND)]
+        assert background == ec2.calls["describe_enis"] >= 1, "every listing in the background"
     finally:
         await daemon.close()

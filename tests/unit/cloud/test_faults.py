@@ -10,7 +10,8 @@ import pytest
 from cloud.calls import OK, CallLog
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.faults import FaultInjector
-from cloud.errors import CallTimeout
+from cloud.errors import CallTimeout, Throttled
+from cloud.ports import CallPolicy
 from cloud.ratelimit import RetryPolicy
 from tests.unit.cloud.conftest import FakeTime, World
 
@@ -85,3 +86,31 @@ async def test_partial_failure_of_an_assign_is_not_retried(
     assert calls.count("AssignPrivateIpAddresses") == 1
     (primary,) = await ec2.describe_enis(world.instance_id)
     assert len(primary.secondary_ips) == 3, "applied once, visible to the re-read"
+
+
+async def test_a_background_view_gives_a_throttled_call_up_that_the_adapter_retries(
+    world: World, calls: CallLog, fake_time: FakeTime
+) -> None:
+    """`with_policy`: the same adapter, its throttled calls tried once; other calls' answers (the
+    limits cache) and the call log are the adapter's own."""
+    faults = FaultInjector(seed=1)
+    faults.throttle("DescribeSubnets")
+    faults.attach(world.client)
+    try:
+        ec2 = _adapter(world, calls, fake_time, attempts=3)
+        background = ec2.with_policy(CallPolicy.BACKGROUND)
+        with pytest.raises(Throttled):
+            await background.subnet(world.subnet_id)
+        assert calls.count("DescribeSubnets", "RequestLimitExceeded") == 1, "one attempt"
+        with pytest.raises(Throttled):
+            await ec2.subnet(world.subnet_id)
+        assert calls.count("DescribeSubnets", "RequestLimitExceeded") == 4, "the adapter retried"
+        foreground = background.with_policy(CallPolicy.FOREGROUND)
+        with pytest.raises(Throttled):
+            await foreground.subnet(world.subnet_id)
+        assert calls.count("DescribeSubnets", "RequestLimitExceeded") == 7
+    finally:
+        faults.detach(world.client)
+    limits = await background.instance_limits(world.instance_type)
+    assert await ec2.instance_limits(world.instance_type) == limits
+    assert calls.count("DescribeInstanceTypes") == 1, "one cache for the adapter and its views"

@@ -29,20 +29,22 @@ class FakeDescribeInstanceTypes:
 
 async def test_fetched_once_per_type() -> None:
     fetch = FakeDescribeInstanceTypes()
-    cache = InstanceLimitsCache(fetch)
+    cache = InstanceLimitsCache()
     assert cache.cached("m6i.large") is None
-    first = await cache.get("m6i.large")
-    assert await cache.get("m6i.large") == first == cache.cached("m6i.large")
-    await cache.get("c6g.large")
+    first = await cache.get("m6i.large", fetch)
+    assert await cache.get("m6i.large", fetch) == first == cache.cached("m6i.large")
+    await cache.get("c6g.large", fetch)
     assert fetch.asked == ["m6i.large", "c6g.large"]
 
 
 async def test_concurrent_first_requests_share_one_fetch() -> None:
     fetch = FakeDescribeInstanceTypes()
     fetch.release.clear()
-    cache = InstanceLimitsCache(fetch)
+    cache = InstanceLimitsCache()
     async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(cache.get("m6i.large"), name=f"get-{i}") for i in range(5)]
+        tasks = [
+            group.create_task(cache.get("m6i.large", fetch), name=f"get-{i}") for i in range(5)
+        ]
         await asyncio.sleep(0)
         fetch.release.set()
     assert fetch.asked == ["m6i.large"]
@@ -53,17 +55,17 @@ async def test_fallback_table_when_ec2_fails_and_not_cached() -> None:
     fetch = FakeDescribeInstanceTypes(
         fail=Throttled("DescribeInstanceTypes", "RequestLimitExceeded")
     )
-    cache = InstanceLimitsCache(fetch)
-    assert await cache.get("m5.large") == FALLBACK_LIMITS["m5.large"]
+    cache = InstanceLimitsCache()
+    assert await cache.get("m5.large", fetch) == FALLBACK_LIMITS["m5.large"]
     assert cache.cached("m5.large") is None
     fetch.fail = None
-    assert (await cache.get("m5.large")).max_enis == 8, "EC2's answer wins once it comes"
+    assert (await cache.get("m5.large", fetch)).max_enis == 8, "EC2's answer wins once it comes"
 
 
 async def test_unknown_type_without_ec2_is_an_error() -> None:
     fetch = FakeDescribeInstanceTypes(fail=NotFound("DescribeInstanceTypes", "InvalidInstanceType"))
     with pytest.raises(NotFound):
-        await InstanceLimitsCache(fetch).get("x9.huge")
+        await InstanceLimitsCache().get("x9.huge", fetch)
 
 
 @pytest.mark.parametrize(

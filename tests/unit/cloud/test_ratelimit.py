@@ -17,13 +17,13 @@ from cloud.errors import (
     ServiceUnavailable,
     Throttled,
 )
+from cloud.ports import CallPolicy
 from cloud.ratelimit import (
     AttemptFailed,
     RateLimits,
     Retrier,
     RetryPolicy,
     TokenBucket,
-    background_calls,
     may_retry,
 )
 from tests.unit.cloud.conftest import FakeTime
@@ -244,18 +244,22 @@ async def test_background_calls_are_not_retried_on_a_throttle_but_on_other_error
     fake_time: FakeTime, calls: CallLog
 ) -> None:
     """Background work gives a throttled call up at once (its caller holds off instead); an
-    unavailable answer is retried as ever, and outside the context a throttle is retried too."""
+    unavailable answer is retried as ever, and in the foreground a throttle is retried too."""
     retrier = _retrier(fake_time, calls)
+    background = CallPolicy.BACKGROUND
 
     def throttled() -> list[AttemptFailed]:
         return [AttemptFailed(Throttled("Op", "RequestLimitExceeded"), not_applied=True)]
 
-    with background_calls():
-        with pytest.raises(Throttled):
-            await retrier.run("Op", _failing(throttled()), mutating=True, repeatable=True)
-        assert calls.count("Op", "RequestLimitExceeded") == 1 and calls.retries == 0
-        unavailable = [AttemptFailed(ServiceUnavailable("Op", "Unavailable"), not_applied=True)]
-        assert await retrier.run("Op", _failing(unavailable), mutating=True, repeatable=True)
-        assert calls.retries == 1
+    with pytest.raises(Throttled):
+        await retrier.run(
+            "Op", _failing(throttled()), mutating=True, repeatable=True, call_policy=background
+        )
+    assert calls.count("Op", "RequestLimitExceeded") == 1 and calls.retries == 0
+    unavailable = [AttemptFailed(ServiceUnavailable("Op", "Unavailable"), not_applied=True)]
+    assert await retrier.run(
+        "Op", _failing(unavailable), mutating=True, repeatable=True, call_policy=background
+    )
+    assert calls.retries == 1
     assert await retrier.run("Op", _failing(throttled()), mutating=True, repeatable=True)
     assert calls.count("Op", "RequestLimitExceeded") == 2 and calls.retries == 2

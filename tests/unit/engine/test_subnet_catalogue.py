@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cloud.fakes import FakeEc2, FakeImds
+from cloud.fakes import FakeEc2, FakeEc2View, FakeImds
+from cloud.ports import CallPolicy
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
@@ -115,8 +116,11 @@ async def test_without_an_eni_config_new_enis_get_the_primary_enis_groups() -> N
 class OnlyEc2Api:
     """An `Ec2Api` that serves no catalog call (as a test's wrapper around the adapter is)."""
 
-    def __init__(self, inner: FakeEc2) -> None:
+    def __init__(self, inner: FakeEc2 | FakeEc2View) -> None:
         self._inner = inner
+
+    def with_policy(self, policy: CallPolicy) -> OnlyEc2Api:
+        return OnlyEc2Api(self._inner.with_policy(policy))
 
     def __getattr__(self, name: str) -> Any:
         if name == "subnets_in":
