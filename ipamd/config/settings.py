@@ -7,11 +7,10 @@ code that interprets environment variables: `ipamd.main` passes `os.environ` to 
 start and hands the frozen `Config` to everything else.
 
 It must not do I/O other than reading the mapping it is given (no sockets, clocks or logging, and no
-file but those IPAMD_ENI_CONFIG_FILE and IPAMD_KUBELET_CONFIG name, read once by
-`ipamd.config.eniconfig` and `ipamd.config.kubelet` so that their problems are reported with the rest)
-and must not import asyncio. It never falls back silently: a value that
-does not parse is an error, reported together with every other bad value in one `ConfigError`. An
-empty value counts as unset, because Kubernetes manifests often set variables to "".
+file but those IPAMD_ENI_CONFIG_FILE and IPAMD_KUBELET_CONFIG name, read once by `config.eniconfig`
+and `config.kubelet` so that their problems are reported with the rest) and must not import asyncio.
+It never falls back silently: a value that does not parse is an error, reported together with every
+other bad value in one `ConfigError`. An empty value counts as unset (manifests often set "").
 """
 
 from __future__ import annotations

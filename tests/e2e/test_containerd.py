@@ -99,9 +99,7 @@ class Node:
         return held
 
 
-DEPLOYED_CONFLIST = (
-    Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.conflist"
-)
+DEPLOYED_CONFLIST = Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.conflist"
 
 
 def wait_for_file(path: Path, deadline_s: float = 30.0) -> None:
