@@ -179,7 +179,10 @@ def module_closure() -> dict[str, Path]:
         script = Path(scratch) / "entry.py"
         script.write_text("import site\nimport encodings\n" + ENTRY)
         finder.run_script(str(script))
-    missing = sorted(n for n in finder.badmodules if n.split(".")[0] in ALLOWED_TOP_LEVEL)
+    # `from ipamd.wire import X` makes modulefinder look for a submodule X too: names it could not
+    # find as modules but a package it found may define are "maybe missing", not missing.
+    not_found, _maybe_names = finder.any_missing_maybe()
+    missing = sorted(n for n in not_found if n.split(".")[0] in ALLOWED_TOP_LEVEL)
     if missing:
         raise BundleError(f"the plugin's modules were not found: {', '.join(missing)}")
     files: dict[str, Path] = {}
