@@ -11,7 +11,7 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -288,6 +288,26 @@ class Setting:
         if embedded and self.embedded_default is not None:
             return self.embedded_default
         return self.default
+
+
+def parse_settings(
+    settings: Iterable[Setting], environ: Mapping[str, str], embedded: bool
+) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Each setting parsed from `environ` (unset or empty: its default, `embedded`'s if asked): the
+    values by field, the texts they were read from by variable, and one line for each problem of a
+    value that does not parse, naming the variable and the value."""
+    values: dict[str, Any] = {}
+    texts: dict[str, str] = {}
+    problems: list[str] = []
+    for setting in settings:
+        text = environ.get(setting.env) or setting.default_for(embedded)
+        texts[setting.env] = text
+        try:
+            values[setting.field] = setting.kind.parse(text)
+        except ValueError as exc:
+            # A file's problems come one a line; each line names the variable and value.
+            problems += [f"{setting.env}={text!r}: {line}" for line in str(exc).splitlines()]
+    return values, texts, problems
 
 
 def declare(

@@ -8,25 +8,56 @@ from typing import Any
 
 
 def cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) -> list[str]:
-    """Rules between settings, checked only when the settings involved parsed."""
+    """Rules between settings, each checked only when the settings involved parsed; every rule
+    broken is one line."""
+    problems: list[str] = []
     no_file = "eni_config_file" in values and values["eni_config_file"] is None
     if values.get("custom_networking") is True and no_file:
         text = texts["AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"]
-        return [
+        problems.append(
             f"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG={text!r}: needs IPAMD_ENI_CONFIG_FILE, the "
             "ENIConfigs of the node's zones (ipamd reads none from the Kubernetes API)"
-        ]
+        )
     if values.get("cni_conf_dir") and not values.get("cni_conflist_template"):
-        return [
+        problems.append(
             f"IPAMD_CNI_CONF_DIR={texts['IPAMD_CNI_CONF_DIR']!r}: needs "
             "IPAMD_CNI_CONFLIST_TEMPLATE, the conflist to write"
-        ]
+        )
     targets = ("warm_ip_target", "warm_prefix_target", "minimum_ip_target")
     if values.get("enable_prefix_delegation") is True and all(values.get(t) == 0 for t in targets):
         # VPC CNI's entrypoint refuses this too: prefix mode with no target never grows the pool.
         text = texts["ENABLE_PREFIX_DELEGATION"]
-        return [
+        problems.append(
             f"ENABLE_PREFIX_DELEGATION={text!r}: prefix mode needs WARM_PREFIX_TARGET, "
             "WARM_IP_TARGET or MINIMUM_IP_TARGET > 0 (all are 0)"
-        ]
-    return []
+        )
+    return problems + address_family_problems(values, texts)
+
+
+def address_family_problems(values: Mapping[str, Any], texts: Mapping[str, str]) -> list[str]:
+    """VPC CNI's rules for the address family: exactly one of IPv4 and IPv6 (no dual stack), and
+    IPv6 only with prefix delegation (its pods' addresses come from a /80 prefix) and without
+    custom networking (which VPC CNI supports for IPv4 alone)."""
+    ipv4, ipv6 = values.get("enable_ipv4"), values.get("enable_ipv6")
+    if ipv4 is None or ipv6 is None:
+        return []  # one of them did not parse: its own problem says so
+    family = f"ENABLE_IPv4={texts['ENABLE_IPv4']!r}, ENABLE_IPv6={texts['ENABLE_IPv6']!r}"
+    problems: list[str] = []
+    if ipv4 and ipv6:
+        problems.append(f"{family}: exactly one address family may be on (there is no dual stack)")
+    if not ipv4 and not ipv6:
+        problems.append(f"{family}: exactly one address family must be on (neither is)")
+    if not ipv6:
+        return problems
+    ipv6_text = f"ENABLE_IPv6={texts['ENABLE_IPv6']!r}"
+    if values.get("enable_prefix_delegation") is False:
+        problems.append(
+            f"{ipv6_text}: needs ENABLE_PREFIX_DELEGATION=true (is "
+            f"{texts['ENABLE_PREFIX_DELEGATION']!r}): IPv6 pods' addresses come from a /80 prefix"
+        )
+    if values.get("custom_networking") is True:
+        problems.append(
+            f"{ipv6_text}: cannot be combined with AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG="
+            f"{texts['AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG']!r} (custom networking is IPv4 only)"
+        )
+    return problems

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Literal
 
 from ipamd.config.eniconfig import (
     ZONE_LABELS,
@@ -48,6 +48,7 @@ from ipamd.config.kinds import (
     parse_endpoint,
     parse_host_port,
     parse_optional_path,
+    parse_settings,
     parse_tags,
     show_tags,
 )
@@ -209,8 +210,8 @@ class Config:
         "IPAMD_MAX_PODS", integer(1, none=""), "", "pods", "none (node's pod capacity)",
         "Max pods of the node; unset = the kubelet's (IPAMD_KUBELET_CONFIG), else as EKS "
         "computes it from the instance type: ENIs * (IPv4 per ENI - 1) + 2 (x 16 per slot in "
-        "prefix mode), capped at 110 (30 vCPUs or fewer) or 250; `ipamctl status` says which "
-        "rule applied."))
+        "prefix and IPv6 modes), capped at 110 (30 vCPUs or fewer) or 250; `ipamctl status` "
+        "says which rule applied."))
     log_format: LogFormat = field(metadata=declare(
         "IPAMD_LOG_FORMAT", choice("auto", "json", "text"), "auto", "", "none (always JSON)",
         "Log format: `json`, `text`, or `auto` (text on a terminal, JSON otherwise)."))
@@ -366,6 +367,15 @@ class Config:
         "drop-ins, read at start: the last `maxPods` is the node's max pods (rule `kubelet`), "
         "unless IPAMD_MAX_PODS is set. No file, or no `maxPods`: as EKS computes it. A file that "
         "cannot be read or is not JSON stops the start."))
+    # The address family (VPC CNI's names; last, with defaults, for the same reason).
+    enable_ipv4: bool = field(default=True, metadata=declare(
+        "ENABLE_IPv4", BOOL, "true", "", "`ENABLE_IPv4` (code default false, manifest true)",
+        "Pods get IPv4 addresses. Exactly one of ENABLE_IPv4 and ENABLE_IPv6 is true: no dual stack."))
+    enable_ipv6: bool = field(default=False, metadata=declare(
+        "ENABLE_IPv6", BOOL, "false", "", "`ENABLE_IPv6`",
+        "Pods get IPv6 /128s from one /80 prefix on the primary ENI; needs ENABLE_IPv4=false and "
+        "ENABLE_PREFIX_DELEGATION=true, and no custom networking. Not available in this version: "
+        "a start with it is refused."))
     # fmt: on
 
     @classmethod
@@ -374,17 +384,7 @@ class Config:
 
         `embedded` selects the defaults of `ipamd run --embedded`; a value in `environ` always wins.
         """
-        values: dict[str, Any] = {}
-        texts: dict[str, str] = {}
-        problems: list[str] = []
-        for setting in SETTINGS:
-            text = environ.get(setting.env) or setting.default_for(embedded)
-            texts[setting.env] = text
-            try:
-                values[setting.field] = setting.kind.parse(text)
-            except ValueError as exc:
-                # A file's problems come one a line; each line names the variable and value.
-                problems += [f"{setting.env}={text!r}: {line}" for line in str(exc).splitlines()]
+        values, texts, problems = parse_settings(SETTINGS, environ, embedded)
         problems += cross_field_problems(values, texts)
         if problems:
             raise ConfigError(problems)

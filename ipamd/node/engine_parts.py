@@ -4,7 +4,8 @@
 (the IP cooldown and delete-intent lifetime, max pods, the node's address capacity) before the state
 file is opened, so they are final the moment the engine exists: nothing patches them afterwards. With
 custom networking it first finds the ENIConfig of the node's zone (`node_eni_config`); a file without
-one is a start-up error, before anything is opened. On
+one is a start-up error, before anything is opened, and so is ENABLE_IPv6=true, which this version
+cannot serve (`refuse_ipv6_mode`). On
 that one engine it builds the pool manager, the EC2 drift, the IMDS hint, the runtime leak GC and ENI
 GC, and what the pool's scarcity mode reads of the subnets' free addresses (`subnet_reading`); the
 ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
@@ -136,6 +137,17 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
     return EniConfig(spec.name, spec.subnet, spec.security_groups)
 
 
+def refuse_ipv6_mode(config: Config) -> None:
+    """Refuse a configuration with ENABLE_IPv6=true: this version has no IPv6 mode, and a node
+    started with it would hand IPv6 pods IPv4 addresses. The one place that refuses it, before
+    anything is opened; it goes when IPv6 mode is built."""
+    if config.enable_ipv6:
+        raise SettingUnusable(
+            "ENABLE_IPv6=true: IPv6 mode is not available in this version of ipamd; "
+            "ENABLE_IPv4=true with ENABLE_IPv6=false runs IPv4"
+        )
+
+
 def pool_settings(config: Config) -> PoolSettings:
     """The pool manager's settings (where new ENIs go is the subnet catalogue's: `subnet_settings`)."""
     return PoolSettings(
@@ -210,8 +222,9 @@ async def open_parts(
     the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that does not
     leaves new ENIs in the node's subnet). `catalog`: where scarcity mode reads the free addresses
     of the subnet new ENIs go to when discovery does not read them; None: not then. Raises
-    `SettingUnusable` (before opening anything) when custom networking has no ENIConfig for the
-    node's zone."""
+    `SettingUnusable` (before opening anything) when the configuration asks for IPv6 mode
+    (`refuse_ipv6_mode`) or custom networking has no ENIConfig for the node's zone."""
+    refuse_ipv6_mode(config)
     if eni_config is None:
         eni_config = node_eni_config(config, node)
     path = Path(config.state_dir) / STATE_FILE_NAME

@@ -4,6 +4,8 @@ in sync."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,8 @@ def test_defaults_from_an_empty_mapping() -> None:
         ec2_call_timeout_s=10.0,
         # Read from the node's path (no such file on a test machine: the calculator applies).
         kubelet_config=read_kubelet_config(DEFAULT_KUBELET_CONFIG),
+        enable_ipv4=True,
+        enable_ipv6=False,
     )
     assert config.kubelet_config is not None
     assert config.kubelet_config.path == "/etc/kubernetes/kubelet/config.json"
@@ -418,3 +422,120 @@ def test_settings_table_has_one_row_per_setting() -> None:
     rows = render_settings_table(SETTINGS).splitlines()[2:]
 
     assert [row.split(" | ")[0].strip("| `") for row in rows] == [s.env for s in SETTINGS]
+
+
+# -- the address family: VPC CNI's rules between ENABLE_IPv4, ENABLE_IPv6, prefixes and custom networking
+
+
+def _family_environ(tmp_path: Path, ipv4: bool, ipv6: bool, pd: bool, cn: bool) -> dict[str, str]:
+    """Each of the four settings set explicitly; custom networking with the ENIConfig file it needs,
+    so that only the address family's rules can be broken."""
+    environ = {
+        "ENABLE_IPv4": str(ipv4).lower(),
+        "ENABLE_IPv6": str(ipv6).lower(),
+        "ENABLE_PREFIX_DELEGATION": str(pd).lower(),
+        "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": str(cn).lower(),
+    }
+    if cn:
+        path = tmp_path / "eniconfigs.json"
+        path.write_text(json.dumps({"us-west-2a": {"subnet": "subnet-0123456789abcdef0"}}))
+        environ["IPAMD_ENI_CONFIG_FILE"] = str(path)
+    return environ
+
+
+def _family_problems(ipv4: bool, ipv6: bool, pd: bool, cn: bool) -> list[str]:
+    """What the rules must say for one combination, in the order they are reported."""
+    family = f"ENABLE_IPv4={str(ipv4).lower()!r}, ENABLE_IPv6={str(ipv6).lower()!r}"
+    expected = []
+    if ipv4 and ipv6:
+        expected.append(f"{family}: exactly one address family may be on (there is no dual stack)")
+    if not ipv4 and not ipv6:
+        expected.append(f"{family}: exactly one address family must be on (neither is)")
+    if ipv6 and not pd:
+        expected.append(
+            "ENABLE_IPv6='true': needs ENABLE_PREFIX_DELEGATION=true (is 'false'): IPv6 pods' "
+            "addresses come from a /80 prefix"
+        )
+    if ipv6 and cn:
+        expected.append(
+            "ENABLE_IPv6='true': cannot be combined with AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG='true' "
+            "(custom networking is IPv4 only)"
+        )
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("ipv4", "ipv6", "pd", "cn"),
+    list(itertools.product((False, True), repeat=4)),
+    ids=lambda on: "on" if on else "off",
+)
+def test_address_family_rules_in_every_combination(
+    tmp_path: Path, ipv4: bool, ipv6: bool, pd: bool, cn: bool
+) -> None:
+    environ = _family_environ(tmp_path, ipv4, ipv6, pd, cn)
+    expected = _family_problems(ipv4, ipv6, pd, cn)
+
+    if expected:
+        assert list(problems_of(environ)) == expected
+    else:
+        config = Config.from_env(environ)
+        assert (config.enable_ipv4, config.enable_ipv6) == (ipv4, ipv6)
+        assert (config.enable_prefix_delegation, config.custom_networking) == (pd, cn)
+
+
+def test_the_only_valid_ipv6_configuration_names_vpc_cnis_settings() -> None:
+    config = Config.from_env(
+        {"ENABLE_IPv4": "false", "ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}
+    )
+
+    assert (config.enable_ipv4, config.enable_ipv6, config.enable_prefix_delegation) == (
+        False,
+        True,
+        True,
+    )
+    described = config.describe()
+    assert (described["ENABLE_IPv4"], described["ENABLE_IPv6"]) == ("false", "true")
+    assert Config.from_env(described) == config
+
+
+def test_ipv6_alone_is_refused_because_ipv4_is_on_by_default() -> None:
+    assert problems_of({"ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}) == (
+        "ENABLE_IPv4='true', ENABLE_IPv6='true': exactly one address family may be on (there is "
+        "no dual stack)",
+    )
+
+
+def test_address_family_problems_quote_the_text_as_given() -> None:
+    problems = problems_of({"ENABLE_IPv4": "0", "ENABLE_IPv6": "F"})
+
+    assert problems == (
+        "ENABLE_IPv4='0', ENABLE_IPv6='F': exactly one address family must be on (neither is)",
+    )
+
+
+def test_address_family_rules_are_skipped_when_a_family_did_not_parse() -> None:
+    problems = problems_of({"ENABLE_IPv4": "no", "ENABLE_IPv6": "true"})
+
+    assert [p.split("=")[0] for p in problems] == ["ENABLE_IPv4"]
+
+
+def test_address_family_problems_come_with_every_other_problem() -> None:
+    environ = {
+        "WARM_IP_TARGET": "-1",
+        "ENABLE_IPv4": "false",
+        "ENABLE_IPv6": "true",
+        "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true",
+        "IPAMD_CNI_CONF_DIR": "/etc/cni/net.d",
+    }
+
+    problems = problems_of(environ)
+
+    assert [p.split(":")[0] for p in problems] == [
+        "WARM_IP_TARGET='-1'",
+        "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG='true'",
+        "IPAMD_CNI_CONF_DIR='/etc/cni/net.d'",
+        "ENABLE_IPv6='true'",
+        "ENABLE_IPv6='true'",
+    ]
+    assert "ENABLE_PREFIX_DELEGATION=true" in problems[3]
+    assert "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG='true'" in problems[4]
