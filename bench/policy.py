@@ -4,14 +4,24 @@
 ENI) with 3,000 pods spread over every ENI, some addresses cooling, and WARM_PREFIX_TARGET=1. That
 is the worst case for the planner: every unit is counted, and the hundreds of wholly free prefixes
 above the target are each checked for release. Median of many calls, in milliseconds.
+
+`ipv6_max_pods_m5large`: the max pods ipamd gives an m5.large in IPv6 mode, from the embedded EC2's
+DescribeInstanceTypes answer read by the adapter (no fallback table) and an IPv6 configuration parsed
+as the daemon parses it, through the rule the daemon applies (`compute_pod_limit`). EKS's calculator,
+run as with prefix delegation, says 110.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
 from bench.timing import median
+from cloud.ec2 import Boto3Ec2, client_config
+from cloud.embedded.world import EmbeddedEc2
+from ipamd.config.settings import Config
+from ipamd.node.engine_parts import describe_node
 from ipamd.policy import (
     PREFIXES,
     EniStats,
@@ -19,8 +29,11 @@ from ipamd.policy import (
     NodeStats,
     PoolTargets,
     UnitStats,
+    compute_pod_limit,
     plan_pool,
+    strategy_for,
 )
+from ipamd.policy.max_pods import address_family
 
 ENIS = 15
 PREFIXES_PER_ENI = 49
@@ -40,7 +53,29 @@ async def run(workdir: Path) -> dict[str, float]:
         start = time.perf_counter()
         plan_pool(stats, TARGETS, LIMITS, PREFIXES)
         samples.append((time.perf_counter() - start) * 1000.0)
-    return {"plan_ms_15eni_11760_ips": median(samples)}
+    return {
+        "plan_ms_15eni_11760_ips": median(samples),
+        "ipv6_max_pods_m5large": float(await _ipv6_max_pods("m5.large", workdir)),
+    }
+
+
+async def _ipv6_max_pods(instance_type: str, workdir: Path) -> int:
+    """Max pods of `instance_type` in IPv6 mode, its limits read from the embedded EC2."""
+    config = Config.from_env(
+        {
+            "ENABLE_IPv4": "false",
+            "ENABLE_IPv6": "true",
+            "ENABLE_PREFIX_DELEGATION": "true",
+            "IPAMD_KUBELET_CONFIG": str(workdir / "no-kubelet-config.json"),
+        }
+    )
+    with EmbeddedEc2() as host:
+        world = host.world(instance_type)
+        ec2 = Boto3Ec2(world.client(client_config()), rng=random.Random(1), fallback_limits={})
+        node = await describe_node(ec2, world.instance_id)
+    targets = PoolTargets.from_config(config)
+    strategy = strategy_for(config.enable_prefix_delegation)
+    return compute_pod_limit(targets, node.limits, strategy, address_family(config.enable_ipv6))
 
 
 def _node() -> NodeStats:

@@ -13,6 +13,10 @@ managed node groups give kubelet):
 4. The kubelet's `maxPods`, when ipamd reads one (IPAMD_KUBELET_CONFIG, `ipamd.config.kubelet`),
    replaces 2 and 3: the kubelet admits that many pods, whatever the calculator says.
 5. IPAMD_MAX_PODS, when set, replaces all of this.
+6. In IPv6 mode (ENABLE_IPv6), as EKS runs the calculator for an IPv6 cluster: as with prefix
+   delegation, over the instance type's ENIs, whatever the pool's mode, MAX_ENI or custom networking
+   (which IPv6 refuses): the prefix formula, then the vCPU cap (110 for an m5.large, 34 for a
+   t3.nano), although the primary ENI's one /80 holds 2^48 addresses. Rules 4 and 5 win as in IPv4.
 
 Decisions where the published sources differ or say nothing:
 - The vCPU cap applies in secondary-IP mode too, as the calculator and EKS managed node groups apply
@@ -39,9 +43,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from ipamd.policy.model import NodeLimits
-from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy
+from ipamd.policy.modes import PREFIXES, SECONDARY_IPS, UnitStrategy
+
+AddressFamily = Literal["ipv4", "ipv6"]
+"""The pods' address family: exactly one of ENABLE_IPv4 and ENABLE_IPv6 is on."""
 
 HOST_NETWORK_PODS = 2
 """Pods on the host network that take no pool address (aws-node and kube-proxy): the `+ 2` of
@@ -91,6 +99,8 @@ class MaxPods:
     """Pod addresses one ENI holds under the formula."""
     vcpus: int | None
     custom_networking: bool = False
+    family: AddressFamily = "ipv4"
+    """The address family the node's pods get; in IPv6 the formula is prefix mode's (rule 6)."""
 
     @property
     def reason(self) -> str:
@@ -101,6 +111,8 @@ class MaxPods:
             f" + {HOST_NETWORK_PODS} = {self.formula_pods}"
         )
         formula = _FORMULA_NAMES[self.formula]
+        if self.family == "ipv6":
+            formula = f"{formula} (IPv6 counts as prefix mode)"
         if self.rule is MaxPodsRule.OVERRIDE:
             return f"IPAMD_MAX_PODS={self.value} (the {formula} gives {sum_})"
         if self.rule is MaxPodsRule.KUBELET:
@@ -121,11 +133,15 @@ def compute_node_max_pods(
     custom_networking: bool = False,
     override: int | None = None,
     kubelet: int | None = None,
+    family: AddressFamily = "ipv4",
 ) -> MaxPods:
     """The node's max pods under the rules of this module's docstring. `enis` is the ENIs ipamd may
     use (the instance type's limit capped by MAX_ENI, `plan.effective_max_enis`); custom networking
     takes the primary away from it. `strategy` is the mode; without Nitro it counts as secondary IPs.
-    `kubelet` is the kubelet config's `maxPods`, `override` IPAMD_MAX_PODS."""
+    `kubelet` is the kubelet config's `maxPods`, `override` IPAMD_MAX_PODS. With `family` "ipv6",
+    `strategy`, `enis` and `custom_networking` do not count (rule 6)."""
+    if family == "ipv6":
+        strategy, enis, custom_networking = PREFIXES, limits.max_enis, False
     addressed = strategy if limits.nitro else SECONDARY_IPS
     formula = _FORMULA_RULES[addressed.kind]
     for_pods = max(enis - 1, 0) if custom_networking else enis
@@ -148,7 +164,13 @@ def compute_node_max_pods(
         addresses_per_eni=per_eni,
         vcpus=limits.vcpus,
         custom_networking=custom_networking,
+        family=family,
     )
+
+
+def address_family(enable_ipv6: bool) -> AddressFamily:
+    """The family ENABLE_IPv6 chooses (the configuration's rules leave exactly one on)."""
+    return "ipv6" if enable_ipv6 else "ipv4"
 
 
 def _ceiling(vcpus: int) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 
 from ipamd.policy.goals import Goal
-from ipamd.policy.max_pods import MaxPods, compute_node_max_pods
+from ipamd.policy.max_pods import AddressFamily, MaxPods, compute_node_max_pods
 from ipamd.policy.model import EniStats, NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.prefix_return import leftovers_to_return, replacements
@@ -106,11 +106,15 @@ def compute_max_pods(limits: NodeLimits, strategy: UnitStrategy, enis: int | Non
 
 
 def compute_pod_limit_rule(
-    targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy
+    targets: PoolTargets,
+    limits: NodeLimits,
+    strategy: UnitStrategy,
+    family: AddressFamily = "ipv4",
 ) -> MaxPods:
     """The max pods growth respects and the rule that set it: the override, else the kubelet's,
     else EKS's rules over the ENIs ipamd may use (with custom networking, the primary among them
-    carries no pods)."""
+    carries no pods). In IPv6 (`family`), EKS's rules as with prefix delegation over the instance
+    type's ENIs (`ipamd.policy.max_pods`, rule 6)."""
     enis = effective_max_enis(targets, limits)
     return compute_node_max_pods(
         limits,
@@ -119,12 +123,18 @@ def compute_pod_limit_rule(
         custom_networking=targets.custom_networking,
         override=targets.max_pods,
         kubelet=targets.kubelet_max_pods,
+        family=family,
     )
 
 
-def compute_pod_limit(targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy) -> int:
+def compute_pod_limit(
+    targets: PoolTargets,
+    limits: NodeLimits,
+    strategy: UnitStrategy,
+    family: AddressFamily = "ipv4",
+) -> int:
     """The max pods growth respects (`compute_pod_limit_rule`'s number)."""
-    return compute_pod_limit_rule(targets, limits, strategy).value
+    return compute_pod_limit_rule(targets, limits, strategy, family).value
 
 
 def compute_address_capacity(

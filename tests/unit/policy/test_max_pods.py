@@ -101,10 +101,19 @@ IDS = [row.instance_type for row in TABLE]
 
 
 def max_pods(
-    row: Row, strategy: UnitStrategy, custom_networking: bool = False, **knobs: int
+    row: Row,
+    strategy: UnitStrategy,
+    custom_networking: bool = False,
+    override: int | None = None,
+    kubelet: int | None = None,
 ) -> MaxPods:
     return compute_node_max_pods(
-        row.limits, strategy, row.enis, custom_networking=custom_networking, **knobs
+        row.limits,
+        strategy,
+        row.enis,
+        custom_networking=custom_networking,
+        override=override,
+        kubelet=kubelet,
     )
 
 
