@@ -50,6 +50,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from cloud.calls import CallLog, CallRecorder
 from cloud.ec2_answers import (
+    assigned_ipv6_prefix,
     assigned_units,
     host_address,
     parse_eni,
@@ -58,12 +59,7 @@ from cloud.ec2_answers import (
     parse_subnet,
 )
 from cloud.ec2_codes import error_for_code
-from cloud.errors import (
-    CallTimeout,
-    NotFound,
-    Rejected,
-    ServiceUnavailable,
-)
+from cloud.errors import CallTimeout, NotFound, Rejected, ServiceUnavailable
 from cloud.limits import FALLBACK_LIMITS, InstanceLimitsCache
 from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
 from cloud.ports import CallPolicy, Instance
@@ -276,6 +272,17 @@ class Boto3Ec2:
         async with self._eni_lock(eni_id):
             await self._call("UnassignPrivateIpAddresses", params, mutating=True, repeatable=False)
 
+    async def assign_ipv6_prefix(self, eni_id: str) -> str:
+        """One /80 more (Ipv6PrefixCount 1); EC2's answer lists it (AssignedIpv6Prefixes)."""
+        async with self._eni_lock(eni_id):
+            answer = await self._call(
+                "AssignIpv6Addresses",
+                {"NetworkInterfaceId": eni_id, "Ipv6PrefixCount": 1},
+                mutating=True,
+                repeatable=False,
+            )
+        return assigned_ipv6_prefix(answer)
+
     async def find_enis(
         self, tags: Mapping[str, str], *, available_only: bool = False
     ) -> tuple[NetworkInterface, ...]:
@@ -326,14 +333,6 @@ class Boto3Ec2:
         if not infos:
             raise NotFound(operation, "InvalidInstanceType", instance_type)
         return parse_limits(infos[0])
-
-    async def _describe_eni(self, eni_id: str) -> NetworkInterface:
-        operation = "DescribeNetworkInterfaces"
-        answer = await self._call(operation, {"NetworkInterfaceIds": [eni_id]})
-        found = answer.get("NetworkInterfaces") or []
-        if not found:
-            raise NotFound(operation, "InvalidNetworkInterfaceID.NotFound", eni_id)
-        return parse_eni(found[0])
 
     async def _describe_all(
         self, operation: str, key: str, params: Mapping[str, Any]

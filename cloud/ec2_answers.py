@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cloud.errors import ServiceUnavailable
 from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
 from cloud.ports import Instance
 
@@ -34,6 +35,7 @@ def parse_eni(d: Mapping[str, Any]) -> NetworkInterface:
         primary_ip=primary,
         secondary_ips=secondary,
         prefixes=tuple(str(p["Ipv4Prefix"]) for p in d.get("Ipv4Prefixes") or []),
+        ipv6_prefixes=tuple(str(p["Ipv6Prefix"]) for p in d.get("Ipv6Prefixes") or []),
         tags={str(t["Key"]): str(t.get("Value") or "") for t in d.get("TagSet") or []},
         delete_on_termination=bool(attachment.get("DeleteOnTermination", False)),
         interface_type=str(d.get("InterfaceType") or "interface"),
@@ -47,6 +49,15 @@ def assigned_units(answer: Mapping[str, Any], kind: UnitKind) -> tuple[str, ...]
     return tuple(
         f"{a['PrivateIpAddress']}/32" for a in answer.get("AssignedPrivateIpAddresses") or []
     )
+
+
+def assigned_ipv6_prefix(answer: Mapping[str, Any]) -> str:
+    """The one prefix an AssignIpv6Addresses answer lists (AssignedIpv6Prefixes). An answer that
+    lists none is a `ServiceUnavailable`: EC2 acted or not, and the caller reads the ENI again."""
+    listed = [str(p) for p in answer.get("AssignedIpv6Prefixes") or []]
+    if len(listed) != 1:
+        raise ServiceUnavailable("AssignIpv6Addresses", "UnexpectedAnswer", f"prefixes {listed}")
+    return listed[0]
 
 
 def host_address(cidr: str) -> str:
@@ -110,4 +121,14 @@ def parse_subnet(d: Mapping[str, Any]) -> Subnet:
         vpc_id=str(d.get("VpcId") or ""),
         availability_zone=str(d.get("AvailabilityZone") or ""),
         tags={str(t["Key"]): str(t.get("Value") or "") for t in d.get("Tags") or []},
+        ipv6_cidr=_subnet_ipv6_cidr(d),
     )
+
+
+def _subnet_ipv6_cidr(d: Mapping[str, Any]) -> str:
+    """The subnet's associated IPv6 block (EC2 associates at most one /64 with a subnet)."""
+    for association in d.get("Ipv6CidrBlockAssociationSet") or []:
+        state = str((association.get("Ipv6CidrBlockState") or {}).get("State") or "")
+        if state in ("associated", "associating") and association.get("Ipv6CidrBlock"):
+            return str(association["Ipv6CidrBlock"])
+    return ""

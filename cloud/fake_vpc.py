@@ -1,11 +1,12 @@
 """The truth of an in-memory EC2 for one instance (`FakeVpc`), under the port double `cloud.fakes.FakeEc2`.
 
-It keeps what EC2 holds: the instance's ENIs, their secondary IPs and /28 prefixes, the per-ENI slot
-limit, the instance's ENI limit, and addresses drawn deterministically from each ENI's subnet (the
-lowest free address, or the lowest free aligned /28, so a released address is handed out again at
-once, as EC2 may). The node's subnet is the first of its VPC; `add_subnet` makes more (in the node's
-zone or another, with tags), `tag_subnet` retags one, and an ENI other users of the instance own (EFA,
-trunk, `no_manage`) is made with `attach_foreign`.
+It keeps what EC2 holds: the instance's ENIs, their secondary IPs and /28 prefixes (and IPv6 /80s
+from a subnet's /64, `cloud.fake_ipv6`), the per-ENI slot limit, the instance's ENI limit, and
+addresses drawn deterministically from each ENI's subnet (the lowest free address, or the lowest
+free aligned /28, so a released address is handed out again at once, as EC2 may). The node's subnet
+is the first of its VPC; `add_subnet` makes more (in the node's zone or another, with tags),
+`tag_subnet` retags one, and an ENI other users of the instance own (EFA, trunk, `no_manage`) is
+made with `attach_foreign`.
 
 On top of the truth it models EC2's eventual consistency: Describe may serve, per unit and per ENI
 attachment, the state as it was up to `lag_s` seconds ago by the injected clock — an assigned unit
@@ -24,7 +25,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cloud import fake_ipv6
 from cloud.errors import NotFound, SubnetExhausted, SubnetFragmented
+from cloud.fake_ipv6 import Ipv6Block
 from cloud.models import NetworkInterface, Subnet, UnitKind
 from cloud.ports import CallPolicy
 
@@ -58,6 +61,8 @@ class FakeEni:
     groups: tuple[str, ...] = ()
     """The security groups it was created with."""
     interface_type: str = "interface"
+    ipv6_prefixes: list[str] = field(default_factory=list)
+    """Delegated IPv6 /80 prefixes, in the order EC2 assigned them."""
     delete_on_termination: bool = False
     """Of its attachment: false when attached, as EC2 attaches."""
 
@@ -75,6 +80,8 @@ class FakeSubnet:
     last: int = 0
     ip_cursor: int = 0
     block_cursor: int = 0
+    ipv6: Ipv6Block | None = None
+    """The subnet's IPv6 /64 and its /80s in use, if it has one."""
 
     def __post_init__(self) -> None:
         # EC2 reserves the first four addresses of a subnet and the last one.
@@ -115,8 +122,9 @@ class FakeSubnet:
             self.block_cursor = min(self.block_cursor, value - value % PREFIX_SIZE)
 
     def as_model(self, vpc_id: str) -> Subnet:
+        ipv6 = str(self.ipv6.cidr) if self.ipv6 is not None else ""
         return Subnet(
-            self.subnet_id, str(self.cidr), self.available, vpc_id, self.zone, dict(self.tags)
+            self.subnet_id, str(self.cidr), self.available, vpc_id, self.zone, dict(self.tags), ipv6
         )
 
 
@@ -177,6 +185,7 @@ class FakeVpc:
         instance_id: str = "i-0fake0000000001",
         instance_type: str = "m5.large",
         subnet_cidr: str = "10.0.0.0/16",
+        subnet_ipv6_cidr: str = "",
         max_enis: int = 3,
         ipv4_per_eni: int = 10,
         lag_s: float = 0.0,
@@ -190,7 +199,9 @@ class FakeVpc:
         self.vpc_id = "vpc-0fake"
         self.zone = "us-west-2a"
         self.subnets: dict[str, FakeSubnet] = {
-            self.subnet_id: FakeSubnet(self.subnet_id, self.subnet_cidr, self.zone)
+            self.subnet_id: FakeSubnet(
+                self.subnet_id, self.subnet_cidr, self.zone, ipv6=fake_ipv6.block(subnet_ipv6_cidr)
+            )
         }
         self.max_enis = max_enis
         self.ipv4_per_eni = ipv4_per_eni
@@ -220,12 +231,18 @@ class FakeVpc:
     # -- the VPC, for tests ------------------------------------------------------------------------
 
     def add_subnet(
-        self, cidr: str, tags: Mapping[str, str] | None = None, zone: str = "us-west-2a"
+        self,
+        cidr: str,
+        tags: Mapping[str, str] | None = None,
+        zone: str = "us-west-2a",
+        ipv6_cidr: str = "",
     ) -> str:
-        """Another subnet of the VPC (in the node's zone unless `zone` says otherwise); its ID."""
+        """Another subnet of the VPC (in the node's zone unless `zone` says otherwise, with an IPv6
+        /64 if `ipv6_cidr` names one); its ID."""
         subnet_id = f"subnet-{len(self.subnets):04x}fake"
         net = ipaddress.IPv4Network(cidr)
-        self.subnets[subnet_id] = FakeSubnet(subnet_id, net, zone, dict(tags or {}))
+        subnet = FakeSubnet(subnet_id, net, zone, dict(tags or {}), ipv6=fake_ipv6.block(ipv6_cidr))
+        self.subnets[subnet_id] = subnet
         return subnet_id
 
     def tag_subnet(self, subnet_id: str, tags: Mapping[str, str]) -> None:
@@ -338,6 +355,7 @@ class FakeVpc:
             primary_ip=eni.primary_ip,
             secondary_ips=tuple(c.removesuffix("/32") for c in units if self._kind[c] == "ip"),
             prefixes=tuple(c for c in units if self._kind[c] == "prefix"),
+            ipv6_prefixes=tuple(eni.ipv6_prefixes),
             tags=dict(eni.tags),
             delete_on_termination=attached and eni.delete_on_termination,
             interface_type=eni.interface_type,
@@ -361,3 +379,9 @@ class FakeVpc:
         for cidr in new:
             self._put_unit(eni, cidr, kind, now, self._draw_lag())
         return new
+
+    def _draw_ipv6_prefix(self, operation: str, eni: FakeEni) -> str:
+        """One /80 of the ENI's subnet onto it (`cloud.fake_ipv6.draw_prefix`)."""
+        prefix = fake_ipv6.draw_prefix(operation, eni.subnet_id, self.subnets[eni.subnet_id].ipv6)
+        eni.ipv6_prefixes.append(prefix)
+        return prefix

@@ -155,6 +155,10 @@ class FakeEc2(FakeVpc):
             raise InUse("DeleteNetworkInterface", "InvalidNetworkInterface.InUse", eni_id)
         self._remove_units(eni, list(eni.units))
         self.subnets[eni.subnet_id].free(f"{eni.primary_ip}/32")
+        block = self.subnets[eni.subnet_id].ipv6
+        if block is not None:
+            for prefix in eni.ipv6_prefixes:
+                block.free(prefix)
         eni.deleted = True
         self._fault("delete_eni", after=True)
 
@@ -183,6 +187,15 @@ class FakeEc2(FakeVpc):
             )
         self._remove_units(eni, list(cidrs))
         self._fault("unassign_units", after=True)
+
+    async def assign_ipv6_prefix(self, eni_id: str) -> str:
+        self._fault("assign_ipv6_prefix", after=False)
+        self.calls["assign_ipv6_prefix"] += 1
+        prefix = self._draw_ipv6_prefix(
+            "AssignIpv6Addresses", self._eni("AssignIpv6Addresses", eni_id)
+        )
+        self._fault("assign_ipv6_prefix", after=True)
+        return prefix
 
     async def find_enis(
         self, tags: Mapping[str, str], *, available_only: bool = False
@@ -296,6 +309,9 @@ class FakeEc2View:
 
     async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
         await self._count("unassign_units").unassign_units(eni_id, kind, cidrs)
+
+    async def assign_ipv6_prefix(self, eni_id: str) -> str:
+        return await self._count("assign_ipv6_prefix").assign_ipv6_prefix(eni_id)
 
     async def find_enis(
         self, tags: Mapping[str, str], *, available_only: bool = False

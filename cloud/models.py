@@ -26,6 +26,8 @@ class NetworkInterface:
     """Secondary private IPv4 addresses, host form (no /32)."""
     prefixes: tuple[str, ...] = ()
     """Delegated IPv4 prefixes, CIDR form (`10.0.1.16/28`)."""
+    ipv6_prefixes: tuple[str, ...] = ()
+    """Delegated IPv6 prefixes, CIDR form (`2600:1f14:abc:d00:1234::/80`): IPv6 mode's pod addresses."""
     tags: Mapping[str, str] = field(default_factory=dict)
     delete_on_termination: bool = False
     interface_type: str = "interface"
@@ -71,3 +73,5 @@ class Subnet:
     vpc_id: str = ""
     availability_zone: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    ipv6_cidr: str = ""
+    """The subnet's IPv6 /64, or "" when it has no IPv6 CIDR block."""

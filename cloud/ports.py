@@ -95,6 +95,13 @@ class Ec2Api(Protocol):
 
     async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None: ...
 
+    async def assign_ipv6_prefix(self, eni_id: str) -> str:
+        """Give the ENI one more IPv6 /80 prefix from its subnet's /64 (AssignIpv6Addresses with
+        Ipv6PrefixCount 1, as IPv6 mode does once at node set-up); returns the prefix EC2 assigned.
+        A subnet without an IPv6 CIDR block is refused (`Rejected`). There is no release: IPv6 mode
+        never gives its prefix back."""
+        ...
+
     async def find_enis(
         self, tags: Mapping[str, str], *, available_only: bool = False
     ) -> tuple[NetworkInterface, ...]:
@@ -143,6 +150,9 @@ class ImdsInterface:
     """Every private IPv4 address of the ENI, the primary first, host form."""
     ipv4_prefixes: tuple[str, ...]
     """Delegated /28 prefixes, CIDR form; empty when none (IMDS answers 404)."""
+    ipv6_prefixes: tuple[str, ...] = ()
+    """Delegated IPv6 /80 prefixes, CIDR form (`ipv6-prefix`); empty when none. The embedded IMDS
+    serves them; `cloud.imds`'s client does not read them yet."""
 
 
 class Imds(Protocol):

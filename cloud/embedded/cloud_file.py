@@ -1,11 +1,11 @@
 """The embedded cloud's file: what EC2 holds for one world, as JSON, written atomically.
 
 It owns the record (`CloudFacts`: VPC and its CIDR blocks, the node's subnet and the VPC's other
-subnets with their tags, security group, instance, and every ENI of the VPC with its MAC, addresses,
-prefixes, tags and attachment), its JSON form, and its reading and writing; the write replaces the
-file whole (`datastore.atomic`, mode 0600), so a kill at any instant leaves the old file or the new
-one, never a torn one. It must not import moto: reading moto's objects and rebuilding them is
-`cloud.embedded.cloud_restore`'s job.
+subnets with their tags and IPv6 blocks, security group, instance, and every ENI of the VPC with its
+MAC, addresses, IPv4 and IPv6 prefixes, tags and attachment), its JSON form, and its reading and
+writing; the write replaces the file whole (`datastore.atomic`, mode 0600), so a kill at any instant
+leaves the old file or the new one, never a torn one. It must not import moto: reading moto's
+objects and rebuilding them is `cloud.embedded.cloud_restore`'s job.
 
 A file that cannot be read or makes no sense raises `CloudFileError`; nobody is supposed to edit it,
 and guessing a new cloud would make the daemon's state file foreign (every allocation quarantined).
@@ -24,7 +24,11 @@ from datastore import atomic
 FORMAT: Final = 2
 """The file's format version; a file of another version is refused, not guessed at. Format 2 added
 the VPC's secondary CIDR blocks and its subnets besides the node's (with tags)."""
-READABLE: Final = (1, 2)
+IPV6_FORMAT: Final = 3
+"""The format of a world with IPv6 (the VPC's /56, the subnets' /64s, the ENIs' /80 prefixes): an
+ipamd that reads only format 2 refuses it rather than lose them. A world without IPv6 is written
+in format 2, as before."""
+READABLE: Final = (1, 2, 3)
 """Formats this ipamd reads: a format 1 file is a VPC with the node's subnet only, untagged."""
 
 FILE_MODE: Final = 0o600
@@ -58,6 +62,8 @@ class EniFacts:
     secondary_ips: tuple[str, ...] = ()
     """In the order EC2 lists them."""
     prefixes: tuple[str, ...] = ()
+    ipv6_prefixes: tuple[str, ...] = ()
+    """Delegated IPv6 /80s, in the order EC2 lists them."""
     description: str = ""
     group_ids: tuple[str, ...] = ()
     tags: Mapping[str, str] = field(default_factory=dict)
@@ -72,6 +78,7 @@ class SubnetFacts:
     cidr: str
     availability_zone: str
     tags: Mapping[str, str] = field(default_factory=dict)
+    ipv6_cidr: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +104,13 @@ class CloudFacts:
     subnet_tags: Mapping[str, str] = field(default_factory=dict)
     """The node subnet's tags."""
     subnets: tuple[SubnetFacts, ...] = ()
+    vpc_ipv6_cidr: str = ""
+    """The VPC's Amazon-provided IPv6 /56, or "" (then no subnet has an IPv6 block)."""
+    subnet_ipv6_cidr: str = ""
+    """The node subnet's IPv6 /64, or ""."""
 
     def to_json(self) -> str:
-        body = {"format": FORMAT, **_plain(self)}
+        body = {"format": IPV6_FORMAT if self.vpc_ipv6_cidr else FORMAT, **_plain(self)}
         return json.dumps(body, indent=1, sort_keys=True) + "\n"
 
     @classmethod
@@ -119,6 +130,8 @@ class CloudFacts:
                 secondary_cidrs=tuple(str(c) for c in body.get("secondary_cidrs", ())),
                 subnet_tags=_tags(body.get("subnet_tags", {})),
                 subnets=tuple(_subnet(s) for s in body.get("subnets", ())),
+                vpc_ipv6_cidr=str(body.get("vpc_ipv6_cidr", "")),
+                subnet_ipv6_cidr=str(body.get("subnet_ipv6_cidr", "")),
                 **scalars,
             )
         except CloudFileError:
@@ -178,9 +191,13 @@ def _plain(facts: CloudFacts) -> dict[str, Any]:
             "cidr": s.cidr,
             "availability_zone": s.availability_zone,
             "tags": dict(s.tags),
+            **({"ipv6_cidr": s.ipv6_cidr} if facts.vpc_ipv6_cidr else {}),
         }
         for s in facts.subnets
     ]
+    if facts.vpc_ipv6_cidr:
+        body["vpc_ipv6_cidr"] = facts.vpc_ipv6_cidr
+        body["subnet_ipv6_cidr"] = facts.subnet_ipv6_cidr
     body["enis"] = [
         {
             "eni_id": e.eni_id,
@@ -189,6 +206,7 @@ def _plain(facts: CloudFacts) -> dict[str, Any]:
             "primary_ip": e.primary_ip,
             "secondary_ips": list(e.secondary_ips),
             "prefixes": list(e.prefixes),
+            **({"ipv6_prefixes": list(e.ipv6_prefixes)} if facts.vpc_ipv6_cidr else {}),
             "description": e.description,
             "group_ids": list(e.group_ids),
             "tags": dict(e.tags),
@@ -216,6 +234,7 @@ def _subnet(body: Mapping[str, Any]) -> SubnetFacts:
         cidr=str(body["cidr"]),
         availability_zone=str(body["availability_zone"]),
         tags=_tags(body.get("tags", {})),
+        ipv6_cidr=str(body.get("ipv6_cidr", "")),
     )
 
 
@@ -238,6 +257,7 @@ def _eni(body: Mapping[str, Any]) -> EniFacts:
         primary_ip=str(body["primary_ip"]),
         secondary_ips=tuple(str(a) for a in body.get("secondary_ips", ())),
         prefixes=tuple(str(p) for p in body.get("prefixes", ())),
+        ipv6_prefixes=tuple(str(p) for p in body.get("ipv6_prefixes", ())),
         description=str(body.get("description", "")),
         group_ids=tuple(str(g) for g in body.get("group_ids", ())),
         tags=_tags(body.get("tags", {})),

@@ -23,11 +23,11 @@ from typing import Any, Final
 
 from moto.ec2.models import elastic_network_interfaces, instances, security_groups, subnets, vpcs
 
-from cloud.embedded import eni_rules
+from cloud.embedded import eni_rules, ipv6_rules
 from cloud.embedded.cloud_file import AttachmentFacts, CloudFacts, EniFacts, SubnetFacts
 from cloud.embedded.eni_rules import LOCK
 from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World, ec2_client
-from cloud.embedded.world_layout import WorldSubnet, tag_specification
+from cloud.embedded.world_layout import WorldSubnet, associate_ipv6, tag_specification
 
 _ID_SOURCES: Final[dict[str, tuple[Any, str]]] = {
     "vpc": (vpcs, "random_vpc_id"),
@@ -37,6 +37,7 @@ _ID_SOURCES: Final[dict[str, tuple[Any, str]]] = {
     "attachment": (instances, "random_eni_attach_id"),
     "eni": (elastic_network_interfaces, "random_eni_id"),
     "mac": (elastic_network_interfaces, "random_mac_address"),
+    "ipv6_block": (vpcs, "random_ipv6_cidr"),
 }
 """Where moto 5.2.5 looks up the function that draws each kind of ID (the name each model module
 imported from moto.ec2.utils)."""
@@ -76,7 +77,24 @@ def capture(world: World) -> CloudFacts:
             secondary_cidrs=_secondary_cidrs(vpc),
             subnet_tags=_tags(node_subnet),
             subnets=_other_subnets(backend, world),
+            vpc_ipv6_cidr=_vpc_ipv6_cidr(vpc),
+            subnet_ipv6_cidr=_subnet_ipv6_cidr(node_subnet),
         )
+
+
+def _vpc_ipv6_cidr(vpc: Any) -> str:
+    """The VPC's Amazon-provided IPv6 block, or ""."""
+    blocks = [
+        str(a["cidr_block"])
+        for a in vpc.get_cidr_block_association_set(ipv6=True)
+        if a.get("cidr_block_state", {}).get("state") == "associated"
+    ]
+    return blocks[0] if blocks else ""
+
+
+def _subnet_ipv6_cidr(subnet: Any) -> str:
+    block = ipv6_rules.subnet_block(subnet)
+    return str(block) if block is not None else ""
 
 
 def _secondary_cidrs(vpc: Any) -> tuple[str, ...]:
@@ -107,7 +125,9 @@ def _other_subnets(backend: Any, world: World) -> tuple[SubnetFacts, ...]:
         )
     )
     return tuple(
-        SubnetFacts(str(s.id), str(s.cidr_block), str(s.availability_zone), _tags(s))
+        SubnetFacts(
+            str(s.id), str(s.cidr_block), str(s.availability_zone), _tags(s), _subnet_ipv6_cidr(s)
+        )
         for s in subnets
     )
 
@@ -128,6 +148,7 @@ def _eni_facts(eni: Any) -> EniFacts:
         primary_ip=str(eni.private_ip_address),
         secondary_ips=tuple(eni_rules.eni_secondaries(eni)),
         prefixes=tuple(eni_rules.eni_prefixes(eni)),
+        ipv6_prefixes=tuple(ipv6_rules.eni_ipv6_prefixes(eni)),
         description=str(eni.description or ""),
         group_ids=tuple(str(g.id) for g in eni._group_set),
         tags=_tags(eni),
@@ -151,8 +172,15 @@ def rebuild(host: EmbeddedEc2, facts: CloudFacts) -> World:
         _expect(ec2.create_vpc(CidrBlock=facts.vpc_cidr)["Vpc"]["VpcId"], facts.vpc_id)
     for cidr in facts.secondary_cidrs:
         ec2.associate_vpc_cidr_block(VpcId=facts.vpc_id, CidrBlock=cidr)
+    if facts.vpc_ipv6_cidr:
+        with _pinned(ipv6_block=facts.vpc_ipv6_cidr):
+            ec2.associate_vpc_cidr_block(VpcId=facts.vpc_id, AmazonProvidedIpv6CidrBlock=True)
     node_subnet = SubnetFacts(
-        facts.subnet_id, facts.subnet_cidr, facts.availability_zone, facts.subnet_tags
+        facts.subnet_id,
+        facts.subnet_cidr,
+        facts.availability_zone,
+        facts.subnet_tags,
+        facts.subnet_ipv6_cidr,
     )
     for subnet in (node_subnet, *facts.subnets):
         with _pinned(subnet=subnet.subnet_id):
@@ -163,6 +191,8 @@ def rebuild(host: EmbeddedEc2, facts: CloudFacts) -> World:
                 TagSpecifications=tag_specification("subnet", subnet.tags),
             )
             _expect(made["Subnet"]["SubnetId"], subnet.subnet_id)
+        if subnet.ipv6_cidr:
+            associate_ipv6(ec2, subnet.subnet_id, subnet.ipv6_cidr)
     with _pinned(security_group=facts.security_group_id):
         made = ec2.create_security_group(
             GroupName=facts.security_group_name, Description="embedded node", VpcId=facts.vpc_id
@@ -187,7 +217,7 @@ def rebuild(host: EmbeddedEc2, facts: CloudFacts) -> World:
         endpoint_url=host.endpoint_url,
         secondary_cidrs=facts.secondary_cidrs,
         subnets=tuple(
-            WorldSubnet(s.subnet_id, s.cidr, s.availability_zone, dict(s.tags))
+            WorldSubnet(s.subnet_id, s.cidr, s.availability_zone, dict(s.tags), s.ipv6_cidr)
             for s in facts.subnets
         ),
     )
@@ -260,7 +290,7 @@ def _recreate(ec2: Any, facts: CloudFacts, eni: EniFacts) -> None:
 
 
 def _fill(ec2: Any, eni: EniFacts) -> None:
-    """The ENI's secondary addresses and prefixes, named, in their recorded order."""
+    """The ENI's secondary addresses, IPv4 and IPv6 prefixes, named, in their recorded order."""
     wanted: dict[str, Any] = {}
     if eni.secondary_ips:
         wanted["PrivateIpAddresses"] = list(eni.secondary_ips)
@@ -268,6 +298,10 @@ def _fill(ec2: Any, eni: EniFacts) -> None:
         wanted["Ipv4Prefixes"] = list(eni.prefixes)
     if wanted:
         ec2.assign_private_ip_addresses(NetworkInterfaceId=eni.eni_id, **wanted)
+    if eni.ipv6_prefixes:
+        ec2.assign_ipv6_addresses(
+            NetworkInterfaceId=eni.eni_id, Ipv6Prefixes=list(eni.ipv6_prefixes)
+        )
 
 
 def _set_delete_on_termination(ec2: Any, eni_id: str, attachment: AttachmentFacts) -> None:

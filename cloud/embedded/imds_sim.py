@@ -42,6 +42,7 @@ _MAC_KEYS: Final = (
     "device-number",
     "interface-id",
     "ipv4-prefix",
+    "ipv6-prefix",
     "local-ipv4s",
     "mac",
     "subnet-id",
@@ -248,6 +249,7 @@ class ImdsSimulator:
             "device-number": str(eni.device_number),
             "interface-id": eni.eni_id,
             "ipv4-prefix": "\n".join(eni.ipv4_prefixes),
+            "ipv6-prefix": "\n".join(eni.ipv6_prefixes),
             "local-ipv4s": "\n".join(eni.local_ipv4s),
             "mac": eni.mac,
             "subnet-id": eni.subnet_id,
@@ -305,6 +307,7 @@ def _eni(index: int, nic: Any) -> ImdsInterface:
         subnet_id=str(nic.subnet.id),
         local_ipv4s=tuple(str(a) for a in (*primary[:1], *others)),
         ipv4_prefixes=tuple(str(p["Ipv4Prefix"]) for p in nic.ipv4_prefixes),
+        ipv6_prefixes=tuple(str(p["Ipv6Prefix"]) for p in nic.ipv6_prefixes),
     )
 
 

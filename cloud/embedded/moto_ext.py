@@ -15,6 +15,11 @@ ElasticNetworkInterfaces.assign_private_ip_addresses AssignPrivateIpAddresses: I
                                                      limit; subnet-wide uniqueness; reserved and
                                                      out-of-subnet addresses refused; exhaustion errors;
                                                      the answer lists only what was assigned.
+NetworkInterface.ipv6_prefixes (new property)        DescribeNetworkInterfaces shows the ENI's /80s.
+ElasticNetworkInterfaces.assign_ipv6_addresses      AssignIpv6Addresses: Ipv6Prefixes, Ipv6PrefixCount;
+                                                     /80s of the subnet's /64, unique in the subnet;
+                                                     refused without an IPv6 CIDR block
+                                                     (`cloud.embedded.ipv6_rules`).
 ElasticNetworkInterfaces.unassign_private_ip_...     UnassignPrivateIpAddresses: Ipv4Prefixes; an
   + NetworkInterfaceBackend.unassign_private_ip_...  address or prefix the ENI lacks, or its primary,
                                                      is refused and nothing changes.
@@ -23,6 +28,8 @@ ElasticNetworkInterfaces.create_network_interface    CreateNetworkInterface: Ipv
                                                      the same address rules (also for RunInstances).
 Subnet.get_available_subnet_ip, Subnet.request_ip    Instance primaries (RunInstances) obey the same
                                                      rules instead of moto's own counter.
+Subnet.ipv6_cidr_block_association_set              DescribeSubnets: Ipv6CidrBlockState.State is
+                                                     the state's name (moto nested a dict in it).
 Subnet.available_ip_address_count                   AvailableIpAddressCount counts every address in
                                                      use, 16 per delegated prefix.
 NetworkInterfaceBackend.attach_network_interface     AttachmentLimitExceeded, device index in use,
@@ -57,7 +64,7 @@ from moto.ec2.models.instances import Instance
 from moto.ec2.models.subnets import Subnet
 from moto.ec2.responses.elastic_network_interfaces import ElasticNetworkInterfaces
 
-from cloud.embedded import eni_rules, moto_handlers, moto_index, space_watch
+from cloud.embedded import eni_rules, ipv6_rules, moto_handlers, moto_index, space_watch
 from cloud.embedded.eni_rules import LOCK, ec2_error
 from cloud.embedded.moto_handlers import STRICT
 
@@ -81,6 +88,7 @@ def install() -> None:
         for owner, name, make in _PATCHES:
             setattr(owner, name, make(owner.__dict__[name]))
         setattr(NetworkInterface, "ipv4_prefixes", property(_ipv4_prefixes))  # noqa: B010
+        setattr(NetworkInterface, "ipv6_prefixes", property(_ipv6_prefixes))  # noqa: B010
         _installed.add(found)
 
 
@@ -94,6 +102,29 @@ def installed() -> bool:
 def _ipv4_prefixes(eni: Any) -> list[dict[str, str]]:
     """Read by moto's serializer for the NetworkInterface shape's Ipv4Prefixes member."""
     return [{"Ipv4Prefix": prefix} for prefix in eni_rules.eni_prefixes(eni)]
+
+
+def _ipv6_prefixes(eni: Any) -> list[dict[str, str]]:
+    """Read by moto's serializer for the NetworkInterface shape's Ipv6Prefixes member."""
+    return [{"Ipv6Prefix": prefix} for prefix in ipv6_rules.eni_ipv6_prefixes(eni)]
+
+
+def _ipv6_cidr_block_association_set(_original: Any) -> Any:
+    """EC2 API reference, SubnetIpv6CidrBlockAssociation: Ipv6CidrBlockState's State is a string
+    (`associated`); moto put its own state dictionary there, which serialised as text."""
+
+    def fget(subnet: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "ipv6CidrBlock": a["ipv6CidrBlock"],
+                "associationId": a["associationId"],
+                "ipv6CidrBlockState": {"state": a["ipv6CidrBlockState"]["State"]},
+            }
+            for a in subnet.ipv6_cidr_block_associations.values()
+            if a["ipv6CidrBlockState"]["State"] == "associated"
+        ]
+
+    return property(fget)
 
 
 def _available_ip_address_count(original: Any) -> Any:
@@ -309,6 +340,7 @@ def _delete_network_interface(original: Callable[..., None]) -> Callable[..., No
 
 _PATCHES: Final[tuple[tuple[type[Any], str, Callable[[Any], Any]], ...]] = (
     (Subnet, "available_ip_address_count", _available_ip_address_count),
+    (Subnet, "ipv6_cidr_block_association_set", _ipv6_cidr_block_association_set),
     (Subnet, "get_available_subnet_ip", _get_available_subnet_ip),
     (Subnet, "request_ip", _request_ip),
     (Instance, "terminate", _terminate),
@@ -321,6 +353,7 @@ _PATCHES: Final[tuple[tuple[type[Any], str, Callable[[Any], Any]], ...]] = (
     (ElasticNetworkInterfaces, "create_network_interface", moto_handlers.respond_create),
     (ElasticNetworkInterfaces, "assign_private_ip_addresses", moto_handlers.respond_assign),
     (ElasticNetworkInterfaces, "unassign_private_ip_addresses", moto_handlers.respond_unassign),
+    (ElasticNetworkInterfaces, "assign_ipv6_addresses", moto_handlers.respond_assign_ipv6),
     (ElasticNetworkInterfaces, "delete_network_interface", moto_handlers.respond_delete),
     (
         ElasticNetworkInterfaces,

@@ -13,7 +13,7 @@ from moto.core.responses import ActionResult, EmptyResult
 from moto.ec2.exceptions import InvalidNetworkAttachmentIdError
 from moto.ec2.utils import add_tag_specification
 
-from cloud.embedded import eni_rules
+from cloud.embedded import eni_rules, ipv6_rules
 from cloud.embedded.eni_rules import LOCK, ec2_error
 
 STRICT: Final = "_ipamd_strict"
@@ -89,6 +89,39 @@ def respond_assign(_original: Callable[..., Any]) -> Callable[..., Any]:
         )
 
     return assign_private_ip_addresses
+
+
+def respond_assign_ipv6(original: Callable[..., Any]) -> Callable[..., Any]:
+    """EC2 API reference, AssignIpv6Addresses: Ipv6Prefixes and Ipv6PrefixCount ("the number of IPv6
+    delegated prefixes to assign"), exclusive of each other and of addresses; the answer's
+    AssignedIpv6Prefixes lists what this call added. Requests for addresses only stay moto's."""
+
+    def assign_ipv6_addresses(handler: Any) -> Any:
+        if not (handler._get_param("Ipv6Prefixes") or handler._get_param("Ipv6PrefixCount")):
+            return original(handler)
+        _check_exclusive(
+            handler,
+            ("Ipv6Prefixes", "Ipv6PrefixCount"),
+            ("Ipv6Prefixes", "Ipv6Addresses"),
+            ("Ipv6Prefixes", "Ipv6AddressCount"),
+            ("Ipv6PrefixCount", "Ipv6Addresses"),
+            ("Ipv6PrefixCount", "Ipv6AddressCount"),
+        )
+        eni = handler.ec2_backend.get_network_interface(handler._get_param("NetworkInterfaceId"))
+        added = ipv6_rules.assign(
+            eni,
+            prefixes=handler._get_param("Ipv6Prefixes", []),
+            count=handler._get_int_param("Ipv6PrefixCount", 0),
+        )
+        return ActionResult(
+            {
+                "NetworkInterfaceId": eni.id,
+                "AssignedIpv6Addresses": [],
+                "AssignedIpv6Prefixes": list(added),
+            }
+        )
+
+    return assign_ipv6_addresses
 
 
 def respond_unassign(_original: Callable[..., Any]) -> Callable[..., Any]:

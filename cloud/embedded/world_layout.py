@@ -15,6 +15,10 @@ test or `ipamd run --embedded` gets the subnets that subnet discovery (subnets t
         node_subnet_tags={CNI_ROLE_TAG: "0"},
     )
 
+With `ipv6=True` the VPC also gets an Amazon-provided IPv6 /56 and every subnet of the world (the
+node's first, then the extras in order) a /64 of it, as `AssociateVpcCidrBlock`
+(AmazonProvidedIpv6CidrBlock) and `AssociateSubnetCidrBlock` give them: the VPC of an IPv6 node.
+
 The default (empty) layout adds nothing: the world is exactly the one-subnet world. A layout's JSON
 form (`Layout.from_json`) is the same, with `subnets` as objects `{"cidr", "zone", "tags"}`.
 """
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -68,6 +72,8 @@ class WorldSubnet:
     cidr: str
     availability_zone: str
     tags: Mapping[str, str] = field(default_factory=dict)
+    ipv6_cidr: str = ""
+    """The subnet's IPv6 /64, or "" when the world has no IPv6."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,8 @@ class Layout:
     subnets: tuple[SubnetSpec, ...] = ()
     """Made in this order, after the node's subnet; each in the VPC's primary or a secondary block."""
     node_subnet_tags: Mapping[str, str] = field(default_factory=dict)
+    ipv6: bool = False
+    """An IPv6 /56 on the VPC and a /64 of it on every subnet."""
 
     def __post_init__(self) -> None:
         # Tuples even when given lists, so a layout compares and prints as what it means.
@@ -102,18 +110,19 @@ class Layout:
     @classmethod
     def from_json(cls, text: str) -> Layout:
         """`{"secondary_cidrs": [...], "subnets": [{"cidr", "zone", "tags"}], "node_subnet_tags":
-        {...}}`, every key optional. Raises `LayoutError`."""
+        {...}, "ipv6": false}`, every key optional. Raises `LayoutError`."""
         try:
             body = json.loads(text)
             if not isinstance(body, dict):
                 raise TypeError("not a JSON object")
-            unknown = set(body) - {"secondary_cidrs", "subnets", "node_subnet_tags"}
+            unknown = set(body) - {"secondary_cidrs", "subnets", "node_subnet_tags", "ipv6"}
             if unknown:
                 raise LayoutError(f"unknown keys {sorted(unknown)}")
             return cls(
                 secondary_cidrs=tuple(str(c) for c in body.get("secondary_cidrs", ())),
                 subnets=tuple(_spec(s) for s in body.get("subnets", ())),
                 node_subnet_tags=_tags(body.get("node_subnet_tags", {})),
+                ipv6=_flag(body.get("ipv6", False)),
             )
         except LayoutError:
             raise
@@ -126,6 +135,12 @@ def _spec(body: Mapping[str, Any]) -> SubnetSpec:
     if unknown:
         raise LayoutError(f"unknown subnet keys {sorted(unknown)}")
     return SubnetSpec(str(body["cidr"]), str(body.get("zone", "")), _tags(body.get("tags", {})))
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise LayoutError(f"ipv6 must be true or false, not {value!r}")
+    return value
 
 
 def _tags(body: Mapping[str, Any]) -> dict[str, str]:
@@ -168,6 +183,9 @@ def build_layout(
         listed = tag_specification("subnet", layout.node_subnet_tags)[0]["Tags"]
         ec2.create_tags(Resources=[node_subnet_id], Tags=listed)
     made: list[WorldSubnet] = []
+    blocks = _ipv6_blocks(ec2, vpc_id) if layout.ipv6 else None
+    if blocks is not None:
+        associate_ipv6(ec2, node_subnet_id, next(blocks))
     for spec in layout.subnets:
         zone = spec.zone_in(region, node_zone)
         subnet_id: str = ec2.create_subnet(
@@ -177,5 +195,27 @@ def build_layout(
             TagSpecifications=tag_specification("subnet", spec.tags),
         )["Subnet"]["SubnetId"]
         cidr = str(ipaddress.IPv4Network(spec.cidr))
-        made.append(WorldSubnet(subnet_id, cidr, zone, dict(spec.tags)))
+        ipv6_cidr = associate_ipv6(ec2, subnet_id, next(blocks)) if blocks is not None else ""
+        made.append(WorldSubnet(subnet_id, cidr, zone, dict(spec.tags), ipv6_cidr))
     return tuple(made)
+
+
+def _ipv6_blocks(ec2: Any, vpc_id: str) -> Iterator[ipaddress.IPv6Network]:
+    """An Amazon-provided /56 on the VPC, and its /64s in order."""
+    ec2.associate_vpc_cidr_block(VpcId=vpc_id, AmazonProvidedIpv6CidrBlock=True)
+    return ipaddress.IPv6Network(vpc_ipv6_cidr(ec2, vpc_id)).subnets(new_prefix=64)
+
+
+def vpc_ipv6_cidr(ec2: Any, vpc_id: str) -> str:
+    """The VPC's associated IPv6 block, or ""."""
+    vpc = ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]
+    for association in vpc.get("Ipv6CidrBlockAssociationSet") or []:
+        if (association.get("Ipv6CidrBlockState") or {}).get("State") == "associated":
+            return str(association["Ipv6CidrBlock"])
+    return ""
+
+
+def associate_ipv6(ec2: Any, subnet_id: str, block: ipaddress.IPv6Network | str) -> str:
+    """Give the subnet the IPv6 /64 `block`; returns it."""
+    ec2.associate_subnet_cidr_block(SubnetId=subnet_id, Ipv6CidrBlock=str(block))
+    return str(block)

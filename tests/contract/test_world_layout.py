@@ -76,8 +76,10 @@ def test_the_json_form() -> None:
         node_subnet_tags={CNI_ROLE_TAG: "0"},
     )
     assert Layout.from_json("{}") == Layout()
+    assert Layout.from_json('{"ipv6": true}') == Layout(ipv6=True)
     for bad, reason in [
         ('{"subnet": []}', "unknown keys"),
+        ('{"ipv6": "yes"}', "ipv6 must be true or false"),
         ('{"subnets": [{"cidr": "100.64.0.0/19", "az": "b"}]}', "unknown subnet keys"),
         ('{"subnets": [{"zone": "b"}]}', "unreadable"),
         ("[]", "unreadable"),

@@ -89,6 +89,11 @@ class PassThroughEc2:
     async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
         await self._around("unassign_units", lambda: self.inner.unassign_units(eni_id, kind, cidrs))
 
+    async def assign_ipv6_prefix(self, eni_id: str) -> str:
+        return await self._around(
+            "assign_ipv6_prefix", lambda: self.inner.assign_ipv6_prefix(eni_id)
+        )
+
     async def find_enis(
         self, tags: Mapping[str, str], *, available_only: bool = False
     ) -> tuple[NetworkInterface, ...]:

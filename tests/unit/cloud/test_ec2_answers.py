@@ -248,3 +248,52 @@ def test_limits_carry_the_default_vcpus() -> None:
     with_vcpus = {**answer, "VCpuInfo": {"DefaultVCpus": 2, "DefaultCores": 1}}
     assert parse_limits(with_vcpus).vcpus == 2
     assert parse_limits(answer).vcpus is None
+
+
+async def test_an_ipv6_prefix_is_read_from_the_assign_answer(
+    offline_client: Any, fake_time: FakeTime
+) -> None:
+    """AssignIpv6Addresses by count answers with the prefix it assigned (AssignedIpv6Prefixes); an
+    answer that lists none leaves the outcome unknown, so it is a retryable `ServiceUnavailable`
+    and the caller reads the ENI again."""
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    asked = {"NetworkInterfaceId": "eni-1", "Ipv6PrefixCount": 1}
+    with Stubber(offline_client) as stub:
+        stub.add_response(
+            "assign_ipv6_addresses",
+            {"NetworkInterfaceId": "eni-1", "AssignedIpv6Prefixes": ["2600:1f14:1:200:9a3b::/80"]},
+            asked,
+        )
+        stub.add_response("assign_ipv6_addresses", {"NetworkInterfaceId": "eni-1"}, asked)
+        assert await ec2.assign_ipv6_prefix("eni-1") == "2600:1f14:1:200:9a3b::/80"
+        with pytest.raises(ServiceUnavailable):
+            await ec2.assign_ipv6_prefix("eni-1")
+        stub.assert_no_pending_responses()
+
+
+async def test_ipv6_prefixes_and_a_subnets_ipv6_block_are_read(
+    offline_client: Any, fake_time: FakeTime
+) -> None:
+    ec2 = adapter(offline_client, CallLog(), fake_time)
+    eni = {**_eni(), "Ipv6Prefixes": [{"Ipv6Prefix": "2600:1f14:1:200:9a3b::/80"}]}
+    block = "2600:1f14:1:200::/64"
+    subnet = {"SubnetId": "subnet-1", "CidrBlock": "10.0.0.0/16", "AvailableIpAddressCount": 9}
+    gone = {
+        "Ipv6CidrBlock": "2600:1f14:1:300::/64",
+        "Ipv6CidrBlockState": {"State": "disassociated"},
+    }
+    held = {"Ipv6CidrBlock": block, "Ipv6CidrBlockState": {"State": "associated"}}
+    with Stubber(offline_client) as stub:
+        stub.add_response("describe_network_interfaces", {"NetworkInterfaces": [eni]})
+        stub.add_response(
+            "describe_subnets",
+            {"Subnets": [{**subnet, "Ipv6CidrBlockAssociationSet": [gone, held]}]},
+        )
+        stub.add_response("describe_subnets", {"Subnets": [subnet]})
+        (described,) = await ec2.describe_enis("i-1")
+        assert (
+            described.ipv6_prefixes == ("2600:1f14:1:200:9a3b::/80",) and described.prefixes == ()
+        )
+        assert (await ec2.subnet("subnet-1")).ipv6_cidr == block
+        assert (await ec2.subnet("subnet-1")).ipv6_cidr == ""
+        stub.assert_no_pending_responses()

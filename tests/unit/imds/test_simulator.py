@@ -4,13 +4,15 @@ shape of the incident where IMDS's count matched while its contents did not."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import aiohttp
 
 from cloud.calls import CallLog
 from cloud.embedded.imds_sim import ImdsSimulator
-from cloud.embedded.world import World
+from cloud.embedded.world import EmbeddedEc2, World
+from cloud.embedded.world_layout import Layout
 from cloud.imds import Imdsv2Client
 from cloud.ports import ImdsInterface
 from tests.unit.imds.conftest import (
@@ -134,6 +136,25 @@ async def test_prefixes_are_listed_and_404_when_there_are_none(
     prefixes = assign_prefixes(ec2, world.primary_eni_id, 2)
     status, body = await _get(sim, path, token)
     assert status == 200 and set(body.split("\n")) == set(prefixes)
+
+
+async def test_ipv6_prefixes_are_listed_and_404_when_there_are_none(
+    embedded: EmbeddedEc2, fake_time: FakeTime
+) -> None:
+    """IMDS serves an ENI's delegated IPv6 prefixes at `ipv6-prefix`, as it does /28s at
+    `ipv4-prefix` (VPC CNI reads both there)."""
+    world = embedded.world(seed=17, layout=Layout(ipv6=True))
+    ec2 = world.client()
+    async with ImdsSimulator(world, clock=fake_time.clock, rng=random.Random(3)) as sim:
+        token = await _token(sim)
+        path = f"network/interfaces/macs/{_primary(sim).mac}/ipv6-prefix"
+        assert (await _get(sim, path, token))[0] == 404
+        answer = ec2.assign_ipv6_addresses(
+            NetworkInterfaceId=world.primary_eni_id, Ipv6PrefixCount=1
+        )
+        assert await _get(sim, path, token) == (200, answer["AssignedIpv6Prefixes"][0])
+        listed = (await _get(sim, path.removesuffix("ipv6-prefix"), token))[1].split("\n")
+        assert "ipv6-prefix" in listed and "ipv4-prefix" in listed
 
 
 async def test_unknown_paths_and_macs_are_404(sim: ImdsSimulator) -> None:
