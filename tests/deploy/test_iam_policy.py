@@ -24,9 +24,11 @@ from tests.deploy.repo import REPO, Doc, iam_policy
 ADAPTER = REPO / "cloud" / "ec2.py"
 FORWARDERS = frozenset({"_call", "_describe_all"})
 """The adapter's methods that take an EC2 operation name as their first argument."""
-ADDRESS_ACTIONS = frozenset({"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"})
+ADDRESS_ACTIONS = frozenset(
+    {"ec2:AssignIpv6Addresses", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+)
 """Mutations left without a tag condition: ipamd assigns and unassigns addresses on the primary ENI
-too, which EC2 created with the instance, without ipamd's tags."""
+too (its IPv6 /80 goes there alone), which EC2 created with the instance, without ipamd's tags."""
 ENI_ARN = "arn:aws:ec2:*:*:network-interface/*"
 
 
