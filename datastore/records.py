@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
 
-UnitKind = Literal["ip", "prefix"]
+UnitKind = Literal["ip", "prefix", "ipv6_prefix"]
+"""A secondary IPv4 address (/32), a /28 IPv4 prefix, or an IPv6 /80 prefix (IPv6 mode's one unit)."""
 UnitState = Literal["active", "releasing", "lost"]
 """active: EC2 lists it; releasing: chosen to go back to EC2, unassign in flight;
 lost: EC2 no longer lists it but an allocation still owns an address in it."""
@@ -42,7 +43,7 @@ class EniRecord:
 
 @dataclass(frozen=True, slots=True)
 class UnitRecord:
-    """A secondary IPv4 address (/32) or a /28 prefix on an ENI."""
+    """A secondary IPv4 address (/32), a /28 prefix or an IPv6 /80 prefix on an ENI."""
 
     cidr: str
     eni_id: str

@@ -8,7 +8,7 @@ a file whose version is newer than `SCHEMA_VERSION` was written by a newer ipamd
 from __future__ import annotations
 
 APPLICATION_ID = 0x69706D64  # "ipmd"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = (
     """CREATE TABLE meta (
@@ -88,7 +88,23 @@ _V2 = (
     "ALTER TABLE enis ADD COLUMN primary_ip TEXT NOT NULL DEFAULT ''",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
+# Version 3: a unit may be an IPv6 /80 prefix. SQLite cannot change a CHECK constraint in place, so
+# the units table is built anew with the wider one and its rows copied across, unchanged.
+_V3 = (
+    """CREATE TABLE units_v3 (
+        cidr       TEXT PRIMARY KEY,
+        eni_id     TEXT NOT NULL,
+        kind       TEXT NOT NULL CHECK (kind IN ('ip', 'prefix', 'ipv6_prefix')),
+        state      TEXT NOT NULL CHECK (state IN ('active', 'releasing', 'lost')),
+        changed_at REAL NOT NULL
+    ) STRICT""",
+    "INSERT INTO units_v3 (cidr, eni_id, kind, state, changed_at) "
+    "SELECT cidr, eni_id, kind, state, changed_at FROM units",
+    "DROP TABLE units",
+    "ALTER TABLE units_v3 RENAME TO units",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
 """Statements that bring a file from version N-1 to version N."""
 
 CROSS_CHECKED_TABLES = (

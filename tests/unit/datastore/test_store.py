@@ -9,9 +9,18 @@ from pathlib import Path
 import pytest
 
 from datastore.errors import CommitError, OwnershipConflict
-from datastore.records import AllocationKey, AllocationRecord, EniRecord, IntentRecord, Mutation
+from datastore.records import (
+    AllocationKey,
+    AllocationRecord,
+    EniRecord,
+    IntentRecord,
+    Mutation,
+    UnitRecord,
+)
 from datastore.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from datastore.store import Store
+
+V6 = "2600:1f14:abc:d00:1234::/80"
 
 
 def _alloc(cid: str, address: str) -> AllocationRecord:
@@ -98,4 +107,41 @@ def test_a_version_1_file_is_migrated_and_its_enis_wait_for_their_link_facts(
     finally:
         store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+def test_a_version_2_file_opens_with_its_units_unchanged_and_takes_ipv6_prefixes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    with sqlite3.connect(path) as conn:
+        for statement in (*MIGRATIONS[1], *MIGRATIONS[2]):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute("INSERT INTO enis VALUES ('eni-1', 0, 'subnet-1', 1, 5.0, '', '')")
+        conn.execute("INSERT INTO units VALUES ('10.0.0.16/28', 'eni-1', 'prefix', 'active', 6.0)")
+        conn.execute("INSERT INTO units VALUES ('10.0.0.9/32', 'eni-1', 'ip', 'lost', 7.0)")
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute(
+                f"INSERT INTO units VALUES ('{V6}', 'eni-1', 'ipv6_prefix', 'active', 8.0)"
+            )
+    store = Store.open(path)
+    try:
+        assert set(store.load().units) == {
+            UnitRecord("10.0.0.16/28", "eni-1", "prefix", "active", 6.0),
+            UnitRecord("10.0.0.9/32", "eni-1", "ip", "lost", 7.0),
+        }
+        unit = UnitRecord(V6, "eni-1", "ipv6_prefix", "active", 8.0)
+        pod = AllocationRecord(
+            AllocationKey("net", "a", "eth0"), ("2600:1f14:abc:d00:1234::1",), (V6,), "eni-1", 9.0
+        )
+        store.commit(Mutation(put_units=(unit,), put_allocations=(pod,)))
+        image = store.load()
+        assert unit in image.units and image.allocations == (pod,)
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT INTO units VALUES ('x', 'eni-1', 'ipv7', 'active', 1.0)")
