@@ -1,7 +1,8 @@
 """ADD and DEL latency of the engine with durable commits (WAL, synchronous=FULL), one call at a time.
 
 A large node in secondary-IP mode (9 ENIs x 30 addresses) takes 250 ADDs of distinct containers, then
-their 250 DELs; a prefix-mode node (3 ENIs x 10 /28 prefixes) takes the same 250 ADDs.
+their 250 DELs; a prefix-mode node (3 ENIs x 10 /28 prefixes) takes the same 250 ADDs, and so does an
+IPv6 node (its primary ENI holding one /80 prefix, as IPv6 mode sets it up).
 """
 
 from __future__ import annotations
@@ -10,24 +11,27 @@ from pathlib import Path
 
 from bench.node import open_node, pod_key
 from bench.timing import p50, p99, timed_ms
-from datastore.records import AllocationKey, UnitKind
+from datastore.records import AllocationKey, EniRecord, UnitKind
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 
 PODS = 250
+IPV6_PREFIX = "2600:1f14:abc:d00:1234::/80"
 
 
 async def run(workdir: Path) -> dict[str, float]:
     ip_add, ip_del = await add_then_del(workdir / "ip", enis=9, per_eni=30, kind="ip")
     prefix_add, _ = await add_then_del(workdir / "prefix", enis=3, per_eni=10, kind="prefix")
+    ipv6_add = await ipv6_adds(workdir / "ipv6")
     return {
         "engine_add_p50_ms": p50(ip_add),
         "engine_add_p99_ms": p99(ip_add),
         "engine_del_p50_ms": p50(ip_del),
         "engine_del_p99_ms": p99(ip_del),
         "engine_add_p50_ms_prefix_mode": p50(prefix_add),
+        "engine_add_p50_ms_ipv6": p50(ipv6_add),
     }
 
 
@@ -47,6 +51,18 @@ async def add_then_del(
     finally:
         await engine.close()
     return adds, dels
+
+
+async def ipv6_adds(workdir: Path) -> list[float]:
+    """Time `PODS` ADDs one by one on a node whose one unit is an IPv6 /80 on its primary ENI."""
+    clock = FakeClock()
+    engine = await Engine.open(workdir / STATE_FILE_NAME, clock, EngineSettings())
+    try:
+        await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, clock.now()))
+        await engine.add_units("eni-0000", [IPV6_PREFIX], "ipv6_prefix")
+        return [await _timed_add(engine, pod_key("latency-ipv6", n)) for n in range(PODS)]
+    finally:
+        await engine.close()
 
 
 async def _timed_add(engine: Engine, key: AllocationKey) -> float:

@@ -35,6 +35,9 @@ class UnitView:
     kind: str
     state: str
     addresses: tuple[tuple[str, AddressState], ...]
+    unlisted: int = 0
+    """Addresses of the unit not in `addresses`: an IPv6 /80's, never enumerated, counted free (or
+    releasing) in the ENI's and the pool's counts as the number allocatable."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,7 +243,13 @@ class Engine(Channels):
 
     def snapshot(self) -> PoolSnapshot:
         """One consistent view: built synchronously, so no change can interleave."""
-        return take_snapshot(self.state, self._clock.now(), self.settings.cooldown_s, self._blocked)
+        return take_snapshot(
+            self.state,
+            self._clock.now(),
+            self.settings.cooldown_s,
+            self._blocked,
+            self.settings.max_pods,
+        )
 
     # -- the one path every change takes -----------------------------------------------------
 

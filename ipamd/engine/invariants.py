@@ -5,7 +5,8 @@ state file.
 The state file is read through a read-only connection of its own (`datastore.readonly`), so "memory
 equals disk" compares two independent readings, not one object with itself. A broken invariant raises
 `InvariantBroken` (an `AssertionError`, so a test fails on it as on its own asserts); the checks are
-explicit, not `assert` statements, so they hold under `python -O` too. The daemon itself never runs
+explicit, not `assert` statements, so they hold under `python -O` too. An IPv6 /80 is checked through
+the addresses in use in it (`NodeState.addresses_of`), never enumerated. The daemon itself never runs
 them: they read every record, which is a checker's job, not a hot path's.
 """
 
@@ -81,8 +82,19 @@ def check_state(state: NodeState, now: float, cooldown_s: float, intent_ttl_s: f
     _require(owned == set(state.owned_addresses()), "an owned address is not assigned or lost")
     for alloc in state.allocations().values():
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            inside = cidr in state.units() and address in state.addresses_of(cidr)
+            inside = cidr in state.units() and state.holds(cidr, address)
             _require(inside, f"{address} not in its unit {cidr}")
+    # An IPv6 /80's owned addresses (its index of owned host offsets) are its records' addresses.
+    for cidr in state.units():
+        if state.is_v6(cidr):
+            indexed = {a for a in state.addresses_of(cidr) if state.owner_of(a) is not None}
+            recorded = {
+                a
+                for alloc in state.allocations().values()
+                for a, c in zip(alloc.addresses, alloc.unit_cidrs, strict=True)
+                if c == cidr
+            }
+            _require(indexed == recorded, f"{cidr}'s owned addresses differ from its records")
     # 3: no allocation for a container with an unexpired delete intent.
     for cid in {k.container_id for k in state.allocations()}:
         first_del = state.intents().get(cid)

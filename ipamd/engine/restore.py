@@ -22,7 +22,7 @@ from datastore.records import (
     StateImage,
 )
 from datastore.store import Store
-from ipamd.engine.state import NodeState, unit_addresses
+from ipamd.engine.state import NodeState, unit_holds
 
 logger = logging.getLogger("ipamd.engine.engine")
 
@@ -69,10 +69,11 @@ def plan_quarantine(
     unit of the inventory.
     """
     set_aside = _duplicate_owners(image.allocations, live_containers)
-    known = {u.cidr for u in image.units}
+    known = {u.cidr: u.kind for u in image.units}
     for alloc in image.allocations:
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
-            if cidr not in known or address not in unit_addresses(cidr):
+            kind = known.get(cidr)
+            if kind is None or not unit_holds(cidr, kind, address):
                 set_aside.setdefault(
                     alloc.key, (alloc, f"unexplained owner: {address} is on no unit")
                 )

@@ -25,17 +25,19 @@ from tests.property.model import (
     Model,
     Step,
     UnitsGone,
-    unit_addresses,
 )
 from tests.support.node import prefixes, secondary_ips
 
-Mode = Literal["ip", "prefix"]
+Mode = Literal["ip", "prefix", "ipv6"]
 ENI_IDS = ("eni-0000", "eni-0001")
 NETWORKS = ("k8s-pod-network", "multus-net")
 IFNAMES = ("eth0", "net1")
 UNIVERSE: dict[Mode, dict[str, list[str]]] = {
     "ip": {eni: secondary_ips(i, 6) for i, eni in enumerate(ENI_IDS)},
     "prefix": {eni: prefixes(i, 2) for i, eni in enumerate(ENI_IDS)},
+    "ipv6": {
+        eni: [f"2600:1f14:abc:d0{i}:{n}::/80" for n in (1, 2)] for i, eni in enumerate(ENI_IDS)
+    },
 }
 """Every unit EC2 could list, per mode and ENI: small, so the pool runs dry within a run."""
 
@@ -51,7 +53,8 @@ class StepDraws:
 
     @property
     def kind(self) -> UnitKind:
-        return "prefix" if self.mode == "prefix" else "ip"
+        kinds: dict[Mode, UnitKind] = {"ip": "ip", "prefix": "prefix", "ipv6": "ipv6_prefix"}
+        return kinds[self.mode]
 
     def first_units(self, count: int) -> AddUnits:
         return AddUnits(ENI_IDS[0], tuple(UNIVERSE[self.mode][ENI_IDS[0]][:count]), self.kind)
@@ -121,7 +124,9 @@ class StepDraws:
         owned = model.owned_units()
         unowned = [c for c, u in model.units.items() if u.state == "active" and c not in owned]
         # Units with a cooling address count twice: the ones begin_release must refuse.
-        cooling = [c for c in unowned if any(model.is_cooling(a, now) for a in unit_addresses(c))]
+        cooling = [
+            c for c in unowned if any(model.is_cooling(a, now) for a in model.known_addresses(c))
+        ]
         return BeginRelease(self.cidrs(data, cooling + unowned))
 
     def finish_release(self, data: st.DataObject, model: Model) -> FinishRelease:

@@ -10,6 +10,10 @@ one.
 
 It must not look inside the engine's decisions: it predicts outcomes from the contract, and accepts
 any choice the contract leaves open (which free address an ADD takes).
+
+An IPv6 /80 (a CIDR with a colon) is never enumerated here either: the model looks only at the
+addresses of it that it knows of (owned, or released by a DEL), and counts the rest of its 2^48 as
+free while it is active.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Literal, Protocol
 
 from datastore.records import AllocationKey, AllocationRecord, EniRecord, UnitKind, UnitState
 from ipamd.engine.engine import Engine
-from ipamd.engine.state import NodeState
+from ipamd.engine.state import V6_HOSTS, NodeState, unit_holds
 from ipamd.engine.state import unit_addresses as _unit_addresses
 from ipamd.errors import DeleteIntentActive, InventoryError, NoAddressAvailable
 from ipamd.model import AddressState
@@ -30,6 +34,15 @@ from ipamd.model import AddressState
 AddOutcome = Literal["intent", "existing", "new", "none"]
 
 unit_addresses = cache(_unit_addresses)
+
+
+def is_v6(cidr: str) -> bool:
+    return ":" in cidr
+
+
+@cache
+def in_v6(cidr: str, address: str) -> bool:
+    return unit_holds(cidr, "ipv6_prefix", address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +82,22 @@ class Model:
         at = self.released_at.get(address)
         return at is not None and now < at + self.cooldown_s
 
+    def known_addresses(self, cidr: str) -> Iterable[str]:
+        """Every address of an IPv4 unit; those of an IPv6 /80 that are owned or were released."""
+        if not is_v6(cidr):
+            return unit_addresses(cidr)
+        return [a for a in {*self.owners(), *self.released_at} if in_v6(cidr, a)]
+
+    def serves_v6(self) -> bool:
+        """Whether an active /80 is in the inventory: then an ADD always finds an address."""
+        return any(is_v6(c) and u.state == "active" for c, u in self.units.items())
+
     def free_by_eni(self, now: float) -> dict[str, set[str]]:
-        """Assignable addresses: in an active unit, unowned, not cooling."""
+        """Assignable addresses: in an active IPv4 unit, unowned, not cooling (see `serves_v6`)."""
         owners = self.owners()
         free: dict[str, set[str]] = {}
         for cidr, unit in self.units.items():
-            if unit.state != "active":
+            if unit.state != "active" or is_v6(cidr):
                 continue
             for a in unit_addresses(cidr):
                 if a not in owners and not self.is_cooling(a, now):
@@ -86,6 +109,9 @@ class Model:
         owners = self.owners()
         counts: Counter[AddressState] = Counter()
         for cidr, unit in self.units.items():
+            if is_v6(cidr):
+                self._count_v6(cidr, unit, owners, counts, now)
+                continue
             for a in unit_addresses(cidr):
                 if unit.state == "lost":
                     if a in owners:
@@ -100,9 +126,35 @@ class Model:
                     counts[AddressState.FREE] += 1
         return {s: counts.get(s, 0) for s in AddressState}
 
+    def _count_v6(
+        self,
+        cidr: str,
+        unit: ModelUnit,
+        owners: Mapping[str, AllocationKey],
+        counts: Counter[AddressState],
+        now: float,
+    ) -> None:
+        """A /80's share: its owned addresses, its cooling ones, and the rest of its 2^48 free (or
+        releasing) as the engine's snapshot counts them with no max pods set."""
+        owned = sum(1 for a in owners if in_v6(cidr, a))
+        if unit.state == "lost":
+            counts[AddressState.LOST] += owned
+            return
+        counts[AddressState.ASSIGNED] += owned
+        if unit.state == "releasing":
+            counts[AddressState.RELEASING] += V6_HOSTS - owned
+            return
+        cooling = sum(
+            1
+            for a in self.released_at
+            if a not in owners and self.is_cooling(a, now) and in_v6(cidr, a)
+        )
+        counts[AddressState.COOLING] += cooling
+        counts[AddressState.FREE] += V6_HOSTS - owned - cooling
+
     def owned_units(self) -> set[str]:
         owned = set(self.owners())
-        return {c for c in self.units if owned.intersection(unit_addresses(c))}
+        return {c for c in self.units if owned.intersection(self.known_addresses(c))}
 
     # -- changes ---------------------------------------------------------------------------------
 
@@ -111,12 +163,21 @@ class Model:
         assert record.key == key, record
         assert len(record.addresses) == count == len(set(record.addresses)), record
         free = self.free_by_eni(now).get(record.eni_id, set())
-        taken = set(record.addresses) - free
+        owners = self.owners()
+        v6 = {
+            a
+            for a, c in zip(record.addresses, record.unit_cidrs, strict=True)
+            if is_v6(c) and a not in owners and not self.is_cooling(a, now)
+        }
+        taken = set(record.addresses) - free - v6
         assert not taken, f"{sorted(taken)} were not assignable on {record.eni_id}"
         for address, cidr in zip(record.addresses, record.unit_cidrs, strict=True):
             unit = self.units.get(cidr)
             assert unit is not None and unit.eni_id == record.eni_id, (cidr, unit)
-            assert address in unit_addresses(cidr), (address, cidr)
+            if is_v6(cidr):
+                assert unit.state == "active" and in_v6(cidr, address), (address, cidr, unit)
+            else:
+                assert address in unit_addresses(cidr), (address, cidr)
         self.allocs[key] = record.addresses
         for a in record.addresses:
             self.released_at.pop(a, None)
@@ -174,6 +235,8 @@ class Add:
         if self.key in model.allocs:
             return "existing"
         if any(len(f) >= self.count for f in model.free_by_eni(now).values()):
+            return "new"
+        if model.serves_v6():
             return "new"
         return "none"
 
@@ -297,7 +360,8 @@ class BeginRelease:
         return tuple(
             c
             for c in _units_in(model, self.cidrs, "active")
-            if c not in owned and not any(model.is_cooling(a, now) for a in unit_addresses(c))
+            if c not in owned
+            and not any(model.is_cooling(a, now) for a in model.known_addresses(c))
         )
 
     def writes(self, model: Model, now: float) -> bool:

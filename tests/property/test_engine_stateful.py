@@ -122,7 +122,7 @@ class EngineMachine(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------------------
 
     @initialize(
-        mode=st.sampled_from(["ip", "ip", "prefix"]),
+        mode=st.sampled_from(["ip", "ip", "prefix", "ipv6"]),
         units=st.integers(min_value=1, max_value=6),
         cooldown_s=st.sampled_from([30.0, 30.0, 0.0]),
         prune_batch=st.sampled_from([32, 1]),
@@ -134,7 +134,7 @@ class EngineMachine(RuleBasedStateMachine):
         """The node's settings (the default cooldown, or none; pruning one expired record per
         change, or the default batch), where a lone change is written (on the loop's thread, or
         always in the store's), then ENI 0 with a few units (in prefix mode, at most its two
-        prefixes)."""
+        prefixes; in IPv6 mode, at most its two /80s, which are never enumerated)."""
         self.settings = EngineSettings(cooldown_s=cooldown_s, prune_batch=prune_batch)
         self.node.settings = self.settings
         self.node.inline_writes = inline_writes
