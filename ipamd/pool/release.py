@@ -33,6 +33,18 @@ async def attached_here(ec2: Ec2Api, instance_id: str, eni_id: str) -> bool | No
     return any(e.eni_id == eni_id for e in enis)
 
 
+class NeverReleased(ValueError):
+    """Asked to give back an IPv6 node's /80, which holds every pod the node can run."""
+
+
+def _never_ipv6(engine: Engine, cidrs: tuple[str, ...]) -> None:
+    """Refuse, before anything is marked, a release that would take an IPv6 /80."""
+    units = engine.state.units()
+    v6 = [c for c in cidrs if c in units and units[c].kind == "ipv6_prefix"]
+    if v6:
+        raise NeverReleased(f"an IPv6 /80 is never released ({', '.join(v6)})")
+
+
 class Releaser:
     def __init__(
         self,
@@ -48,6 +60,7 @@ class Releaser:
         leaves them to this call instead of judging a half-done release."""
 
     async def release_units(self, cidrs: tuple[str, ...], ec2: Ec2Api) -> None:
+        _never_ipv6(self._engine, cidrs)
         marked = await self._engine.begin_release(cidrs)
         keep = self._still_needed(marked)
         if keep:
@@ -82,6 +95,8 @@ class Releaser:
 
     async def _unassign(self, eni_id: str, cidrs: list[str], ec2: Ec2Api) -> None:
         kind = self._engine.state.units()[cidrs[0]].kind
+        if kind == "ipv6_prefix":
+            raise NeverReleased(f"{eni_id}: an IPv6 /80 is never released ({', '.join(cidrs)})")
         self.in_flight.update(cidrs)
         try:
             await ec2.unassign_units(eni_id, kind, cidrs)

@@ -8,12 +8,14 @@ import ipaddress
 
 import pytest
 
+from cloud.fakes import FakeEc2
 from datastore.records import AllocationRecord, EniRecord, Mutation, UnitRecord
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.state import V6_HOSTS, NodeState, V6Unit, unit_addresses, unit_holds
 from ipamd.errors import DeleteIntentActive, MaxPodsReached
 from ipamd.model import AddressState
+from ipamd.pool.release import NeverReleased, Releaser
 from tests.support.node import NodeFixture, key
 
 PREFIX = "2600:1f14:abc:d00:1234::/80"
@@ -213,3 +215,15 @@ def test_addresses_are_written_as_ipaddress_writes_them(prefix: str) -> None:
         assert unit.offset(text) == offset
     assert unit.offset(str(net[0])) is None and unit.offset("10.0.0.1") is None
     assert unit.offset(str(net.broadcast_address + 1)) is None
+
+
+async def test_the_pool_never_gives_a_80_back(node: NodeFixture) -> None:
+    """The releaser refuses the /80 before marking anything, and calls no EC2."""
+    engine = await v6_node(node)
+    releaser = Releaser(engine, "i-0123", lambda marked: set())
+    ec2 = FakeEc2(node.clock)
+    with pytest.raises(NeverReleased, match="never released"):
+        await releaser.release_units((PREFIX,), ec2)
+    assert engine.state.units()[PREFIX].state == "active"
+    assert sum(ec2.calls.values()) == 0
+    node.check()
