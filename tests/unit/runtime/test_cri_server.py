@@ -14,7 +14,10 @@ from ipamd.runtime._generated import cri_v1_pb2 as cri
 from ipamd.runtime.cri import GrpcCriRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.cri_server import FakeCriServer, runtime_stub
-from tests.unit.runtime.conftest import TIMEOUT_S
+
+CALL_TIMEOUT_S = 5.0
+"""The deadline of these calls to the double: no test here is about deadlines (tests/unit/runtime/
+test_cri.py's are), so a loaded machine must not fail a call a second to connect."""
 
 ID_A = "a" * 64
 ID_B = "b" * 64
@@ -29,7 +32,9 @@ async def stub(fake_cri: FakeCriServer) -> AsyncIterator[Any]:
 
 async def listed_ids(stub: Any, wanted: cri.PodSandboxFilter | None = None) -> list[str]:
     request = cri.ListPodSandboxRequest(filter=wanted)
-    response: cri.ListPodSandboxResponse = await stub.ListPodSandbox(request, timeout=TIMEOUT_S)
+    response: cri.ListPodSandboxResponse = await stub.ListPodSandbox(
+        request, timeout=CALL_TIMEOUT_S
+    )
     return [item.id for item in response.items]
 
 
@@ -78,13 +83,13 @@ async def test_sandbox_lifecycle_over_grpc(fake_cri: FakeCriServer, stub: Any) -
         annotations={"note": "x"},
     )
     run: cri.RunPodSandboxResponse = await stub.RunPodSandbox(
-        cri.RunPodSandboxRequest(config=config, runtime_handler="runc"), timeout=TIMEOUT_S
+        cri.RunPodSandboxRequest(config=config, runtime_handler="runc"), timeout=CALL_TIMEOUT_S
     )
     sandbox_id = run.pod_sandbox_id
     assert len(sandbox_id) == 64
 
     listed: cri.ListPodSandboxResponse = await stub.ListPodSandbox(
-        cri.ListPodSandboxRequest(), timeout=TIMEOUT_S
+        cri.ListPodSandboxRequest(), timeout=CALL_TIMEOUT_S
     )
     [item] = listed.items
     assert (item.id, item.state, item.runtime_handler) == (sandbox_id, cri.SANDBOX_READY, "runc")
@@ -93,19 +98,19 @@ async def test_sandbox_lifecycle_over_grpc(fake_cri: FakeCriServer, stub: Any) -
     assert item.created_at > 0
 
     await stub.StopPodSandbox(
-        cri.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=TIMEOUT_S
+        cri.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=CALL_TIMEOUT_S
     )
     assert fake_cri.sandboxes[sandbox_id].state == cri.SANDBOX_NOTREADY
 
     for _ in range(2):  # idempotent
         await stub.RemovePodSandbox(
-            cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=TIMEOUT_S
+            cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=CALL_TIMEOUT_S
         )
     assert await listed_ids(stub) == []
 
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await stub.StopPodSandbox(
-            cri.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=TIMEOUT_S
+            cri.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=CALL_TIMEOUT_S
         )
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
     assert fake_cri.calls == {
