@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Final
 
 from cloud.errors import Rejected, SubnetFragmented
-
-PREFIX_LENGTH: Final = 80
-V6_PREFIXES: Final = 1 << (PREFIX_LENGTH - 64)
-"""The /80s of a subnet's /64."""
+from cloud.ipv6_prefixes import index_of, lowest_free, prefix_at
 
 
 @dataclass(slots=True)
@@ -26,16 +22,15 @@ class Ipv6Block:
     def draw(self) -> str | None:
         """The lowest free /80 but the first and the last (which hold the addresses EC2 reserves in
         every subnet); None when every other one is taken."""
-        index = next((i for i in range(1, V6_PREFIXES - 1) if i not in self.used), None)
+        index = lowest_free(self.used)
         if index is None:
             return None
         self.used.add(index)
-        base = int(self.cidr.network_address) + (index << (128 - PREFIX_LENGTH))
-        return str(ipaddress.IPv6Network((base, PREFIX_LENGTH)))
+        return prefix_at(self.cidr, index)
 
     def free(self, prefix: str) -> None:
-        offset = int(ipaddress.IPv6Network(prefix).network_address) - int(self.cidr.network_address)
-        self.used.discard(offset >> (128 - PREFIX_LENGTH))
+        base = int(ipaddress.IPv6Network(prefix).network_address)
+        self.used.discard(index_of(self.cidr, base))
 
 
 def block(cidr: str) -> Ipv6Block | None:

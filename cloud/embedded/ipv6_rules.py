@@ -19,13 +19,10 @@ from typing import Any, Final
 
 from cloud.embedded.eni_rules import LOCK, ec2_error, rng
 from cloud.embedded.moto_index import subnet_enis
+from cloud.ipv6_prefixes import DRAWABLE, PREFIX_LENGTH, index_of, lowest_free, prefix_at
 
 IPV6_PREFIXES_ATTR: Final = "_ipamd_ipv6_prefixes"
 """Where a moto ENI keeps its delegated /80 prefixes (CIDR strings); moto has no such field."""
-PREFIX_LENGTH: Final = 80
-_SHIFT: Final = 128 - PREFIX_LENGTH
-_PREFIXES: Final = 1 << (PREFIX_LENGTH - 64)
-"""The /80s of a /64."""
 
 
 def eni_ipv6_prefixes(eni: Any) -> list[str]:
@@ -60,17 +57,9 @@ def assign(eni: Any, *, prefixes: Sequence[str] = (), count: int = 0) -> tuple[s
         for index in named:
             used.add(index)
         drawn = [_draw(block, used) for _ in range(count)]
-        new = tuple(_prefix(block, i) for i in (*named, *drawn))
+        new = tuple(prefix_at(block, i) for i in (*named, *drawn))
         eni_ipv6_prefixes(eni).extend(new)
         return new
-
-
-def _index(block: ipaddress.IPv6Network, value: int) -> int:
-    return (value - int(block.network_address)) >> _SHIFT
-
-
-def _prefix(block: ipaddress.IPv6Network, index: int) -> str:
-    return str(ipaddress.IPv6Network((int(block.network_address) + (index << _SHIFT), 80)))
 
 
 def _used(subnet: Any, block: ipaddress.IPv6Network) -> set[int]:
@@ -78,11 +67,11 @@ def _used(subnet: Any, block: ipaddress.IPv6Network) -> set[int]:
     used: set[int] = set()
     for other in subnet_enis(subnet):
         for prefix in eni_ipv6_prefixes(other):
-            used.add(_index(block, int(ipaddress.IPv6Network(prefix).network_address)))
+            used.add(index_of(block, int(ipaddress.IPv6Network(prefix).network_address)))
         for address in other.ipv6_addresses or ():
             value = int(ipaddress.IPv6Address(str(address)))
             if ipaddress.IPv6Address(value) in block:
-                used.add(_index(block, value))
+                used.add(index_of(block, value))
     return used
 
 
@@ -95,7 +84,7 @@ def _check_named(block: ipaddress.IPv6Network, used: set[int], prefix: str) -> i
         raise ec2_error(
             "InvalidParameterValue", f"IPv6 prefix {prefix} is not a /80 of the subnet's {block}"
         )
-    index = _index(block, int(network.network_address))
+    index = index_of(block, int(network.network_address))
     if index in used:
         raise ec2_error("InvalidParameterValue", f"IPv6 prefix {prefix} is in use.")
     return index
@@ -105,15 +94,15 @@ def _draw(block: ipaddress.IPv6Network, used: set[int]) -> int:
     """A free /80 at random (moto's random source, so a seeded world draws the same), never the
     first or last of the /64, which hold the addresses EC2 reserves in every subnet."""
     for _ in range(64):
-        index = int(rng().randint(1, _PREFIXES - 2))
+        index = int(rng().randint(DRAWABLE.start, DRAWABLE.stop - 1))
         if index not in used:
             used.add(index)
             return index
-    index = next((i for i in range(1, _PREFIXES - 1) if i not in used), -1)
-    if index < 0:
+    lowest = lowest_free(used)
+    if lowest is None:
         raise ec2_error(
             "InsufficientCidrBlocks",
             "The specified subnet does not have enough contiguous free space for the requested prefixes.",
         )
-    used.add(index)
-    return index
+    used.add(lowest)
+    return lowest
