@@ -30,7 +30,8 @@ def replace(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = Tru
     it pays no syscall for it), and leaves no temp file behind when it does."""
     temp = _temp(target)
     fd = os.open(temp, _CREATE, mode)
-    try:
+
+    def write() -> None:
         try:
             view = memoryview(data)
             while view:
@@ -39,13 +40,8 @@ def replace(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = Tru
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    if durable:
-        _fsync_directory(target.parent)
+
+    _put_in_place(temp, target, write, durable=durable)
 
 
 def replace_built(target: Path, build: Callable[[Path], None], mode: int = 0o600) -> None:
@@ -57,19 +53,30 @@ def replace_built(target: Path, build: Callable[[Path], None], mode: int = 0o600
     temp = _temp(target)
     temp.unlink(missing_ok=True)  # a leftover of this pid's (a container's daemon is often pid 1)
     os.close(os.open(temp, _CREATE, mode))
-    try:
+
+    def fill() -> None:
         build(temp)
         fd = os.open(temp, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    _put_in_place(temp, target, fill, durable=True)
+
+
+def _put_in_place(temp: Path, target: Path, fill: Callable[[], None], *, durable: bool) -> None:
+    """`fill` the temp file, rename it over `target`, then (`durable`) fsync the directory; on any
+    failure the temp file is removed and `target` is untouched."""
+    try:
+        fill()
         os.replace(temp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    _fsync_directory(target.parent)
+    if durable:
+        _fsync_directory(target.parent)
 
 
 def remove_leftovers(target: Path) -> None:
