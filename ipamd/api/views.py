@@ -19,6 +19,9 @@ from ipamd.model import AddressState, EniView, PoolSnapshot
 from ipamd.wire import Allocation, IpConfig, PodInfo, Route
 
 POD_GATEWAY = "169.254.1.1"
+POD_GATEWAY_V6 = "fe80::1"
+"""An IPv6 pod's next hop: link-local, answered by the host veth's MAC through a permanent
+neighbour entry the interface plugin makes, as in VPC CNI's IPv6 mode."""
 
 
 def _cidr(address: str) -> str:
@@ -32,12 +35,16 @@ def allocation(
     """An allocation as ADD and GET answer it; `network_policy` only on ADD's answer (the mode, when
     the plugin must ask for the agent's call)."""
     pod = PodInfo(record.pod_namespace, record.pod_name, record.pod_uid)
+    default = "0.0.0.0/0"
+    if record.addresses and ":" in record.addresses[0]:
+        # IPv6 mode: one /128 per pod, behind the host veth's link-local gateway.
+        gateway, default = POD_GATEWAY_V6, "::/0"
     return Allocation(
         network=record.key.network,
         container_id=record.key.container_id,
         ifname=record.key.ifname,
         ips=tuple(IpConfig(_cidr(a), gateway, record.eni_id) for a in record.addresses),
-        routes=(Route("0.0.0.0/0", gateway),),
+        routes=(Route(default, gateway),),
         created_at=record.created_at,
         pod=pod if pod != PodInfo() else None,
         network_policy=network_policy,
