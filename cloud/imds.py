@@ -166,7 +166,7 @@ class Imdsv2Client:
 
     async def _interface(self, mac: str) -> ImdsInterface:
         base = f"{MACS_PATH}{mac}/"
-        eni_id, device, subnet_id, ips, prefixes = await _gather(
+        eni_id, device, subnet_id, ips, prefixes, v6_prefixes = await _gather(
             [
                 self._read(base + "interface-id"),
                 self._read(base + "device-number"),
@@ -174,6 +174,7 @@ class Imdsv2Client:
                 self._read(base + "local-ipv4s"),
                 # IMDS answers 404 here, not an empty list, for an ENI without prefixes.
                 self._read(base + "ipv4-prefix", optional=True),
+                self._read(base + "ipv6-prefix", optional=True),
             ]
         )
         try:
@@ -184,6 +185,7 @@ class Imdsv2Client:
                 subnet_id=subnet_id.strip(),
                 local_ipv4s=tuple(str(ipaddress.IPv4Address(a)) for a in _lines(ips)),
                 ipv4_prefixes=tuple(str(ipaddress.IPv4Network(p)) for p in _lines(prefixes)),
+                ipv6_prefixes=tuple(str(ipaddress.IPv6Network(p)) for p in _lines(v6_prefixes)),
             )
         except ValueError as exc:
             raise Rejected(OP_GET, "MalformedAnswer", f"{base}: {exc}") from None

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 UnitKind = Literal["ip", "prefix"]
+ListedKind = Literal["ip", "prefix", "ipv6_prefix"]
+"""What a listing of an ENI shows: IPv4's kinds, which the pool assigns and releases by count, and
+IPv6 mode's /80s, assigned once (`Ec2Api.assign_ipv6_prefix`) and never released."""
 """A secondary IPv4 address (/32) or a /28 prefix of 16 addresses."""
 
 
@@ -38,10 +41,12 @@ class NetworkInterface:
     def is_primary(self) -> bool:
         return self.device_index == 0
 
-    def units(self, kind: UnitKind) -> tuple[str, ...]:
+    def units(self, kind: ListedKind) -> tuple[str, ...]:
         """The ENI's units of one kind, as CIDRs."""
         if kind == "prefix":
             return self.prefixes
+        if kind == "ipv6_prefix":
+            return self.ipv6_prefixes
         return tuple(f"{ip}/32" for ip in self.secondary_ips)
 
 

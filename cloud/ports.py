@@ -152,7 +152,7 @@ class ImdsInterface:
     """Delegated /28 prefixes, CIDR form; empty when none (IMDS answers 404)."""
     ipv6_prefixes: tuple[str, ...] = ()
     """Delegated IPv6 /80 prefixes, CIDR form (`ipv6-prefix`); empty when none. The embedded IMDS
-    serves them; `cloud.imds`'s client does not read them yet."""
+    serves them, and `cloud.imds`'s client reads them (IMDS answers 404 for an ENI without)."""
 
 
 class Imds(Protocol):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cloud.backoff import Backoff
 from cloud.errors import CloudError
-from cloud.models import UnitKind
+from cloud.models import ListedKind
 from cloud.ports import CallPolicy, Imds, Instance
 from datastore.store import STATE_FILE_NAME
 from ipamd.awsnode.checkpoint import CheckpointFile
@@ -122,7 +122,7 @@ class Daemon:
         return self.parts.node.instance.private_ip
 
     @property
-    def kinds(self) -> tuple[UnitKind, ...]:
+    def kinds(self) -> tuple[ListedKind, ...]:
         return self.parts.kinds
 
     async def start(self) -> None:
@@ -149,6 +149,7 @@ class Daemon:
         if await self.engine.claim_instance(self.instance_id):
             logger.warning("daemon.foreign_state set_aside=%d", len(self.engine.state.quarantine()))
         await self.drift.run_once()
+        await self.pool.before_ready()  # IPv6 mode: the primary ENI's /80, from EC2 or assigned
         await self._read_subnets()
         try:
             await self.leak_gc.run_once()  # the first listing: a leak needs two misses
@@ -177,7 +178,8 @@ class Daemon:
             self.jobs.add(
                 Job("hostnet", self.datapath.reconcile, c.host_network_reconcile_interval_s, 1.0)
             )
-        if not c.disable_leaked_eni_cleanup:
+        if not c.disable_leaked_eni_cleanup and not c.enable_ipv6:
+            # IPv6 mode makes no ENIs, so it has none to leak (VPC CNI turns ENI GC off there too).
             self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.eni_gc_interval_s, 60.0))
         if self.parts.subnet_free is not None:
             reading = self.parts.subnet_free

@@ -14,6 +14,7 @@ list sandboxes, never changes it.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import secrets
@@ -79,7 +80,7 @@ async def start_embedded(
             cloud_path,
             config.embedded_instance_type,
             config.aws_region or "us-west-2",
-            layout=pod_subnet_layout(config.embedded_pod_subnet),
+            layout=world_layout(config),
         )
     except CloudFileError as err:
         raise StateUnusable(f"{err}; move it aside to start a new node") from err
@@ -107,6 +108,15 @@ async def start_embedded(
         print(f"ipamd: {note}", file=sys.stderr)
     runtime = await _runtime(config, state_dir, stack) if own_runtime else None
     return EmbeddedNode(world, imds_url, state_dir, runtime, kept.restored)
+
+
+def world_layout(config: Config) -> Layout | None:
+    """The embedded world's layout: the pod subnet's (IPAMD_EMBEDDED_POD_SUBNET), with IPv6 CIDR
+    blocks on the VPC and its subnets when the node runs IPv6 mode (ENABLE_IPv6)."""
+    layout = pod_subnet_layout(config.embedded_pod_subnet)
+    if not config.enable_ipv6:
+        return layout
+    return dataclasses.replace(layout or Layout(), ipv6=True)
 
 
 def pod_subnet_layout(cidr: str | None) -> Layout | None:

@@ -4,9 +4,8 @@
 (the IP cooldown and delete-intent lifetime, max pods, the node's address capacity) before the state
 file is opened, so they are final the moment the engine exists: nothing patches them afterwards. With
 custom networking it first finds the ENIConfig of the node's zone (`node_eni_config`); a file without
-one is a start-up error, before anything is opened, and so is ENABLE_IPv6=true, which this version
-cannot serve (`refuse_ipv6_mode`). On
-that one engine it builds the pool manager, the EC2 drift, the IMDS hint, the runtime leak GC and ENI
+one is a start-up error, before anything is opened. On that one engine it builds the pool manager
+(IPv6 mode's, `ipamd.pool.ipv6`, with ENABLE_IPv6), the EC2 drift, the IMDS hint, the runtime leak GC and ENI
 GC, and what the pool's scarcity mode reads of the subnets' free addresses (`subnet_reading`); the
 ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
 and ENI GC leave alone. The reconcilers call EC2 through the adapter's background view
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cloud.models import UnitKind
+from cloud.models import ListedKind
 from cloud.ports import CallPolicy, Ec2Api, Ec2Catalog, Imds, Instance
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
@@ -37,9 +36,11 @@ from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable
 from ipamd.policy.eni_config import EniConfig
+from ipamd.policy.max_pods import address_family
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
+from ipamd.pool.ipv6 import Ipv6Pool
 from ipamd.pool.manager import PoolManager
 from ipamd.pool.settings import PoolSettings
 from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
@@ -93,8 +94,10 @@ def fallback_strategy(config: Config) -> UnitStrategy | None:
     return SECONDARY_IPS if config.prefix_fallback_to_ips and prefix_mode else None
 
 
-def unit_kinds(config: Config) -> tuple[UnitKind, ...]:
-    """The kinds of unit the node may hold, the one it grows by first."""
+def unit_kinds(config: Config) -> tuple[ListedKind, ...]:
+    """The kinds of unit the node may hold, the one it grows by first (IPv6 mode: its /80)."""
+    if config.enable_ipv6:
+        return ("ipv6_prefix",)
     fallback = fallback_strategy(config)
     return (strategy(config).kind,) + ((fallback.kind,) if fallback else ())
 
@@ -103,11 +106,16 @@ def engine_settings(config: Config, limits: NodeLimits) -> EngineSettings:
     """The engine's settings, final: the configuration's, with the pod and address limits the
     pool's targets leave on this instance type."""
     targets, unit = PoolTargets.from_config(config), strategy(config)
+    family = address_family(config.enable_ipv6)
+    max_pods = compute_pod_limit(targets, limits, unit, family)
     return EngineSettings(
         cooldown_s=float(config.ip_cooldown_period_s),
         intent_ttl_s=config.delete_intent_ttl_s,
-        max_pods=compute_pod_limit(targets, limits, unit),
-        max_addresses=compute_address_capacity(targets, limits, unit),
+        max_pods=max_pods,
+        # IPv6: one /80 holds far more than max pods, which is then the one limit.
+        max_addresses=max_pods
+        if family == "ipv6"
+        else compute_address_capacity(targets, limits, unit),
         pods_on_primary=not config.custom_networking,
     )
 
@@ -135,17 +143,6 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
             f"{node.instance.instance_type} takes {node.limits.max_enis})"
         )
     return EniConfig(spec.name, spec.subnet, spec.security_groups)
-
-
-def refuse_ipv6_mode(config: Config) -> None:
-    """Refuse a configuration with ENABLE_IPv6=true: this version has no IPv6 mode, and a node
-    started with it would hand IPv6 pods IPv4 addresses. The one place that refuses it, before
-    anything is opened; it goes when IPv6 mode is built."""
-    if config.enable_ipv6:
-        raise SettingUnusable(
-            "ENABLE_IPv6=true: IPv6 mode is not available in this version of ipamd; "
-            "ENABLE_IPv4=true with ENABLE_IPv6=false runs IPv4"
-        )
 
 
 def pool_settings(config: Config) -> PoolSettings:
@@ -191,7 +188,7 @@ class Parts:
     node: NodeFacts
     targets: PoolTargets
     """The pool's targets (WARM_*_TARGET, MINIMUM_IP_TARGET, MAX_ENI, ...), as configured."""
-    kinds: tuple[UnitKind, ...]
+    kinds: tuple[ListedKind, ...]
     drift_wanted: asyncio.Event
     """Set by the IMDS hint when IMDS disagrees: an EC2 drift check is due now."""
     subnet_free: SubnetFree | None = None
@@ -222,9 +219,8 @@ async def open_parts(
     the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that does not
     leaves new ENIs in the node's subnet). `catalog`: where scarcity mode reads the free addresses
     of the subnet new ENIs go to when discovery does not read them; None: not then. Raises
-    `SettingUnusable` (before opening anything) when the configuration asks for IPv6 mode
-    (`refuse_ipv6_mode`) or custom networking has no ENIConfig for the node's zone."""
-    refuse_ipv6_mode(config)
+    `SettingUnusable` (before opening anything) when custom networking has no ENIConfig for the
+    node's zone."""
     if eni_config is None:
         eni_config = node_eni_config(config, node)
     path = Path(config.state_dir) / STATE_FILE_NAME
@@ -236,7 +232,8 @@ async def open_parts(
     settings = pool_settings(config) if pool_config is None else pool_config
     subnet_free = subnet_reading(config, catalogue, catalog, clock)
     free = catalogue.free_addresses if subnet_free is None else subnet_free.free
-    pool = PoolManager(
+    kind_of_pool = Ipv6Pool if config.enable_ipv6 else PoolManager
+    pool = kind_of_pool(
         engine, ec2, node.instance, node.limits, settings, catalogue, clock, rng, subnet_free=free
     )
     pending, foreign = pool.pending_enis, pool.foreign_enis
@@ -299,7 +296,7 @@ def subnet_reading(
 
 
 def rebuild_drift(
-    engine: Engine, ec2: Ec2Api, instance_id: str, kinds: tuple[UnitKind, ...], clock: Clock
+    engine: Engine, ec2: Ec2Api, instance_id: str, kinds: tuple[ListedKind, ...], clock: Clock
 ) -> Ec2Drift:
     """The drift that fills a state file being rebuilt (`ipamd.reconcile.rebuild`): EC2's word on
     every unit at once — no grace window, since nothing in the new file is a recent change of

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.node.daemon import Daemon
+from ipamd.policy.max_pods import address_family
 from ipamd.policy.plan import compute_pod_limit_rule
 from ipamd.telemetry.metrics import Sources
 
@@ -39,7 +40,9 @@ def max_pods_report(daemon: Daemon) -> dict[str, object]:
     """The node's max pods, the rule that set it (the same pure rule the daemon's parts applied),
     why, and what the kubelet's config said."""
     parts = daemon.parts
-    rule = compute_pod_limit_rule(parts.targets, parts.node.limits, daemon.pool.report().strategy)
+    family = address_family(daemon.config.enable_ipv6)
+    strategy = daemon.pool.report().strategy
+    rule = compute_pod_limit_rule(parts.targets, parts.node.limits, strategy, family)
     kubelet = daemon.config.kubelet_config
     return {
         "max_pods": daemon.engine.settings.max_pods,

@@ -201,6 +201,10 @@ class PoolManager:
         state, now = self._engine.state, self._clock.now()
         return diff_inventory(state, eni_id, kind, listed, now, self._settings.release_grace_s).new
 
+    async def before_ready(self) -> None:
+        """What must be in place before the node takes pods: nothing here, the pool grows from its
+        loop (IPv6 mode's /80 is: `ipamd.pool.ipv6`)."""
+
     async def run_once(self) -> PoolPlan:
         """One tick: plan and apply what the conditions allow. Returns the plan applied (empty if
         none): none while backing off, and none without pods waiting while background work is

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
-from cloud.models import UnitKind
+from cloud.models import ListedKind
 from cloud.ports import Imds, ImdsInterface
 from ipamd.clock import Clock
 from ipamd.engine.inventory import within_grace
@@ -22,16 +22,18 @@ from ipamd.engine.state import NodeState
 logger = logging.getLogger(__name__)
 
 
-def imds_units(interface: ImdsInterface, kind: UnitKind) -> set[str]:
+def imds_units(interface: ImdsInterface, kind: ListedKind) -> set[str]:
     if kind == "prefix":
         return set(interface.ipv4_prefixes)
+    if kind == "ipv6_prefix":
+        return set(interface.ipv6_prefixes)
     return {f"{a}/32" for a in interface.local_ipv4s[1:]}  # the first is the ENI's primary address
 
 
 def diff_imds(
     state: NodeState,
     interfaces: tuple[ImdsInterface, ...],
-    kinds: tuple[UnitKind, ...],
+    kinds: tuple[ListedKind, ...],
     now: float,
     grace_s: float,
     foreign: Collection[str] = (),
@@ -74,7 +76,7 @@ class ImdsHint:
         self,
         state: Callable[[], NodeState],
         imds: Imds,
-        kinds: tuple[UnitKind, ...],
+        kinds: tuple[ListedKind, ...],
         grace_s: float,
         clock: Clock,
         trigger: Callable[[], None],

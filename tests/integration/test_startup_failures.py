@@ -1,8 +1,7 @@
 """A start the machine refuses is one line on stderr and an exit code, never a traceback: a second
 daemon on a state directory already in use, a metrics port in use, a socket or state directory that
-cannot be created, an ENIConfig file without the node's zone, IPv6 mode, which this version does
-not have; a bad ENIConfig file or address family is reported as invalid configuration, one line per
-problem."""
+cannot be created, an ENIConfig file without the node's zone; a bad ENIConfig file or address
+family is reported as invalid configuration, one line per problem."""
 
 from __future__ import annotations
 
@@ -171,25 +170,6 @@ def test_an_eniconfig_file_without_the_nodes_zone_is_one_line(
     )
     assert "this node's zone 'us-west-2a' (it has eu-west-1a)" in line, line
     assert not (daemon.state_dir / STATE_FILE_NAME).exists(), "the state file was never opened"
-
-
-def test_ipv6_mode_is_refused_in_one_line_rather_than_run_as_ipv4(
-    tmp_path: Path, started: list[EmbeddedDaemon]
-) -> None:
-    daemon = start_daemon(
-        tmp_path, ENABLE_IPv4="false", ENABLE_IPv6="true", ENABLE_PREFIX_DELEGATION="true"
-    )
-    started.append(daemon)
-
-    code, line = _refused_after_banner(daemon)
-
-    assert code == EXIT_CONFIG
-    assert line == (
-        "ipamd: ENABLE_IPv6=true: IPv6 mode is not available in this version of ipamd; "
-        "ENABLE_IPv4=true with ENABLE_IPv6=false runs IPv4"
-    )
-    assert not (daemon.state_dir / STATE_FILE_NAME).exists(), "the state file was never opened"
-    assert not daemon.socket_path.exists(), "no API was served"
 
 
 def test_a_broken_address_family_rule_is_invalid_configuration(
