@@ -19,6 +19,7 @@ from typing import Any
 
 from cloud.calls import CallLog
 from cloud.ec2 import Boto3Ec2, client_config
+from cloud.embedded.ipv6_rules import eni_ipv6_prefixes
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.embedded.world_layout import Layout
 from cloud.errors import ServiceUnavailable
@@ -110,7 +111,9 @@ class CloudNode:
         instance = backend.get_instance(self.world.instance_id)
         view: dict[str, set[str]] = {}
         for eni in instance.nics.values():
-            if self.strategy.kind == "prefix":
+            if self.config.enable_ipv6:
+                units = set(eni_ipv6_prefixes(eni))
+            elif self.strategy.kind == "prefix":
                 units = {p["Ipv4Prefix"] for p in getattr(eni, "ipv4_prefixes", [])}
             else:
                 units = {
