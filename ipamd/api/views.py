@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from datastore.records import AllocationRecord, QuarantineRecord
-from ipamd.engine.state import NodeState
-from ipamd.model import AddressState, EniView, PoolSnapshot
+from ipamd.engine.state import IPV6_PREFIX, NodeState
+from ipamd.model import AddressState, EniView, PoolSnapshot, UnitView
 from ipamd.wire import Allocation, IpConfig, PodInfo, Route
 
 POD_GATEWAY = "169.254.1.1"
@@ -90,20 +90,32 @@ def _eni(eni: EniView, with_units: bool, host_network: bool = True) -> dict[str,
         "counts": _counts(eni.counts),
     }
     if with_units:
-        body["units"] = [
-            {
-                "cidr": u.cidr,
-                "kind": u.kind,
-                "state": u.state,
-                "addresses": [{"address": a, "state": s.value} for a, s in u.addresses],
-            }
-            for u in eni.units
-        ]
+        body["units"] = [_unit(u) for u in eni.units]
+    else:
+        prefixes = [u.cidr for u in eni.units if u.kind == IPV6_PREFIX]
+        if prefixes:
+            body["ipv6_prefixes"] = prefixes
+    return body
+
+
+def _unit(u: UnitView) -> dict[str, object]:
+    body: dict[str, object] = {
+        "cidr": u.cidr,
+        "kind": u.kind,
+        "state": u.state,
+        "addresses": [{"address": a, "state": s.value} for a, s in u.addresses],
+    }
+    if u.kind == IPV6_PREFIX:
+        # A /80's 2^48 addresses are never listed: those in use are, and this many more count
+        # as free in the ENI's counts, the pods max pods still allows.
+        body["unlisted"] = u.unlisted
     return body
 
 
 def pool(snapshot: PoolSnapshot, host_network: bool = True) -> dict[str, object]:
-    """`GET /v1/pool`: counts per address state, node-wide and per ENI."""
+    """`GET /v1/pool`: counts per address state, node-wide and per ENI. In IPv6 mode the primary
+    ENI names its /80 (`ipv6_prefixes`, absent on an IPv4 node), and its free count is the pods
+    max pods still allows (`ipamd.engine.snapshot`): the usable capacity, not the /80's 2^48."""
     return {
         "taken_at": snapshot.taken_at,
         "counts": _counts(snapshot.counts),
@@ -115,7 +127,9 @@ def pool(snapshot: PoolSnapshot, host_network: bool = True) -> dict[str, object]
 
 
 def enis(snapshot: PoolSnapshot, host_network: bool = True) -> dict[str, object]:
-    """`GET /v1/enis`: every ENI with its units and the state of each address."""
+    """`GET /v1/enis`: every ENI with its units and the state of each address; an IPv6 /80 lists
+    the addresses in use (assigned, cooling, lost) and, as `unlisted`, how many more its ENI counts
+    free: the pods max pods still allows."""
     return {
         "taken_at": snapshot.taken_at,
         "enis": [_eni(eni, True, host_network) for eni in snapshot.enis],

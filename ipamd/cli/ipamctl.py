@@ -1,11 +1,12 @@
 """`ipamctl`: the operator's view of a running ipamd, through its local API.
 
-`status` prints the pool per ENI (free, assigned, cooling, releasing, lost), `allocations`, `intents`
-and `enis` list what the daemon holds, `repair` shows what the daemon would fix from EC2's view and the
-runtime's sandboxes (`--apply` fixes it); `--json` prints the API's answer as is, for scripts, and
-errors as JSON too. Errors say what to do: the daemon not running, the socket not accessible, the state
-file unusable (`status` then exits 1 instead of showing an empty pool). Times are shown in UTC, and
-output into a closed pipe (`ipamctl allocations | head`) ends quietly.
+`status` prints the pool per ENI (free, assigned, cooling, releasing, lost; on an IPv6 node the /80
+and what FREE means there), `allocations`, `intents` and `enis` list what the daemon holds, `repair`
+shows what the daemon would fix from EC2's view and the runtime's sandboxes (`--apply` fixes it);
+`--json` prints the API's answer as is, for scripts, and errors as JSON too. Errors say what to do:
+the daemon not running, the socket not accessible, the state file unusable (`status` then exits 1
+instead of showing an empty pool). Times are shown in UTC, and output into a closed pipe
+(`ipamctl allocations | head`) ends quietly.
 """
 
 from __future__ import annotations
@@ -44,6 +45,19 @@ def _table(rows: list[list[str]]) -> str:
     )
 
 
+IPV6_TARGETS = "the warm targets, MINIMUM_IP_TARGET and MAX_ENI have no effect"
+
+
+def _ipv6_prefixes(pool: dict[str, Any]) -> list[str]:
+    """The lines of an IPv6 node's /80s: where each is and what its FREE count means. A /80 holds
+    2^48 addresses; FREE counts the pods max pods still allows, the usable capacity."""
+    held = [(eni["eni_id"], cidr) for eni in pool["enis"] for cidr in eni.get("ipv6_prefixes", ())]
+    if not held:
+        return []
+    lines = ["IPv6 prefixes (pods get /128s; never released; FREE = pods max pods still allows):"]
+    return lines + [f"  {cidr} on {eni_id}" for eni_id, cidr in held]
+
+
 def render_status(pool: dict[str, Any]) -> str:
     rows = [["ENI", "DEV", *(s.upper() for s in STATES), "DATAPATH"]]
     blocked: list[str] = []
@@ -70,13 +84,18 @@ def render_status(pool: dict[str, Any]) -> str:
         # A blocked ENI's addresses are not handed out: its link is not set up on the host yet.
         lines += ["blocked ENIs (addresses held back until the host link is set up):"]
         lines += [f"  {line}" for line in blocked]
+    prefixes = _ipv6_prefixes(pool)
+    lines += prefixes
     if "targets" in pool:
         knobs = "  ".join(f"{k}={v}" for k, v in pool["targets"].items())
         limits = dict(pool["limits"])
         reason = limits.pop("max_pods_reason", None)
         kubelet = limits.pop("kubelet_config", None)
         shown = "  ".join(f"{k}={v}" for k, v in limits.items())
-        lines += [f"mode: {pool.get('mode', '')}  targets: {knobs}", f"limits: {shown}"]
+        mode = f"mode: {pool.get('mode', '')}  targets: {knobs}"
+        if prefixes:
+            mode = f"mode: IPv6, {IPV6_TARGETS}"
+        lines += [mode, f"limits: {shown}"]
         if reason:
             lines.append(f"max pods: {limits.get('max_pods')}, {reason}")
         if kubelet:

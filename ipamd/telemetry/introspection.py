@@ -29,8 +29,10 @@ from aiohttp import web
 from datastore.records import AllocationRecord
 from ipamd.config.kinds import HostPort
 from ipamd.engine.engine import Engine
+from ipamd.engine.state import IPV6_PREFIX
 from ipamd.model import AddressState, EniView, PoolSnapshot, UnitView
 from ipamd.telemetry.endpoint import serve_tcp
+from ipamd.telemetry.totals import total_addresses
 
 PATH_ENIS = "/v1/enis"
 PATH_PODS = "/v1/pods"
@@ -116,11 +118,12 @@ def _cidr_info(view: View, unit: UnitView) -> dict[str, object]:
             "AssignedTime": _go_time(owner.created_at if owner else None),
             "UnassignedTime": _go_time(None if owner else view.released_at.get(address)),
         }
+    v6 = unit.kind == IPV6_PREFIX
     return {
         "Cidr": _go_ipnet(unit.cidr),
         "IPAddresses": addresses,
-        "IsPrefix": unit.kind == "prefix",
-        "AddressFamily": "4",
+        "IsPrefix": v6 or unit.kind == "prefix",
+        "AddressFamily": "6" if v6 else "4",
     }
 
 
@@ -132,18 +135,24 @@ def _eni(view: View, eni: EniView) -> dict[str, object]:
         "IsTrunk": False,
         "IsEFA": False,
         "DeviceNumber": eni.device_index,
-        "AvailableIPv4Cidrs": {unit.cidr: _cidr_info(view, unit) for unit in eni.units},
-        "IPv6Cidrs": {},
+        "AvailableIPv4Cidrs": {
+            unit.cidr: _cidr_info(view, unit) for unit in eni.units if unit.kind != IPV6_PREFIX
+        },
+        "IPv6Cidrs": {
+            unit.cidr: _cidr_info(view, unit) for unit in eni.units if unit.kind == IPV6_PREFIX
+        },
     }
 
 
 def eni_infos(view: View) -> dict[str, object]:
-    """VPC CNI's `ENIInfos`. Every address of every unit is listed (VPC CNI lists only those a pod
-    has used); TotalIPs and AssignedIPs are `awscni_total_ip_addresses` and
-    `awscni_assigned_ip_addresses` of the same moment."""
+    """VPC CNI's `ENIInfos`. Every address of every IPv4 unit is listed (VPC CNI lists only those a
+    pod has used); an IPv6 /80 is under its ENI's `IPv6Cidrs`, with the addresses in use (assigned
+    or cooling), as VPC CNI lists them, never its 2^48. TotalIPs and AssignedIPs are
+    `awscni_total_ip_addresses` and `awscni_assigned_ip_addresses` of the same moment: VPC CNI's
+    total counts a /80 as 2^48 (`ipamd.telemetry.totals`)."""
     counts = view.snapshot.counts
     return {
-        "TotalIPs": sum(counts.values()),
+        "TotalIPs": total_addresses(view.snapshot),
         "AssignedIPs": counts[AddressState.ASSIGNED],
         "ENIs": {eni.eni_id: _eni(view, eni) for eni in view.snapshot.enis},
     }

@@ -30,6 +30,7 @@ from ipamd.engine.state import NodeState
 from ipamd.errors import MaxPodsReached, NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
 from ipamd.telemetry.catalogue import CATALOGUE, SPECS, MetricSpec
+from ipamd.telemetry.totals import total_addresses
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """What `exposition` writes: the classic text format, as VPC CNI's Go client serves it."""
@@ -188,7 +189,14 @@ POOL_METRICS = (
 
 
 class PoolCollector(Collector):
-    """The pool's gauges, every one from the same single snapshot."""
+    """The pool's gauges, every one from the same single snapshot.
+
+    IPv6 mode (one /80 on the primary ENI): the total is VPC CNI's, 2^48 per /80
+    (`ipamd.telemetry.totals`); assigned, per ENI and per CIDR (the /80) count the pods' /128s;
+    `awscni_total_ipv4_prefixes` counts /28s only, 0 as in VPC CNI. `awscni_ip_max` is the node's
+    max pods in both families: the usable capacity, where VPC CNI has none for IPv6 (its figure
+    there is still the IPv4 prefix-mode limit of the instance type). `ipamd_addresses{state="free"}`
+    counts the pods max pods still allows, not the /80's 2^48."""
 
     def __init__(self, sources: Sources) -> None:
         self._sources = sources
@@ -198,7 +206,7 @@ class PoolCollector(Collector):
         counts = snap.counts
         f = Families(POOL_METRICS)
         f.add("awscni_assigned_ip_addresses", counts[AddressState.ASSIGNED])
-        f.add("awscni_total_ip_addresses", sum(counts.values()))
+        f.add("awscni_total_ip_addresses", total_addresses(snap))
         prefixes = sum(1 for eni in snap.enis for unit in eni.units if unit.kind == "prefix")
         f.add("awscni_total_ipv4_prefixes", prefixes)
         f.add("awscni_eni_allocated", len(snap.enis))
