@@ -68,6 +68,9 @@ class EngineMachine(RuleBasedStateMachine):
     engine's store thread and the state directory are closed and removed in `teardown`.
     """
 
+    only_mode: Mode | None = None
+    """Every node in this mode instead of the one drawn (`Ipv6EngineMachine`)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -135,6 +138,7 @@ class EngineMachine(RuleBasedStateMachine):
         change, or the default batch), where a lone change is written (on the loop's thread, or
         always in the store's), then ENI 0 with a few units (in prefix mode, at most its two
         prefixes; in IPv6 mode, at most its two /80s, which are never enumerated)."""
+        mode = self.only_mode or mode
         self.settings = EngineSettings(cooldown_s=cooldown_s, prune_batch=prune_batch)
         self.node.settings = self.settings
         self.node.inline_writes = inline_writes
@@ -391,6 +395,26 @@ def test_engine_matches_model_under_random_interleavings() -> None:
             stateful_step_count=40,
             deadline=None,
             # One failure, shrunk well, is worth more than several shrunk for minutes each.
+            report_multiple_bugs=False,
+        ),
+    )
+
+
+class Ipv6EngineMachine(EngineMachine):
+    """The same rules on IPv6 nodes only: /128s from /80s that are never enumerated, through ADD,
+    DEL, restarts, commit failures, clock steps and inventory changes."""
+
+    only_mode = "ipv6"
+
+
+@pytest.mark.timeout(360 + EXAMPLES)
+def test_ipv6_engine_matches_model_under_random_interleavings_and_restarts() -> None:
+    run_state_machine_as_test(
+        Ipv6EngineMachine,
+        settings=settings(
+            max_examples=max(EXAMPLES // 2, 1),
+            stateful_step_count=40,
+            deadline=None,
             report_multiple_bugs=False,
         ),
     )
