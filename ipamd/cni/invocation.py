@@ -9,6 +9,7 @@ Parsed once, up front, into an `Invocation`; anything wrong becomes a `CniError`
 | a field in the `ipam` section other than `type` and `socket` | 2 unsupported field |
 | bad `name`, `ipam`, `ipam.socket`, CHECK's `prevResult` or GC's `cni.dev/valid-attachments` | 7 |
 | interface mode: a bad `vethPrefix` (over 4 characters, `eth`, `lo`, `vlan`) or `mtu` (576-9001) | 7 |
+| interface mode: a `v4Egress` block that is not an object or lacks or spoils a key | 7 |
 | CNI_COMMAND, CNI_CONTAINERID, CNI_IFNAME, CNI_NETNS or CNI_ARGS missing or invalid | 4 invalid env |
 
 CNI_ARGS follows the CNI conventions: `K=V;K=V`; the keys read are K8S_POD_NAMESPACE, K8S_POD_NAME,
@@ -16,11 +17,12 @@ K8S_POD_UID and K8S_POD_INFRA_CONTAINER_ID; any other key is refused unless `Ign
 kubelet and containerd always pass). Only ADD insists on valid CNI_ARGS: a DEL must not fail on what
 it does not need, so DEL and CHECK of the interface plugin read the pod's name from it only when it
 parses (the host veth's name; `ipamd.cni.pod_plugin` says what it falls back to). CNI_NETNS is
-required for ADD and CHECK, as the spec says; the IPAM plugin does not use it. CNI_PATH is not used
-(this plugin delegates to nothing).
+required for ADD and CHECK, as the spec says; the IPAM plugin does not use it. CNI_PATH is read for
+the interface plugin's IPv4 egress, which executes host-local from it (`ipamd.cni.egress`).
 
 Two modes, told apart by the conf's own `type`: `ipamd-cni` is the interface plugin (it makes the
-pod's veth: `vethPrefix`, default `eni`, and `mtu`, default 9001, are read; `NetConf.interface`),
+pod's veth: `vethPrefix`, default `eni`, `mtu`, default 9001, and the optional `v4Egress` block
+are read; `NetConf.interface`),
 anything else (`ptp`, ...) chains ipamd-cni as its IPAM plugin (`NetConf.interface` is None).
 
 The daemon's socket: the `ipam` section's `socket`, else the `IPAMD_SOCKET` environment variable (for
@@ -47,6 +49,8 @@ from ipamd.wire import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from ipamd.cni.egress import V4Egress
 
 ERR_INCOMPATIBLE_VERSION = 1
 ERR_UNSUPPORTED_FIELD = 2
@@ -84,13 +88,15 @@ class CniError(Exception):
 
 
 class InterfaceConf:
-    """The interface plugin's own settings: the host veth's name prefix and the pod's MTU."""
+    """The interface plugin's own settings: the host veth's name prefix, the pod's MTU and, when
+    the conf has the block, the IPv4 egress of an IPv6 pod."""
 
-    __slots__ = ("mtu", "veth_prefix")
+    __slots__ = ("mtu", "v4_egress", "veth_prefix")
 
-    def __init__(self, veth_prefix: str, mtu: int) -> None:
+    def __init__(self, veth_prefix: str, mtu: int, v4_egress: V4Egress | None = None) -> None:
         self.veth_prefix = veth_prefix
         self.mtu = mtu
+        self.v4_egress = v4_egress
 
 
 class NetConf:
@@ -128,7 +134,7 @@ class NetConf:
 class Invocation:
     """One command on one network configuration (and, for ADD, DEL and CHECK, one attachment)."""
 
-    __slots__ = ("command", "conf", "container_id", "ifname", "netns", "pod")
+    __slots__ = ("cni_path", "command", "conf", "container_id", "ifname", "netns", "pod")
 
     def __init__(
         self,
@@ -138,6 +144,7 @@ class Invocation:
         ifname: str = "",
         pod: PodInfo | None = None,
         netns: str = "",
+        cni_path: str = "",
     ) -> None:
         self.command = command
         self.conf = conf
@@ -146,6 +153,8 @@ class Invocation:
         self.pod = pod
         self.netns = netns
         """CNI_NETNS: the pod's network namespace, a path (may be empty on DEL)."""
+        self.cni_path = cni_path
+        """CNI_PATH: where delegated plugins are found (colon-separated directories)."""
 
 
 def read_command(environ: Mapping[str, str]) -> str:
@@ -213,7 +222,11 @@ def _interface(conf: Mapping[str, object]) -> InterfaceConf:
         raise CniError(
             ERR_INVALID_CONFIG, f"mtu must be an integer from {MIN_MTU} to {MAX_MTU}", repr(mtu)
         )
-    return InterfaceConf(prefix, mtu)
+    if "v4Egress" not in conf:
+        return InterfaceConf(prefix, mtu)
+    from ipamd.cni.egress import parse_v4_egress
+
+    return InterfaceConf(prefix, mtu, parse_v4_egress(conf["v4Egress"]))
 
 
 def _socket(ipam: object, environ: Mapping[str, str]) -> str:
@@ -318,4 +331,4 @@ def parse_invocation(command: str, conf: NetConf, environ: Mapping[str, str]) ->
     else:
         pod = _pod_if_given(environ) if conf.interface is not None else None
     netns = environ.get("CNI_NETNS", "")
-    return Invocation(command, conf, container_id, ifname, pod, netns)
+    return Invocation(command, conf, container_id, ifname, pod, netns, environ.get("CNI_PATH", ""))

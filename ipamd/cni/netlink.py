@@ -5,9 +5,12 @@ each sent with NLM_F_ACK and answered by the kernel's NLMSG_ERROR) and the switc
 network namespace; nothing about what a pod's interface should look like (`ipamd.cni.pod_interface`).
 
 Requests: a veth pair whose peer is created straight inside another namespace (IFLA_LINKINFO /
-VETH_INFO_PEER carrying IFLA_NET_NS_FD), a link up, an IPv4 address, a route (on-link or via a
-gateway, always with RTA_OIF), a permanent neighbour, a link deleted by name. Address, route and
-neighbour use NLM_F_REPLACE, so a retried ADD rewrites what a first attempt left.
+VETH_INFO_PEER carrying IFLA_NET_NS_FD), a link up, an address, a route (on-link or via a gateway,
+always with RTA_OIF), a permanent neighbour, a link deleted by name. Addresses, routes and
+neighbours are IPv4 or IPv6, the family read from the address's text; an IPv6 address is added with
+IFA_F_NODAD (in IFA_FLAGS): it is the pod's alone, and duplicate address detection would hold it
+unusable for a second. Address, route and neighbour use NLM_F_REPLACE, so a retried ADD rewrites
+what a first attempt left.
 
 A netlink socket stays in the namespace it was created in, whatever the process enters later: the
 host socket is opened before entering the pod's namespace, the pod's socket inside it, and the
@@ -45,6 +48,7 @@ RTM_NEWNEIGH = 28
 
 AF_UNSPEC = 0
 AF_INET = 2
+AF_INET6 = 10
 IFF_UP = 0x1
 
 IFLA_ADDRESS = 1
@@ -58,6 +62,8 @@ VETH_INFO_PEER = 1
 
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
+IFA_FLAGS = 8
+IFA_F_NODAD = 0x2
 
 RTA_DST = 1
 RTA_OIF = 4
@@ -112,14 +118,17 @@ def ifinfomsg(index: int = 0, flags: int = 0, change: int = 0) -> bytes:
     return pack("=BxHiII", AF_UNSPEC, 0, index, flags, change)
 
 
-def ipv4(address: str) -> bytes:
-    """The four bytes of a dotted-quad address (`NetlinkError` EINVAL for anything else)."""
+def packed(address: str) -> tuple[int, bytes]:
+    """The family and the bytes of an IPv4 (dotted quad) or IPv6 address (`NetlinkError` EINVAL
+    for anything else)."""
     try:
+        if ":" in address:
+            return AF_INET6, _socket.inet_pton(AF_INET6, address)
         if address.count(".") == 3:
-            return _socket.inet_aton(address)
+            return AF_INET, _socket.inet_aton(address)
     except OSError:
         pass
-    raise NetlinkError(EINVAL, f"not an IPv4 address: {address!r}")
+    raise NetlinkError(EINVAL, f"not an IP address: {address!r}")
 
 
 def mac_bytes(mac: str) -> bytes:
@@ -146,29 +155,36 @@ def veth_body(name: str, mac: str, mtu: int, peer: str, peer_mac: str, peer_netn
 
 
 def address_body(index: int, address: str, prefix_len: int) -> bytes:
-    """RTM_NEWADDR's body: an IPv4 address on link `index`."""
-    raw = ipv4(address)
-    head = pack("=BBBBI", AF_INET, prefix_len, 0, RT_SCOPE_UNIVERSE, index)
-    return head + attr(IFA_LOCAL, raw) + attr(IFA_ADDRESS, raw)
+    """RTM_NEWADDR's body: an address on link `index`; an IPv6 one without duplicate detection."""
+    family, raw = packed(address)
+    flags = IFA_F_NODAD if family == AF_INET6 else 0
+    head = pack("=BBBBI", family, prefix_len, flags, RT_SCOPE_UNIVERSE, index)
+    body = head + attr(IFA_LOCAL, raw) + attr(IFA_ADDRESS, raw)
+    return body + (u32_attr(IFA_FLAGS, flags) if flags else b"")
 
 
 def route_body(index: int, dst: str, dst_len: int, gateway: str | None = None) -> bytes:
     """RTM_NEWROUTE's body: `dst/dst_len` in the main table out of link `index`, on-link (scope
-    link) without a gateway, via `gateway` (scope universe) with one."""
+    link) without a gateway, via `gateway` (scope universe, same family) with one."""
+    family, raw_dst = packed(dst)
     scope = RT_SCOPE_LINK if gateway is None else RT_SCOPE_UNIVERSE
     head = pack(
-        "=BBBBBBBBI", AF_INET, dst_len, 0, 0, RT_TABLE_MAIN, RTPROT_BOOT, scope, RTN_UNICAST, 0
+        "=BBBBBBBBI", family, dst_len, 0, 0, RT_TABLE_MAIN, RTPROT_BOOT, scope, RTN_UNICAST, 0
     )
-    body = head + (attr(RTA_DST, ipv4(dst)) if dst_len else b"")
+    body = head + (attr(RTA_DST, raw_dst) if dst_len else b"")
     if gateway is not None:
-        body += attr(RTA_GATEWAY, ipv4(gateway))
+        gw_family, raw_gw = packed(gateway)
+        if gw_family != family:
+            raise NetlinkError(EINVAL, f"gateway {gateway} is not of {dst}'s family")
+        body += attr(RTA_GATEWAY, raw_gw)
     return body + u32_attr(RTA_OIF, index)
 
 
 def neighbour_body(index: int, address: str, mac: str) -> bytes:
-    """RTM_NEWNEIGH's body: a permanent IPv4 neighbour `address` at `mac` on link `index`."""
-    head = pack("=BxxxiHBB", AF_INET, index, NUD_PERMANENT, 0, 0)
-    return head + attr(NDA_DST, ipv4(address)) + attr(NDA_LLADDR, mac_bytes(mac))
+    """RTM_NEWNEIGH's body: a permanent neighbour `address` at `mac` on link `index`."""
+    family, raw = packed(address)
+    head = pack("=BxxxiHBB", family, index, NUD_PERMANENT, 0, 0)
+    return head + attr(NDA_DST, raw) + attr(NDA_LLADDR, mac_bytes(mac))
 
 
 def message(kind: int, flags: int, seq: int, body: bytes) -> bytes:
@@ -318,22 +334,59 @@ class Netns:
     def socket_and_index(self, ifname: str) -> tuple[Netlink, int]:
         """A netlink socket inside this namespace and the ifindex of `ifname` there; the process
         is back in its own namespace when this returns, or raises."""
+        home = self._enter()
+        sock: Netlink | None = None
+        try:
+            sock = Netlink()
+            index = link_index(ifname)
+        except NetlinkError:
+            if sock is not None:
+                sock.close()
+            raise
+        finally:
+            _leave(home)
+        return sock, index
+
+    def set_sysctls(self, knobs: tuple[tuple[str, str], ...]) -> None:
+        """`set_sysctl` of each (path, value) inside this namespace (/proc/sys/net is the
+        namespace of the thread that opens it); back in the process's own when this returns."""
+        home = self._enter()
+        try:
+            for path, value in knobs:
+                set_sysctl(path, value)
+        finally:
+            _leave(home)
+
+    def _enter(self) -> int:
+        """Enters this namespace; returns an fd of the one the thread was in (for `_leave`)."""
         try:
             home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as err:
             raise NetlinkError(err.errno or 0, "open the host netns") from None
         try:
             _setns(self.fd, f"enter netns {self.path}")
-            sock: Netlink | None = None
-            try:
-                sock = Netlink()
-                index = link_index(ifname)
-            except NetlinkError:
-                if sock is not None:
-                    sock.close()
-                raise
-            finally:
-                _setns(home, "return to the host netns")
-        finally:
+        except NetlinkError:
             os.close(home)
-        return sock, index
+            raise
+        return home
+
+
+def _leave(home: int) -> None:
+    try:
+        _setns(home, "return to the host netns")
+    finally:
+        os.close(home)
+
+
+def set_sysctl(path: str, value: str) -> None:
+    """Writes `value` to `/proc/sys/<path>` when it holds something else, in the namespace the
+    thread is in now; raises `NetlinkError`."""
+    full = f"/proc/sys/{path}"
+    try:
+        with open(full, "rb") as knob:
+            if knob.read().strip() == value.encode():
+                return
+        with open(full, "wb") as knob:
+            knob.write(value.encode())
+    except OSError as err:
+        raise NetlinkError(err.errno or 0, f"set {full} to {value}") from None

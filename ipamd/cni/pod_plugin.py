@@ -1,16 +1,22 @@
 """The interface plugin's ADD, DEL and CHECK (the conf's `type` is `ipamd-cni`): the allocation as
 the IPAM plugin asks for it, plus the pod's veth (`ipamd.cni.pod_interface`) and the policy call.
 
-ADD: allocate -> set up the pod's interface -> when the answer's `network_policy` is set,
-`POST /v1/allocations/{cid}/{ifname}/policy?network=` (ipamd tells the network-policy agent) ->
-a full CNI result: the host veth (name, MAC), the pod's interface (CNI_IFNAME, MAC,
-`sandbox` = CNI_NETNS), the /32 on interface 1 with gateway 169.254.1.1, a default route.
+ADD: allocate -> set up the pod's interface -> for an IPv6 pod under a conf with `v4Egress`, its
+IPv4 egress (`ipamd.cni.egress`: host-local's address on a second veth pair) -> when the answer's
+`network_policy` is set, `POST /v1/allocations/{cid}/{ifname}/policy?network=` (ipamd tells the
+network-policy agent) -> a full CNI result: the host veth (name, MAC), the pod's interface
+(CNI_IFNAME, MAC, `sandbox` = CNI_NETNS), the /32 with gateway 169.254.1.1 (or the /128 with
+fe80::1) on interface 1, a default route. The egress pair's two ends follow in `interfaces` (the
+spec lists every interface an attachment created, and a chained plugin or an operator reading the
+cached result finds them there), but its address is in no `ips`: the pod's IP, as the kubelet reads
+it, is its IPv6 address alone, as with VPC CNI.
 
 A failure after the allocation removes the interface this ADD made and fails the ADD; it never
 asks ipamd to DELETE the allocation:
 - the agent refused (502 `network_policy_refused`, CNI 105): ipamd has already retracted the
   allocation (no delete intent, no cooldown: no pod used the address);
-- the interface could not be made (CNI 106), or the policy call did not get through (11): the
+- the interface or the egress could not be made (CNI 106; host-local's address is released with
+  its DEL), or the policy call did not get through (11): the
   allocation stays. A DELETE here would leave a delete intent that refuses this container ID's
   next ADD, while a retry of the same ID (a runtime or a person running the ADD again) should get
   the same address back. The kubelet does not retry a failed RunPodSandbox under the same sandbox
@@ -22,9 +28,12 @@ DEL: the DELETE as the IPAM plugin makes it, then the pod's veth goes, whatever 
 daemon that cannot be reached still gets the veth removed and DEL succeeds). When CNI_NETNS still
 opens, CNI_IFNAME is deleted inside it, which removes exactly this sandbox's pair; otherwise the
 host veth is deleted by name. A veth that cannot be removed is a warning, not a failure: the pair
-dies with the pod's namespace anyway.
+dies with the pod's namespace anyway. With `v4Egress`, DEL also removes the egress pair the same
+way and runs host-local's DEL, whatever the family (DEL does not know it; both are no-ops for a
+pod without egress); a failure of either is a warning.
 
-CHECK: the IPAM plugin's check, then the host veth must exist (CNI 106 if not).
+CHECK: the IPAM plugin's check, then the host veth must exist (CNI 106 if not), and the egress
+pair's host veth too when prevResult's address is IPv6 and the conf has `v4Egress`.
 
 The host veth's name is VPC CNI's, `vethPrefix` + sha1("<namespace>.<name>")[:11], with the pod
 from CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME): the network-policy agent finds the pod's interface
@@ -38,7 +47,7 @@ from __future__ import annotations
 
 from ipamd.cni import pod_interface
 from ipamd.cni.client import segment
-from ipamd.cni.invocation import CniError, Invocation
+from ipamd.cni.invocation import ERR_INVALID_CONFIG, CniError, Invocation
 from ipamd.cni.netlink import NetlinkError, Netns
 from ipamd.cni.plugin import ERR_IPAMD, allocate, ask
 from ipamd.cni.plugin import check as check_allocation
@@ -56,6 +65,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import IO
+
+    from ipamd.cni.egress import V4Egress
 
 ERR_INTERFACE = 106
 """The pod's interface cannot be made (ADD) or is missing (CHECK)."""
@@ -87,12 +98,10 @@ def _prev_host_interface(prev: Mapping[str, object]) -> str | None:
 
 
 def _pod_address(alloc: Allocation) -> str:
-    """The allocation's one IPv4 address, without its prefix length."""
-    for ip in alloc.ips:
-        address = ip.address.partition("/")[0]
-        if ":" not in address:
-            return address
-    raise CniError(ERR_IPAMD, "ipamd's answer holds no IPv4 address", repr(alloc.ips))
+    """The allocation's one address, IPv4 or IPv6, without its prefix length."""
+    if len(alloc.ips) != 1:
+        raise CniError(ERR_IPAMD, "ipamd's answer holds not exactly one address", repr(alloc.ips))
+    return alloc.ips[0].address.partition("/")[0]
 
 
 def _remove(host_name: str, log: IO[str]) -> None:
@@ -111,73 +120,156 @@ def _enforce_policy(inv: Invocation) -> None:
 
 
 def add(inv: Invocation, log: IO[str]) -> dict[str, object]:
-    assert inv.conf.interface is not None
+    conf = inv.conf.interface
+    assert conf is not None
+    egress = conf.v4_egress
+    if egress is not None and egress.ifname == inv.ifname:
+        raise CniError(
+            ERR_INVALID_CONFIG, "v4Egress.ifname must differ from CNI_IFNAME", inv.ifname
+        )
     alloc = allocate(inv)
     address = _pod_address(alloc)
     host_name = host_veth_name(inv)
     try:
-        made = pod_interface.set_up(
-            host_name, inv.netns, inv.ifname, address, inv.conf.interface.mtu
-        )
+        made = pod_interface.set_up(host_name, inv.netns, inv.ifname, address, conf.mtu)
     except NetlinkError as err:
         raise CniError(ERR_INTERFACE, "cannot set up the pod's interface", str(err)) from None
+    if egress is None or ":" not in address:
+        egress = None
+        made_egress = None
+    else:
+        made_egress = _set_up_egress(inv, host_name, egress, log)
     if alloc.network_policy is not None:
         try:
             _enforce_policy(inv)
         except CniError:
+            if egress is not None:
+                _remove_egress(inv, host_name, egress, log, in_netns=False)
             _remove(host_name, log)
             raise
-    return interface_result(made, address, inv.netns, inv.conf.cni_version)
+    return interface_result(made, address, inv.netns, inv.conf.cni_version, made_egress)
+
+
+def _set_up_egress(
+    inv: Invocation, host_name: str, egress: V4Egress, log: IO[str]
+) -> pod_interface.PodInterface:
+    """host-local's address on the egress pair; on a failure, what this ADD made goes (both pairs,
+    host-local's address) and the ADD fails with 106."""
+    from ipamd.cni.egress import DelegateError, egress_veth_name, host_local_add
+
+    assert inv.conf.interface is not None
+    try:
+        v4 = host_local_add(inv, egress)
+        return pod_interface.set_up(
+            egress_veth_name(host_name),
+            inv.netns,
+            egress.ifname,
+            v4,
+            inv.conf.interface.mtu,
+            egress.gateway,
+        )
+    except (NetlinkError, DelegateError) as err:
+        _remove_egress(inv, host_name, egress, log, in_netns=False)
+        _remove(host_name, log)
+        raise CniError(ERR_INTERFACE, "cannot set up the pod's IPv4 egress", str(err)) from None
+
+
+def _remove_egress(
+    inv: Invocation, host_name: str, egress: V4Egress, log: IO[str], in_netns: bool
+) -> None:
+    """Removes the egress pair (inside the pod's namespace when `in_netns` and it opens, else by
+    its host name) and releases host-local's address; a failure of either is a warning."""
+    from ipamd.cni.egress import DelegateError, egress_veth_name, host_local_delete
+
+    if not (in_netns and _remove_in_netns(inv.netns, egress.ifname)):
+        _remove(egress_veth_name(host_name), log)
+    try:
+        host_local_delete(inv, egress)
+    except DelegateError as err:
+        print(f"ipamd-cni: cannot release the IPv4 egress address: {err}", file=log)
 
 
 def interface_result(
-    made: pod_interface.PodInterface, address: str, netns: str, version: str
+    made: pod_interface.PodInterface,
+    address: str,
+    netns: str,
+    version: str,
+    egress: pod_interface.PodInterface | None = None,
 ) -> dict[str, object]:
-    """The CNI result of the interface plugin in `version`'s shape (0.4.0's ips carry `version`)."""
+    """The CNI result of the interface plugin in `version`'s shape (0.4.0's ips carry `version`);
+    the egress pair, when made, listed after the pod's own, in no `ips`."""
+    v6 = ":" in address
+    gateway = pod_interface.POD_GATEWAY_V6 if v6 else pod_interface.POD_GATEWAY
     ip: dict[str, object] = {
-        "address": f"{address}/32",
-        "gateway": pod_interface.POD_GATEWAY,
+        "address": f"{address}/{128 if v6 else 32}",
+        "gateway": gateway,
         "interface": 1,
     }
     if version == "0.4.0":
-        ip = {"version": "4", **ip}
+        ip = {"version": "6" if v6 else "4", **ip}
+    interfaces = [
+        {"name": made.host_name, "mac": made.host_mac},
+        {"name": made.pod_ifname, "mac": made.pod_mac, "sandbox": netns},
+    ]
+    if egress is not None:
+        interfaces += [
+            {"name": egress.host_name, "mac": egress.host_mac},
+            {"name": egress.pod_ifname, "mac": egress.pod_mac, "sandbox": netns},
+        ]
     return {
         "cniVersion": version,
-        "interfaces": [
-            {"name": made.host_name, "mac": made.host_mac},
-            {"name": made.pod_ifname, "mac": made.pod_mac, "sandbox": netns},
-        ],
+        "interfaces": interfaces,
         "ips": [ip],
-        "routes": [{"dst": "0.0.0.0/0", "gw": pod_interface.POD_GATEWAY}],
+        "routes": [{"dst": "::/0" if v6 else "0.0.0.0/0", "gw": gateway}],
     }
 
 
-def _remove_in_netns(inv: Invocation) -> bool:
-    """Deletes CNI_IFNAME inside CNI_NETNS; False when the namespace or the link is not there."""
-    if not inv.netns:
+def _remove_in_netns(netns_path: str, ifname: str) -> bool:
+    """Deletes `ifname` inside the namespace; False when the namespace or the link is not there."""
+    if not netns_path:
         return False
     try:
-        with Netns(inv.netns) as netns:
-            pod, _index = netns.socket_and_index(inv.ifname)
+        with Netns(netns_path) as netns:
+            pod, _index = netns.socket_and_index(ifname)
             with pod:
-                return pod.delete_link(inv.ifname)
+                return pod.delete_link(ifname)
     except NetlinkError:
         return False
 
 
 def delete(inv: Invocation, log: IO[str]) -> None:
+    assert inv.conf.interface is not None
     try:
         delete_allocation(inv, log)
     finally:
-        if not _remove_in_netns(inv):
-            _remove(host_veth_name(inv), log)
+        host_name = host_veth_name(inv)
+        if not _remove_in_netns(inv.netns, inv.ifname):
+            _remove(host_name, log)
+        egress = inv.conf.interface.v4_egress
+        if egress is not None:
+            _remove_egress(inv, host_name, egress, log, in_netns=True)
 
 
 def check(inv: Invocation, log: IO[str]) -> None:
+    assert inv.conf.interface is not None
     check_allocation(inv, log)
     host_name = host_veth_name(inv)
-    if not pod_interface.host_link_exists(host_name):
-        raise CniError(ERR_INTERFACE, "the pod's host interface is missing", host_name)
+    names = [host_name]
+    if inv.conf.interface.v4_egress is not None and _lists_ipv6(inv.conf.prev_result):
+        from ipamd.cni.egress import egress_veth_name
+
+        names.append(egress_veth_name(host_name))
+    for name in names:
+        if not pod_interface.host_link_exists(name):
+            raise CniError(ERR_INTERFACE, "the pod's host interface is missing", name)
+
+
+def _lists_ipv6(prev: Mapping[str, object] | None) -> bool:
+    ips = prev.get("ips") if prev is not None else None
+    return any(
+        isinstance(ip, dict) and ":" in str(ip.get("address", ""))
+        for ip in (ips if isinstance(ips, list) else [])
+    )
 
 
 COMMANDS: dict[str, Callable[[Invocation, IO[str]], dict[str, object] | None]] = {

@@ -4,6 +4,7 @@ and the acknowledgement it reads back."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -93,10 +94,92 @@ def test_a_neighbour_is_permanent() -> None:
 
 
 def test_a_bad_address_is_refused_before_the_kernel_sees_it() -> None:
-    for bad in ("10.0.1", "10.0.1.256", "fe80::1", ""):
+    for bad in ("10.0.1", "10.0.1.256", "010.0.1.2x", "fe80::1::2", "2001:db8::g", ""):
         with pytest.raises(nl.NetlinkError) as caught:
-            nl.ipv4(bad)
+            nl.packed(bad)
         assert caught.value.errno == nl.EINVAL
+
+
+def test_the_family_is_read_from_the_address() -> None:
+    assert nl.packed("10.0.1.23") == (nl.AF_INET, bytes([10, 0, 1, 23]))
+    assert nl.packed("fe80::1") == (nl.AF_INET6, bytes.fromhex("fe80" + "00" * 13 + "01"))
+
+
+V6 = "2001:db8:1:2:3::5"
+V6_BYTES = bytes.fromhex("20010db8000100020003000000000005")
+
+
+def test_an_ipv6_address_is_added_without_duplicate_detection() -> None:
+    body = nl.address_body(3, V6, 128)
+    family, length, flags, scope, index = struct.unpack_from("=BBBBI", body)
+    assert (family, length, flags, scope, index) == (nl.AF_INET6, 128, nl.IFA_F_NODAD, 0, 3)
+    found = attrs(body[8:])
+    assert found[nl.IFA_LOCAL] == found[nl.IFA_ADDRESS] == V6_BYTES
+    assert struct.unpack("=I", found[nl.IFA_FLAGS]) == (nl.IFA_F_NODAD,)
+    assert nl.IFA_FLAGS not in attrs(nl.address_body(3, "10.0.1.23", 32)[8:]), "IPv4: no flags"
+
+
+def test_ipv6_routes_on_link_and_via_fe80_1() -> None:
+    on_link = nl.route_body(4, "fe80::1", 128)
+    head = struct.unpack_from("=BBBBBBBBI", on_link)
+    assert head == (
+        nl.AF_INET6,
+        128,
+        0,
+        0,
+        nl.RT_TABLE_MAIN,
+        nl.RTPROT_BOOT,
+        nl.RT_SCOPE_LINK,
+        1,
+        0,
+    )
+    assert attrs(on_link[12:])[nl.RTA_DST] == nl.packed("fe80::1")[1]
+    default = nl.route_body(4, "::", 0, "fe80::1")
+    assert struct.unpack_from("=BBBBBBBBI", default)[:2] == (nl.AF_INET6, 0)
+    assert attrs(default[12:]) == {
+        nl.RTA_GATEWAY: nl.packed("fe80::1")[1],
+        nl.RTA_OIF: struct.pack("=I", 4),
+    }
+
+
+def test_a_gateway_of_the_other_family_is_refused() -> None:
+    with pytest.raises(nl.NetlinkError) as caught:
+        nl.route_body(4, "::", 0, "169.254.1.1")
+    assert caught.value.errno == nl.EINVAL
+
+
+def test_an_ipv6_neighbour_is_permanent() -> None:
+    body = nl.neighbour_body(7, V6, "02:00:00:00:00:09")
+    family, index, state, _flags, _kind = struct.unpack_from("=BxxxiHBB", body)
+    assert (family, index, state) == (nl.AF_INET6, 7, nl.NUD_PERMANENT)
+    assert attrs(body[12:]) == {
+        nl.NDA_DST: V6_BYTES,
+        nl.NDA_LLADDR: bytes.fromhex("020000000009"),
+    }
+
+
+def test_a_sysctl_is_written_only_when_it_differs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    knob = tmp_path / "net" / "ipv4" / "ip_forward"
+    knob.parent.mkdir(parents=True)
+    knob.write_text("1\n")
+    real_open = open
+    writes: list[str] = []
+
+    def fake_open(path: str, mode: str = "r") -> object:
+        if "w" in mode:
+            writes.append(path)
+        return real_open(path.replace("/proc/sys", str(tmp_path)), mode)
+
+    monkeypatch.setattr(nl, "open", fake_open, raising=False)  # the module's, not pytest's
+    nl.set_sysctl("net/ipv4/ip_forward", "1")
+    assert writes == [], "already 1"
+    nl.set_sysctl("net/ipv4/ip_forward", "0")
+    assert writes == ["/proc/sys/net/ipv4/ip_forward"] and knob.read_text() == "0"
+    with pytest.raises(nl.NetlinkError) as caught:
+        nl.set_sysctl("net/ipv6/conf/nowhere/accept_ra", "0")
+    assert caught.value.errno == 2 and "accept_ra" in str(caught.value)
 
 
 def ack(seq: int, error: int) -> bytes:
