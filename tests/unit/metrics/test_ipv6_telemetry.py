@@ -17,7 +17,7 @@ from datastore.records import EniRecord
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.model import PodRef
+from ipamd.model import AddressState, EniView, PodRef, PoolSnapshot, UnitView
 from ipamd.telemetry.introspection import View, eni_infos, pod_infos
 from ipamd.telemetry.metrics import Recorders
 from ipamd.telemetry.totals import V6_PREFIX_SIZE, total_addresses
@@ -74,6 +74,14 @@ async def test_the_total_counts_a_80_once_whatever_its_pods(engine: Engine) -> N
     before = total_addresses(engine.snapshot())
     await engine.assign(key("more"))
     assert before == total_addresses(engine.snapshot()) == V6_PREFIX_SIZE
+
+
+def test_a_lost_80_counts_only_its_owned_addresses() -> None:
+    """EC2 no longer lists it: like a lost IPv4 unit, it is the addresses its pods still own."""
+    lost = UnitView(PREFIX, "ipv6_prefix", "lost", ((v6(5), AddressState.LOST),))
+    eni = EniView("eni-0000", 0, "subnet-1", True, (lost,))
+    snap = PoolSnapshot(0.0, (eni,), {AddressState.LOST: 1}, 1, 0, 0)
+    assert total_addresses(snap) == 1
 
 
 async def test_enis_lists_the_80_under_ipv6_cidrs_with_the_addresses_in_use(
