@@ -62,6 +62,7 @@ from ipamd.telemetry.endpoint import ListenFailed, latency_middleware, serve_met
 from ipamd.telemetry.introspection import serve_introspection
 from ipamd.telemetry.logs import configure_logging
 from ipamd.telemetry.metrics import Recorders
+from ipamd.wire.pod import V4_EGRESS_DIR
 from ipamd.wire.unix_socket import SocketPathError
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
                 Path(config.cni_conflist_template),
                 config.socket_path,
                 config.pod_mtu or config.eni_mtu,
+                str(Path(config.state_dir) / V4_EGRESS_DIR) if config.enable_ipv6 else None,
             )
         except conflist.ConflistError as err:
             print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)

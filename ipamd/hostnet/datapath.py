@@ -315,7 +315,7 @@ class Datapath:
         routes = await self._host.list_routes()
         foreign = await self._takeover.read()
         ready = tuple(r for r in self._ready.values() if r.record.eni_id in state.enis())
-        plan = self._planner.plan(state, ready, not self.settings.external_snat)
+        plan = self._planner.plan(state, ready, self._connmark)
         diff = diff_kernel(plan, rules, routes)
         if not diff.is_empty():
             await self._apply(diff)
@@ -340,11 +340,17 @@ class Datapath:
         for rule in sorted(diff.delete_rules | diff.add_rules):
             logger.info("hostnet.fixed rule=%s", rule)
 
+    @property
+    def _connmark(self) -> bool:
+        """Whether pods' traffic leaving the VPC is marked and SNATed (IPv4 mode, without external
+        SNAT): the connmark rule is then part of the kernel plan."""
+        return not self.settings.external_snat and not self.settings.ipv6_egress_cidr
+
     async def _reconcile_snat(self) -> bool:
         """True once the SNAT side is what the settings say: ipamd's table live, or (external
-        SNAT) absent."""
+        SNAT in IPv4 mode) absent."""
         self._snat_stale = False
-        if self.settings.external_snat:
+        if self.settings.external_snat and not self.settings.ipv6_egress_cidr:
             if await self._snat.remove():
                 self.health.fixes["snat"] += 1
             return True
@@ -366,6 +372,15 @@ class Datapath:
         if primary is None:
             logger.warning("hostnet.snat_waiting reason=no link with the primary ENI's MAC %r", mac)
             return None
+        if self.settings.ipv6_egress_cidr:
+            return SnatPlan(
+                primary_ip=self._node_ip,
+                primary_ifname=primary,
+                eni_ifnames=(primary,),
+                exempt_cidrs=(),
+                randomize=self.settings.randomize_snat,
+                egress_cidr=self.settings.ipv6_egress_cidr,
+            )
         try:
             vpc = await self._vpc_cidrs(mac)
         except CloudError as err:

@@ -15,6 +15,10 @@ class DatapathSettings:
     external_snat: bool = False
     exclude_snat_cidrs: tuple[str, ...] = ()
     randomize_snat: Literal["prng", "hashrandom", "none"] = "prng"
+    ipv6_egress_cidr: str = ""
+    """IPv6 mode: the IPv4 egress range of IPv6 pods, which the SNAT table then only SNATs to the
+    node's IPv4 (`ipamd.hostnet.snat.SnatPlan.egress_cidr`); "" in IPv4 mode. The external SNAT
+    and exclusion settings are IPv4 mode's and do not apply."""
     retry_base_s: float = 1.0
     retry_cap_s: float = 30.0
 

@@ -64,7 +64,11 @@ def host_cidr(address: str) -> str:
 
 
 def pod_rules(address: str, eni: EniRecord | None) -> tuple[Rule, ...]:
-    """The rules of one pod address on `eni` (None: its ENI is unknown, only the 512 rule)."""
+    """The rules of one pod address on `eni` (None: its ENI is unknown, only the 512 rule). None
+    for an IPv6 pod: it lives on the primary ENI, in main, where the interface plugin's /128 route
+    to its veth is all it needs."""
+    if ":" in address:
+        return ()
     to_pod = Rule(PRIORITY_TO_POD, MAIN_TABLE, dst=host_cidr(address))
     if eni is None or eni.is_primary:
         return (to_pod,)

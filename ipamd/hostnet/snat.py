@@ -91,6 +91,11 @@ class SnatPlan:
     """The VPC's CIDRs and AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: destinations never SNATed."""
     randomize: Randomize = "prng"
     """AWS_VPC_K8S_CNI_RANDOMIZESNAT."""
+    egress_cidr: str = ""
+    """IPv6 mode: the range of IPv6 pods' IPv4 egress interfaces (`ipamd.wire.pod.V4_EGRESS_CIDR`).
+    The table then only SNATs that range to `primary_ip`, whatever the destination but multicast:
+    no connmark and no exempt CIDRs, since an IPv6 pod's own addresses are never NATed and its
+    link-local IPv4 is routable nowhere, the VPC included (as VPC CNI's egress plugin does)."""
 
 
 def _ifname(name: str) -> str:
@@ -136,6 +141,8 @@ def render_ruleset(plan: SnatPlan) -> str:
     `ValueError` for an address, CIDR or link name that is invalid or could inject into the script.
     """
     primary_ip = _primary_ip(plan.primary_ip)
+    if plan.egress_cidr:
+        return _render_egress(plan.egress_cidr, primary_ip, plan.randomize)
     primary = _ifname(plan.primary_ifname)
     links = sorted({_ifname(name) for name in plan.eni_ifnames})
     if primary not in links:
@@ -186,6 +193,28 @@ def render_ruleset(plan: SnatPlan) -> str:
         f'\t\toifname "{primary}" ip daddr != @exempt fib saddr type != local'
         f" snat to {primary_ip}{_RANDOMIZE_FLAG[plan.randomize]}"
         ' comment "pod traffic leaving the VPC takes the primary ENI address"',
+        "\t}",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _render_egress(cidr: str, primary_ip: str, randomize: Randomize) -> str:
+    """IPv6 mode's table (`SnatPlan.egress_cidr`), replaced in one transaction like the other."""
+    (egress,) = _exempt([cidr])  # one IPv4 CIDR, host bits masked
+    if randomize not in _RANDOMIZE_FLAG:
+        raise ValueError(f"unknown SNAT randomization: {randomize!r}")
+    lines = [
+        f"table {FAMILY} {TABLE}",
+        f"delete table {FAMILY} {TABLE}",
+        f"table {FAMILY} {TABLE} {{",
+        '\tcomment "ipamd: SNAT of IPv6 pods\' IPv4 egress"',
+        "\tchain postrouting {",
+        '\t\tcomment "IPv4 egress of IPv6 pods takes the node\'s IPv4; after kube-proxy masquerade"',
+        "\t\ttype nat hook postrouting priority srcnat + 10; policy accept;",
+        f"\t\tip saddr {egress} ip daddr != 224.0.0.0/4"
+        f" snat to {primary_ip}{_RANDOMIZE_FLAG[randomize]}"
+        ' comment "an IPv6 pod\'s IPv4 connection leaves as the node"',
         "\t}",
         "}",
     ]

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from datastore import atomic
+from ipamd.wire.pod import V4_EGRESS_CIDR, V4_EGRESS_IFNAME
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +24,13 @@ class ConflistError(ValueError):
     """The template cannot be used; names the file and why."""
 
 
-def render(template: Path, socket_path: str, mtu: int | None = None) -> bytes:
+def render(
+    template: Path, socket_path: str, mtu: int | None = None, v4_egress_dir: str | None = None
+) -> bytes:
     """The template with every `ipamd-cni` plugin's socket set, and with `mtu` (POD_MTU) on each
-    plugin that uses it (the interface plugin gives the pod's veth that MTU)."""
+    plugin that uses it (the interface plugin gives the pod's veth that MTU). `v4_egress_dir`
+    (IPv6 mode): the interface plugin also gives each pod IPv4 egress (`v4Egress`: the pod's
+    interface, the range and host-local's data directory, this path)."""
     try:
         conf = json.loads(template.read_text())
     except (OSError, ValueError) as err:
@@ -44,6 +49,12 @@ def render(template: Path, socket_path: str, mtu: int | None = None) -> bytes:
         plugin["ipam"]["socket"] = os.path.abspath(socket_path)
         if mtu is not None:
             plugin["mtu"] = mtu
+        if v4_egress_dir is not None and plugin.get("type") == "ipamd-cni":
+            plugin["v4Egress"] = {
+                "ifname": V4_EGRESS_IFNAME,
+                "subnet": V4_EGRESS_CIDR,
+                "dataDir": os.path.abspath(v4_egress_dir),
+            }
     return (json.dumps(conf, indent=2) + "\n").encode()
 
 

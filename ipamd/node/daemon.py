@@ -55,6 +55,7 @@ from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.rebuild import gather_claims, rebuild_state
 from ipamd.reconcile.repair import apply_repair, plan_repair
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable, SandboxAddresses
+from ipamd.wire.pod import V4_EGRESS_CIDR
 
 logger = logging.getLogger(__name__)
 
@@ -328,6 +329,7 @@ def _datapath(
             external_snat=config.external_snat,
             exclude_snat_cidrs=config.exclude_snat_cidrs,
             randomize_snat=config.randomize_snat,
+            ipv6_egress_cidr=V4_EGRESS_CIDR if config.enable_ipv6 else "",
         ),
         node_ip=instance.private_ip,
         subnet_cidr=subnet_cidr,

@@ -25,6 +25,13 @@ MAX_VETH_PREFIX = 4
 """VPC CNI's limit: the prefix and 11 hex digits fit IFNAMSIZ (15 bytes)."""
 RESERVED_VETH_PREFIXES = ("eth", "lo", "vlan")
 
+V4_EGRESS_CIDR = "169.254.172.0/22"
+"""IPv6 mode: where an IPv6 pod's IPv4 egress interface takes its address (host-local IPAM, per
+node), SNATed to the node's IPv4 by the daemon; VPC CNI's egress plugin uses the same range."""
+V4_EGRESS_IFNAME = "v4if0"
+"""IPv6 mode: the name of that interface inside the pod, VPC CNI's."""
+V4_EGRESS_DIR = "v4-egress"
+"""IPv6 mode: host-local's data directory for those addresses, under IPAMD_STATE_DIR."""
 POLICY_SEGMENT = "policy"
 """`POST /v1/allocations/{cid}/{ifname}/policy?network=NAME`: the pod's interface exists; ipamd
 tells the agent (EnforceNpToPod) or, if the agent refuses or cannot be reached, retracts the

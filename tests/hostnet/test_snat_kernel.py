@@ -103,6 +103,20 @@ class TestNftSnatTable:
         assert await table.apply(PLAN) is False
         assert _listing(netns, "-a") == with_handles, "not even re-applied: the handles are kept"
 
+    async def test_ipv6_modes_table_snats_only_the_egress_range_and_replaces_ipv4s(
+        self, netns: str
+    ) -> None:
+        egress = replace(PLAN, egress_cidr="169.254.172.0/22")
+        table = NftSnatTable(_nft_in(netns))
+        assert await table.apply(PLAN) is True
+        assert await table.apply(egress) is True
+        listing = _listing(netns)
+        assert listing is not None
+        assert "ip saddr 169.254.172.0/22 ip daddr != 224.0.0.0/4 snat to 10.0.1.10" in listing
+        assert "prerouting" not in listing and "exempt" not in listing, "no connmark, no exempt"
+        assert await table.matches(egress) and not await table.matches(PLAN)
+        assert await table.apply(egress) is False
+
     async def test_a_fresh_adapter_reports_no_change_for_the_table_already_there(
         self, netns: str
     ) -> None:

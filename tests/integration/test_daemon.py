@@ -198,6 +198,7 @@ def test_conflist_appears_once_ready_and_goes_on_a_clean_stop(tmp_path: Path) ->
             "socket": str(running.socket_path),
         }
         assert conf["plugins"][0]["mtu"] == 8500, "POD_MTU defaults to AWS_VPC_ENI_MTU"
+        assert "v4Egress" not in conf["plugins"][0], "IPv4 pods need no IPv4 egress of their own"
         assert [p.name for p in conf_dir.iterdir()] == [TEMPLATE.name], "no temp file left"
         code, _ = _stop(running)
         assert code == 0

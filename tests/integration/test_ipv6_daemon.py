@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.embedded_daemon import EmbeddedDaemon, start_daemon
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.conflist"
 
 IPV6_MODE = {"ENABLE_IPv4": "false", "ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}
 
@@ -20,6 +24,15 @@ def started() -> Iterator[list[EmbeddedDaemon]]:
     yield daemons
     for daemon in daemons:
         daemon.ensure_gone()
+
+
+def _written(path: Path, deadline_s: float = 30.0) -> str:
+    """The conflist, once the daemon wrote it (it does so right after it is ready)."""
+    end = time.monotonic() + deadline_s
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} was not written"
+        time.sleep(0.05)
+    return path.read_text()
 
 
 def _v6_units(daemon: EmbeddedDaemon) -> list[tuple[str, bool]]:
@@ -37,9 +50,16 @@ def _v6_units(daemon: EmbeddedDaemon) -> list[tuple[str, bool]]:
 def test_an_ipv6_node_serves_128s_from_one_80_on_the_primary_eni_and_keeps_it_across_a_restart(
     tmp_path: Path, started: list[EmbeddedDaemon]
 ) -> None:
-    daemon = start_daemon(tmp_path, **IPV6_MODE)
+    conf_dir = tmp_path / "net.d"
+    daemon = start_daemon(
+        tmp_path,
+        IPAMD_CNI_CONF_DIR=str(conf_dir),
+        IPAMD_CNI_CONFLIST_TEMPLATE=str(TEMPLATE),
+        **IPV6_MODE,
+    )
     started.append(daemon)
     daemon.wait_for("/readyz")
+    conf = json.loads(_written(conf_dir / TEMPLATE.name))
 
     units = _v6_units(daemon)
     first = daemon.add("c1")
@@ -53,6 +73,11 @@ def test_an_ipv6_node_serves_128s_from_one_80_on_the_primary_eni_and_keeps_it_ac
         interface = ipaddress.IPv6Interface(address)
         assert interface.network.prefixlen == 128 and interface.ip in prefix, address
     assert first != second
+    assert conf["plugins"][0]["v4Egress"] == {
+        "ifname": "v4if0",
+        "subnet": "169.254.172.0/22",
+        "dataDir": str(daemon.state_dir / "v4-egress"),
+    }, "each pod also gets IPv4 egress, its addresses kept by host-local under the state dir"
     assert again == first, "a retried ADD gets the same address"
     status, body = daemon.call("GET", "/v1/allocations/c1/eth0?network=k8s-pod-network")
     assert status == 200, body
