@@ -18,6 +18,10 @@ nftables table `ip vpc` in `vpc`, the test's evidence:
 - chain `igw` (forward): the internet gateway maps only the node's primary address (as an EC2 public
   IP does); anything else leaving by `igw0` is dropped and counted by `IGW_COUNTER`.
 
+A world with IPv6 gets `fabric_ipv6.DualStackFabric`, this fabric plus the VPC's IPv6 (the router's
+fe80::1 on every ENI link, the delivery of each ENI's IPv6 CIDRs, the VPC host's IPv6 address) and
+IPv6's source/destination check in table `ip6 vpc`.
+
 Nothing here may touch the namespace of the process that runs it: every command names its namespace
 (`ip -n`, `nsenter --net=`).
 """
@@ -53,7 +57,7 @@ ENI_MTU: Final = 9001
 
 NFT_TABLE: Final = "vpc"
 IGW_COUNTER: Final = "igw_drop"
-_SDC_CHAIN: Final = "sdc"
+SDC_CHAIN: Final = "sdc"
 
 _names = itertools.count()
 logger = logging.getLogger(__name__)
@@ -154,9 +158,9 @@ def sysctl(namespace: str, key: str, value: str) -> None:
     run(in_netns(namespace, "sysctl", "-qw", f"{key}={value}"))
 
 
-def read_counters(namespace: str) -> dict[str, int]:
-    """Packets counted by each named counter of table `ip vpc`."""
-    out = run(in_netns(namespace, "nft", "-j", "list", "counters", "table", "ip", NFT_TABLE))
+def read_counters(namespace: str, family: str = "ip") -> dict[str, int]:
+    """Packets counted by each named counter of table `<family> vpc`."""
+    out = run(in_netns(namespace, "nft", "-j", "list", "counters", "table", family, NFT_TABLE))
     counters: dict[str, int] = {}
     for item in json.loads(out)["nftables"]:
         if "counter" in item:
@@ -174,6 +178,8 @@ class Eni:
     primary_ip: str
     addresses: frozenset[str]
     """Every address EC2 routes to it: primary, secondary and each address of its /28 prefixes."""
+    ipv6: frozenset[str] = frozenset()
+    """Every IPv6 CIDR EC2 routes to it: its IPv6 addresses (as /128s) and its /80 prefixes."""
 
 
 def prefix_addresses(cidr: str) -> set[str]:
@@ -201,7 +207,7 @@ def build_topology(ns: Namespaces, primary: Eni) -> None:
         f"""\
 table ip {NFT_TABLE} {{
   counter {IGW_COUNTER} {{ }}
-  chain {_SDC_CHAIN} {{
+  chain {SDC_CHAIN} {{
     type filter hook prerouting priority filter; policy accept;
   }}
   chain igw {{
@@ -213,14 +219,14 @@ table ip {NFT_TABLE} {{
     )
     subnet = ipaddress.IPv4Network(SUBNET_CIDR)
     ip(ns.node, "link", "set", "lo", "up")
-    _plug(ns, primary)
+    plug_link(ns, primary)
     ip(ns.node, "addr", "add", f"{primary.primary_ip}/{subnet.prefixlen}", "dev", "eth0")
     ip(ns.node, "link", "set", "eth0", "up")
     ip(ns.node, "route", "add", "default", "via", GATEWAY, "dev", "eth0")
     sysctl(ns.node, "net.ipv4.conf.eth0.rp_filter", "2")  # as ipamd's init container sets it
 
 
-def _plug(ns: Namespaces, eni: Eni) -> None:
+def plug_link(ns: Namespaces, eni: Eni) -> None:
     """The ENI's link: `ethN` in the node with the ENI's MAC (down, as a new NIC comes up), `enN` in
     the VPC, up. A half-made pair of an earlier attempt goes first."""
     name, far = node_link(eni.device_index), fabric_link(eni.device_index)
@@ -245,14 +251,14 @@ def render_checks(enis: Iterable[Eni]) -> str:
         lines.append(f"add set ip {NFT_TABLE} {members} {{ type ipv4_addr; }}")
         lines.append(f"add counter ip {NFT_TABLE} {counter}")
         rules.append(
-            f'add rule ip {NFT_TABLE} {_SDC_CHAIN} iifname "{fabric_link(eni.device_index)}" '
+            f'add rule ip {NFT_TABLE} {SDC_CHAIN} iifname "{fabric_link(eni.device_index)}" '
             f'ip saddr != @{members} counter name "{counter}" drop'
         )
         elements.append(f"flush set ip {NFT_TABLE} {members}")
         if eni.addresses:
             listed = ", ".join(sorted(eni.addresses, key=ipaddress.IPv4Address))
             elements.append(f"add element ip {NFT_TABLE} {members} {{ {listed} }}")
-    lines.append(f"flush chain ip {NFT_TABLE} {_SDC_CHAIN}")
+    lines.append(f"flush chain ip {NFT_TABLE} {SDC_CHAIN}")
     return "\n".join([*lines, *rules, *elements]) + "\n"
 
 
@@ -279,7 +285,7 @@ class Fabric:
 
     def start(self) -> None:
         """Builds the static topology, then delivers the primary ENI's addresses."""
-        build_topology(self.ns, self.primary)
+        self._build()
         self.plugged[0] = self.primary
         self.step([self.primary])
 
@@ -307,10 +313,16 @@ class Fabric:
         self._apply_checks([*self.plugged.values(), *due])
         for eni in due:
             logger.info("plug %s as %s (%s)", eni.eni_id, node_link(eni.device_index), eni.mac)
-            _plug(self.ns, eni)
+            self._plug(eni)
             self.plugged[eni.device_index] = eni
             del self.first_seen[eni.eni_id]
         self._deliver()
+
+    def _build(self) -> None:
+        build_topology(self.ns, self.primary)
+
+    def _plug(self, eni: Eni) -> None:
+        plug_link(self.ns, eni)
 
     def _apply_checks(self, enis: list[Eni]) -> None:
         script = render_checks(enis)

@@ -2,11 +2,13 @@
 
 `vpc_node()` creates the four network namespaces (`fabric.Namespaces`), starts the world process
 (`tests.e2e.vpc.world`) in the node's namespace and waits for its ready file, starts containerd
-there (the pause image imported, a CNI bin dir with loopback and ipamd-cni), then `ipamd run`
-there too, pointed at the world's EC2 and IMDS, with `IPAMD_HOST_NETWORK` as the test asks. ipamd
-writes the conflist into containerd's conf dir once ready. On the way out, whatever happened: the
-pods are removed over CRI (their DELs reach ipamd), containerd, ipamd and the world are stopped, the
-namespaces deleted and the work dir removed. A failure prints the logs' tails and the node's rules.
+there (the pause image imported, a CNI bin dir with loopback, host-local and ipamd-cni), then
+`ipamd run` there too, pointed at the world's EC2 and IMDS, with `IPAMD_HOST_NETWORK` as the test
+asks. ipamd writes the conflist into containerd's conf dir once ready. With `ipv6=True` the world's
+VPC is dual-stack (`fabric_ipv6`) and ipamd runs in IPv6 mode (`IPV6_ENV`). On the way out,
+whatever happened: the pods are removed over CRI (their DELs reach ipamd), containerd, ipamd and the
+world are stopped, the namespaces deleted and the work dir removed. A failure prints the logs' tails
+and the node's rules.
 
 Probes read what the test needs from the kernel and from ipamd's API: pings from a pod's namespace
 and from the VPC host, the VPC's drop counters, ipamd's policy rules (protocol 167) in the node, the
@@ -59,11 +61,14 @@ from tests.e2e.vpc.fabric import (
     read_counters,
     run,
 )
+from tests.e2e.vpc.fabric_ipv6 import NFT6_FAMILY
 from tests.e2e.vpc.rules import KernelRule
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOYED_CONFLIST = REPO / "deploy" / "cni" / "10-ipamd.conflist"
 
+IPV6_ENV = {"ENABLE_IPv6": "true", "ENABLE_IPv4": "false", "ENABLE_PREFIX_DELEGATION": "true"}
+"""VPC CNI's settings of an IPv6 node."""
 LEAK_GRACE_S = 10
 """ipamd's leak grace: longer than any RunPodSandbox here (whose allocation exists before the sandbox
 is listed), short enough that an allocation orphaned by a killed ipamd goes within a test."""
@@ -83,6 +88,10 @@ class Ready:
     subnet_cidr: str
     vpc_cidr: str
     gateway: str
+    vpc_ipv6_cidr: str = ""
+    """The VPC's IPv6 /56; "" in a world without IPv6 (and so the two below)."""
+    subnet_ipv6_cidr: str = ""
+    vpc_host_ipv6: str = ""
 
     @classmethod
     def read(cls, path: Path) -> Ready:
@@ -114,14 +123,17 @@ class VpcNode:
 
     # -- bring-up ---------------------------------------------------------------------------------
 
-    def start_world(self) -> Ready:
+    def start_world(self, ipv6: bool = False) -> Ready:
+        """The world process; `ipv6` makes its VPC dual-stack (`fabric_ipv6`)."""
         for name in self.ns.all():
             add_netns(name)
             self.made_namespaces.append(name)
         ready_file = self.workdir / "world.ready"
         config = self.workdir / "world.json"
         config.write_text(
-            json.dumps({"namespaces": self.ns.to_json(), "ready_file": str(ready_file)})
+            json.dumps(
+                {"namespaces": self.ns.to_json(), "ready_file": str(ready_file), "ipv6": ipv6}
+            )
         )
         with (self.workdir / "world.log").open("ab") as log:
             self.world = subprocess.Popen(
@@ -142,7 +154,11 @@ class VpcNode:
         return self.ready
 
     def start_containerd(self, pause_image: Path) -> Containerd:
-        cni_bin = plugin_dir(self.workdir / "bin", SYSTEM_CNI_DIR / "loopback")
+        """containerd in the node; its CNI bin dir holds loopback, host-local (the IPAM of an IPv6
+        pod's IPv4 egress interface) and ipamd-cni."""
+        cni_bin = plugin_dir(
+            self.workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "host-local"
+        )
         (self.workdir / "net.d").mkdir()
         (self.workdir / "containerd").mkdir()
         self.containerd = Containerd.create(
@@ -366,12 +382,16 @@ class VpcNode:
 
     def sdc_drops(self) -> dict[str, int]:
         """ENI ID → packets EC2's source/destination check dropped on its link, for every ENI the
-        world has given a link so far (detached ones included)."""
-        return {
-            name.removeprefix("sdc_").replace("_", "-"): packets  # inverts `sdc_counter`
-            for name, packets in read_counters(self.ns.vpc).items()
-            if name.startswith("sdc_")
-        }
+        world has given a link so far (detached ones included); IPv4's and, in a world with IPv6,
+        IPv6's (table `ip6 vpc`) added up."""
+        families = ["ip", NFT6_FAMILY] if self.world_ready.vpc_ipv6_cidr else ["ip"]
+        drops: dict[str, int] = {}
+        for family in families:
+            for name, packets in read_counters(self.ns.vpc, family).items():
+                if name.startswith("sdc_"):
+                    eni_id = name.removeprefix("sdc_").replace("_", "-")  # inverts `sdc_counter`
+                    drops[eni_id] = drops.get(eni_id, 0) + packets
+        return drops
 
     def igw_drops(self) -> int:
         """Packets the internet gateway dropped: leaving the VPC from anything but the node's
@@ -460,17 +480,31 @@ def free_subnet_address(node: VpcNode, preferred: str) -> str:
 
 @contextlib.contextmanager
 def vpc_node(
-    pause_image: Path, host_network: str, env: Mapping[str, str] | None = None
+    pause_image: Path,
+    host_network: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    ipv6: bool = False,
 ) -> Iterator[VpcNode]:
     """A node in an emulated VPC with containerd and a ready ipamd (`IPAMD_HOST_NETWORK` =
-    `host_network`, plus `env`), its conflist written; everything gone afterwards."""
+    `host_network`, plus `env`), its conflist written; everything gone afterwards. `ipv6`: a
+    dual-stack VPC and ipamd in IPv6 mode (`IPV6_ENV`, which `env` may still override)."""
     require_root()
-    require("containerd", "runc", "ctr", "ip", "nsenter", "nft", "ping", plugins=("loopback",))
+    require(
+        "containerd",
+        "runc",
+        "ctr",
+        "ip",
+        "nsenter",
+        "nft",
+        "ping",
+        plugins=("loopback", "host-local"),
+    )
     node = VpcNode(make_workdir("vpc"), Namespaces.unique())
     try:
-        node.start_world()
+        node.start_world(ipv6)
         node.start_containerd(pause_image)
-        node.configure_ipamd(host_network, env or {})
+        node.configure_ipamd(host_network, {**(IPV6_ENV if ipv6 else {}), **(env or {})})
         node.start_ipamd()
         node.wait_ipamd_ready()
         conflist = node.workdir / "net.d" / DEPLOYED_CONFLIST.name

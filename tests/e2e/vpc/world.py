@@ -11,10 +11,11 @@ It owns, until SIGTERM (or SIGINT):
 
 Once EC2, IMDS and the topology are up it writes the ready file (JSON, atomically): `ec2_url`,
 `imds_url`, `region`, `instance_id`, `primary_eni_id`, `primary_mac`, `primary_ip`, `subnet_cidr`,
-`vpc_cidr`, `gateway`.
+`vpc_cidr`, `gateway`; with IPv6 also `vpc_ipv6_cidr`, `subnet_ipv6_cidr` and `vpc_host_ipv6`.
 
 Config (JSON): `namespaces` (`node`, `vpc`, `vpchost`, `inet`: names the test created), `ready_file`,
-and optionally `attach_delay_s` (default 0.5) and `poll_interval_s` (default 0.1).
+and optionally `attach_delay_s` (default 0.5), `poll_interval_s` (default 0.1) and `ipv6` (default
+false: true makes the VPC dual-stack, `Layout(ipv6=True)`, with `fabric_ipv6.DualStackFabric`).
 
 It refuses to run anywhere but in the node's namespace: its servers must be reachable by ipamd, and
 a mistake must never let it build the topology in the machine's own namespace. Namespaces are the
@@ -38,7 +39,9 @@ from typing import Any
 
 from cloud.embedded.eni_rules import LOCK
 from cloud.embedded.imds_sim import ImdsSimulator
+from cloud.embedded.ipv6_rules import eni_ipv6_prefixes
 from cloud.embedded.world import EmbeddedEc2, World
+from cloud.embedded.world_layout import Layout
 from tests.e2e.vpc.fabric import (
     GATEWAY,
     INSTANCE_TYPE,
@@ -51,6 +54,7 @@ from tests.e2e.vpc.fabric import (
     netns_path,
     prefix_addresses,
 )
+from tests.e2e.vpc.fabric_ipv6 import DualStackFabric, Ipv6Vpc
 
 logger = logging.getLogger("tests.e2e.vpc.world")
 
@@ -65,6 +69,8 @@ def read_enis(world: World) -> list[Eni]:
             addresses.add(str(nic.private_ip_address))
             for prefix in nic.ipv4_prefixes:
                 addresses |= prefix_addresses(str(prefix["Ipv4Prefix"]))
+            ipv6 = {f"{a}/128" for a in nic.ipv6_addresses or ()}
+            ipv6 |= {str(p) for p in eni_ipv6_prefixes(nic)}
             enis.append(
                 Eni(
                     eni_id=str(nic.id),
@@ -72,9 +78,21 @@ def read_enis(world: World) -> list[Eni]:
                     mac=str(nic.mac_address).lower(),
                     primary_ip=str(nic.private_ip_address),
                     addresses=frozenset(addresses),
+                    ipv6=frozenset(ipv6),
                 )
             )
         return enis
+
+
+def ipv6_blocks(world: World) -> Ipv6Vpc:
+    """The VPC's IPv6 /56 and the node subnet's /64, as DescribeVpcs and DescribeSubnets list them."""
+    ec2 = world.client()
+    vpc = ec2.describe_vpcs(VpcIds=[world.vpc_id])["Vpcs"][0]
+    subnet = ec2.describe_subnets(SubnetIds=[world.subnet_id])["Subnets"][0]
+    return Ipv6Vpc(
+        vpc_cidr=str(vpc["Ipv6CidrBlockAssociationSet"][0]["Ipv6CidrBlock"]),
+        subnet_cidr=str(subnet["Ipv6CidrBlockAssociationSet"][0]["Ipv6CidrBlock"]),
+    )
 
 
 def _poll(world: World, fabric: Fabric, stop: threading.Event, interval_s: float) -> None:
@@ -110,13 +128,22 @@ async def serve(config: dict[str, Any]) -> None:
     ip(ns.node, "link", "set", "lo", "up")  # a new namespace's loopback is down: no servers yet
     host = EmbeddedEc2("server").start()
     try:
-        world = host.world(INSTANCE_TYPE, region=REGION, subnet_cidr=SUBNET_CIDR)
+        ipv6 = bool(config.get("ipv6", False))
+        world = host.world(
+            INSTANCE_TYPE, region=REGION, subnet_cidr=SUBNET_CIDR, layout=Layout(ipv6=ipv6)
+        )
         assert world.endpoint_url is not None
         imds = ImdsSimulator(world)
         imds_url = await imds.start()
         try:
             primary = read_enis(world)[0]
-            fabric = Fabric(ns, primary, attach_delay_s=float(config.get("attach_delay_s", 0.5)))
+            delay_s = float(config.get("attach_delay_s", 0.5))
+            vpc6 = ipv6_blocks(world) if ipv6 else None
+            fabric = (
+                Fabric(ns, primary, attach_delay_s=delay_s)
+                if vpc6 is None
+                else DualStackFabric(ns, primary, attach_delay_s=delay_s, vpc6=vpc6)
+            )
             await asyncio.to_thread(fabric.start)
             stop = threading.Event()
             poller = threading.Thread(
@@ -137,6 +164,15 @@ async def serve(config: dict[str, Any]) -> None:
                     "subnet_cidr": str(subnet),
                     "vpc_cidr": str(subnet.supernet(new_prefix=16)),
                     "gateway": GATEWAY,
+                    **(
+                        {}
+                        if vpc6 is None
+                        else {
+                            "vpc_ipv6_cidr": vpc6.vpc_cidr,
+                            "subnet_ipv6_cidr": vpc6.subnet_cidr,
+                            "vpc_host_ipv6": vpc6.vpc_host,
+                        }
+                    ),
                 },
             )
             logger.info("ready: EC2 at %s, IMDS at %s", world.endpoint_url, imds_url)
