@@ -5,6 +5,11 @@
 # interface (SNATed traffic, NodePort), and strict filtering would drop it there. Run by the
 # DaemonSet's `host-sysctls` init container; the primary interface is the one of the default route
 # unless IPAMD_PRIMARY_INTERFACE names it.
+#
+# In IPv6 mode (ENABLE_IPv6=true, from the ConfigMap) the node also forwards its pods' IPv6 traffic,
+# and keeps the default route it learns from the VPC router's advertisements while it forwards
+# (accept_ra=2 on the primary interface: with the default 1, a forwarding host ignores them). The
+# VPC CNI's init container sets the same two; accept_ra goes first, so the route is never dropped.
 set -eu
 
 iface=${IPAMD_PRIMARY_INTERFACE:-}
@@ -28,3 +33,8 @@ if [ ! -e "$knob" ]; then
 fi
 echo 2 > "$knob"
 echo "host-sysctls: net.ipv4.conf.$iface.rp_filter=2"
+if [ "${ENABLE_IPv6:-false}" = "true" ]; then
+    echo 2 > "/proc/sys/net/ipv6/conf/$iface/accept_ra"
+    echo 1 > /proc/sys/net/ipv6/conf/all/forwarding
+    echo "host-sysctls: net.ipv6.conf.$iface.accept_ra=2 net.ipv6.conf.all.forwarding=1"
+fi

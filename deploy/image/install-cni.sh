@@ -18,12 +18,16 @@
 #   IPAMD_CNI_BUNDLE            the runtime in the image                  (/opt/ipamd/cni/bundle)
 #   IPAMD_CNI_LAUNCHER          the launcher in the image                 (/opt/ipamd/cni/ipamd-cni)
 #   IPAMD_CNI_REQUIRED_PLUGINS  plugins the conflist needs from the node  ("loopback")
+#   ENABLE_IPv6                 "true": host-local is needed too (IPv6 pods' IPv4 egress addresses)
 set -eu
 
 bin_dir=${IPAMD_CNI_BIN_DIR:-/host/opt/cni/bin}
 bundle=${IPAMD_CNI_BUNDLE:-/opt/ipamd/cni/bundle}
 launcher=${IPAMD_CNI_LAUNCHER:-/opt/ipamd/cni/ipamd-cni}
 required=${IPAMD_CNI_REQUIRED_PLUGINS-loopback}
+if [ "${ENABLE_IPv6:-false}" = "true" ]; then
+    required="$required host-local"
+fi
 
 say() { echo "install-cni: $*" >&2; }
 die() {

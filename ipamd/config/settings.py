@@ -374,8 +374,8 @@ class Config:
     enable_ipv6: bool = field(default=False, metadata=declare(
         "ENABLE_IPv6", BOOL, "false", "", "`ENABLE_IPv6`",
         "Pods get IPv6 /128s from one /80 prefix on the primary ENI; needs ENABLE_IPv4=false and "
-        "ENABLE_PREFIX_DELEGATION=true, and no custom networking. Not available in this version: "
-        "a start with it is refused."))
+        "ENABLE_PREFIX_DELEGATION=true, and no custom networking; each pod also gets IPv4 egress "
+        "through a second interface (IPv6 mode, below)."))
     # fmt: on
 
     @classmethod

@@ -16,7 +16,8 @@ def pool_report(daemon: Daemon) -> dict[str, object]:
     rule that set max pods (the same pure rule the daemon's parts applied)."""
     targets, limits, pool = daemon.parts.targets, daemon.parts.node.limits, daemon.pool.report()
     return {
-        "mode": pool.strategy.kind,
+        # IPv6 mode's one /80 follows none of the targets below (docs/configuration.md).
+        "mode": "ipv6" if daemon.config.enable_ipv6 else pool.strategy.kind,
         "targets": {
             "WARM_ENI_TARGET": targets.warm_eni_target,
             "WARM_IP_TARGET": targets.warm_ip_target,
