@@ -127,8 +127,16 @@ def host_local_conf(inv: Invocation, egress: V4Egress) -> dict[str, object]:
 
 
 def host_local_add(inv: Invocation, egress: V4Egress) -> str:
-    """host-local's ADD: the pod's IPv4 egress address (no prefix). Raises `DelegateError`."""
-    answer = _host_local("ADD", inv, egress)
+    """host-local's ADD: the pod's IPv4 egress address (no prefix). Raises `DelegateError`.
+
+    host-local refuses a second address to an attachment it holds one for, which is what a retried
+    ADD asks: a refused ADD is tried once more after host-local's DEL of the attachment (a no-op
+    when the refusal was something else, such as a full range, which the second ADD reports)."""
+    try:
+        answer = _host_local("ADD", inv, egress)
+    except DelegateError:
+        _host_local("DEL", inv, egress)
+        answer = _host_local("ADD", inv, egress)
     ips = answer.get("ips")
     for ip in ips if isinstance(ips, list) else []:
         address = ip.get("address") if isinstance(ip, dict) else None

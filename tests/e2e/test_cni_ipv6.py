@@ -317,3 +317,26 @@ def test_a_bad_v4egress_block_is_a_config_error_before_anything_is_done(
     assert "v4Egress." in str(bad.output["msg"])
     assert node.ipamd.allocations(NETWORK) == {}
     assert veth_name("eni", "e2e", "web-5") not in netns_links(node.host_netns)
+
+
+def test_a_retried_add_holds_one_egress_address_and_one_pair(
+    node: Node, netns: NetnsFactory
+) -> None:
+    _, pod_path = netns()
+    first = node.add("e2e-ipv6-retry", pod_path, "web-6")
+    assert first.returncode == 0, (first.output, first.stderr)
+    assert len(node.held_by_host_local()) == 1
+    # host-local refuses the attachment a second address: the plugin releases the first and asks
+    # again (host-local hands out the next address of its range).
+    again = node.add("e2e-ipv6-retry", pod_path, "web-6")
+    assert again.returncode == 0, (again.output, again.stderr)
+    assert result(again)["ips"] == result(first)["ips"], "the same allocation"
+    (egress_v4,) = node.held_by_host_local()
+    addresses = link(pod_path, "v4if0")["addr_info"]
+    assert [a["local"] for a in addresses if a["family"] == "inet"] == [egress_v4]
+    names = [i["name"] for i in result(again)["interfaces"]]
+    assert sorted(n for n in netns_links(node.host_netns) if n in names) == sorted(names[::2])
+    assert {"eth0", "v4if0"} <= netns_links(pod_path)
+    deleted = node.plugin("DEL", container_id="e2e-ipv6-retry", netns=pod_path, ifname="eth0")
+    assert deleted.returncode == 0, deleted.output
+    assert node.held_by_host_local() == set() and node.ipamd.allocations(NETWORK) == {}

@@ -241,3 +241,18 @@ def test_the_egress_pair_is_listed_after_the_pods_interface_and_in_no_ips() -> N
         {"name": "v4if0", "mac": "02:00:00:00:00:04", "sandbox": "/var/run/netns/p1"},
     ]
     assert result["ips"] == [{"address": f"{V6}/128", "gateway": "fe80::1", "interface": 1}]
+
+
+def test_a_refused_add_is_tried_again_after_host_locals_del(tmp_path: Path) -> None:
+    answer = {"cniVersion": "1.0.0", "ips": [{"address": "169.254.172.9/22"}]}
+    refusal = {"cniVersion": "1.0.0", "code": 999, "msg": "duplicate allocation is not allowed"}
+    fake_host_local(
+        tmp_path,
+        f'echo "$CNI_COMMAND" >> "{tmp_path}/commands"\n'
+        f'if [ "$CNI_COMMAND" = ADD ] && [ ! -e "{tmp_path}/refused" ]; then\n'
+        f"  touch \"{tmp_path}/refused\"; echo '{json.dumps(refusal)}'; exit 1\nfi\n"
+        f"[ \"$CNI_COMMAND\" = ADD ] && echo '{json.dumps(answer)}'\nexit 0",
+    )
+    inv, block = egress_invocation("ADD", str(tmp_path))
+    assert egress.host_local_add(inv, block) == "169.254.172.9"
+    assert (tmp_path / "commands").read_text().split() == ["ADD", "DEL", "ADD"]
