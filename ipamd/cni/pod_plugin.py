@@ -16,13 +16,13 @@ asks ipamd to DELETE the allocation:
 - the agent refused (502 `network_policy_refused`, CNI 105): ipamd has already retracted the
   allocation (no delete intent, no cooldown: no pod used the address);
 - the interface or the egress could not be made (CNI 106; host-local's address is released with
-  its DEL), or the policy call did not get through (11): the
-  allocation stays. A DELETE here would leave a delete intent that refuses this container ID's
-  next ADD, while a retry of the same ID (a runtime or a person running the ADD again) should get
-  the same address back. The kubelet does not retry a failed RunPodSandbox under the same sandbox
-  ID: containerd tears the failed sandbox's network down with a DEL, which releases the address
-  as any DEL does, and a runtime that does not is caught by ipamd's runtime leak GC (the sandbox
-  is absent from two listings past the grace period).
+  its DEL), or the policy call did not get through (11): the allocation stays. A DELETE here would
+  leave a delete intent that refuses this container ID's next ADD, while a retry of the same ID (a
+  runtime or a person running the ADD again) should get the same address back. The kubelet does
+  not retry a failed RunPodSandbox under the same sandbox ID: containerd tears the failed
+  sandbox's network down with a DEL, which releases the address as any DEL does, and a runtime
+  that does not is caught by ipamd's runtime leak GC (the sandbox is absent from two listings past
+  the grace period).
 
 DEL: the DELETE as the IPAM plugin makes it, then the pod's veth goes, whatever ipamd answered (a
 daemon that cannot be reached still gets the veth removed and DEL succeeds). When CNI_NETNS still
@@ -122,8 +122,7 @@ def _enforce_policy(inv: Invocation) -> None:
 def add(inv: Invocation, log: IO[str]) -> dict[str, object]:
     conf = inv.conf.interface
     assert conf is not None
-    egress = conf.v4_egress
-    if egress is not None and egress.ifname == inv.ifname:
+    if conf.v4_egress is not None and conf.v4_egress.ifname == inv.ifname:
         raise CniError(
             ERR_INVALID_CONFIG, "v4Egress.ifname must differ from CNI_IFNAME", inv.ifname
         )
@@ -134,11 +133,8 @@ def add(inv: Invocation, log: IO[str]) -> dict[str, object]:
         made = pod_interface.set_up(host_name, inv.netns, inv.ifname, address, conf.mtu)
     except NetlinkError as err:
         raise CniError(ERR_INTERFACE, "cannot set up the pod's interface", str(err)) from None
-    if egress is None or ":" not in address:
-        egress = None
-        made_egress = None
-    else:
-        made_egress = _set_up_egress(inv, host_name, egress, log)
+    egress = conf.v4_egress if ":" in address else None
+    made_egress = None if egress is None else _set_up_egress(inv, host_name, egress, conf.mtu, log)
     if alloc.network_policy is not None:
         try:
             _enforce_policy(inv)
@@ -151,22 +147,16 @@ def add(inv: Invocation, log: IO[str]) -> dict[str, object]:
 
 
 def _set_up_egress(
-    inv: Invocation, host_name: str, egress: V4Egress, log: IO[str]
+    inv: Invocation, host_name: str, egress: V4Egress, mtu: int, log: IO[str]
 ) -> pod_interface.PodInterface:
     """host-local's address on the egress pair; on a failure, what this ADD made goes (both pairs,
     host-local's address) and the ADD fails with 106."""
     from ipamd.cni.egress import DelegateError, egress_veth_name, host_local_add
 
-    assert inv.conf.interface is not None
     try:
         v4 = host_local_add(inv, egress)
         return pod_interface.set_up(
-            egress_veth_name(host_name),
-            inv.netns,
-            egress.ifname,
-            v4,
-            inv.conf.interface.mtu,
-            egress.gateway,
+            egress_veth_name(host_name), inv.netns, egress.ifname, v4, mtu, egress.gateway
         )
     except (NetlinkError, DelegateError) as err:
         _remove_egress(inv, host_name, egress, log, in_netns=False)
