@@ -2,7 +2,8 @@
 
 It owns the wire format of those requests (struct-packed `nlmsghdr` + family header + attributes,
 each sent with NLM_F_ACK and answered by the kernel's NLMSG_ERROR) and the switch into a pod's
-network namespace; nothing about what a pod's interface should look like (`ipamd.cni.pod_interface`).
+network namespace (and the sysctls written there, `Netns.set_sysctls`); nothing about what a pod's
+interface should look like (`ipamd.cni.pod_interface`).
 
 Requests: a veth pair whose peer is created straight inside another namespace (IFLA_LINKINFO /
 VETH_INFO_PEER carrying IFLA_NET_NS_FD), a link up, an address, a route (on-link or via a gateway,
