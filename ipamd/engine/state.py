@@ -300,6 +300,14 @@ class NodeState:
             return _canonical_in(v6.base, address)
         return address in self._addresses_of.get(cidr, ())
 
+    def active_unit_of(self, address: str) -> str | None:
+        """The active unit that hands out `address` (`holds`), or None: for the rare readers that
+        start from an address (repair, rebuild), at the cost of a look at every unit."""
+        for cidr, unit in self._units.items():
+            if unit.state == "active" and self.holds(cidr, address):
+                return cidr
+        return None
+
     def owned_in(self, cidr: str) -> int:
         """How many addresses of the unit are owned by an allocation."""
         return self._owned_in_unit.get(cidr, 0)

@@ -59,15 +59,12 @@ def plan_allocations(
     state: NodeState, rebuild: Rebuild, now: float
 ) -> tuple[tuple[AllocationRecord, ...], list[str]]:
     """Allocations for the claimed addresses that are free units of the fresh inventory."""
-    by_address = {
-        a: c for c, u in state.units().items() if u.state == "active" for a in state.addresses_of(c)
-    }
     records: list[AllocationRecord] = []
     unfixable: list[str] = []
     taken: set[str] = set()
     for sandbox_id, addresses in sorted(rebuild.claims.items()):
         for index, address in enumerate(addresses):
-            cidr = by_address.get(address)
+            cidr = state.active_unit_of(address)
             if cidr is None or address in taken:
                 unfixable.append(f"{address} of sandbox {sandbox_id} is not on this node per EC2")
                 continue

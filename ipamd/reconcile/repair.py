@@ -79,14 +79,7 @@ def _restorable(state: NodeState, q: QuarantineRecord, now: float) -> Allocation
         return None  # a DEL came for it: it must not own anything again
     cidrs: list[str] = []
     for address in q.addresses:
-        cidr = next(
-            (
-                c
-                for c, u in state.units().items()
-                if u.state == "active" and address in state.addresses_of(c)
-            ),
-            None,
-        )
+        cidr = state.active_unit_of(address)
         if cidr is None or state.owner_of(address) is not None or q.key in state.allocations():
             return None
         cidrs.append(cidr)
