@@ -120,7 +120,8 @@ async def _hostnet(
 ) -> HostNetAdapters | None:
     """The kernel's adapters when IPAMD_HOST_NETWORK=on (pyroute2 is imported only then)."""
     if config.host_network != "on":
-        logger.info("hostnet.off reason=IPAMD_HOST_NETWORK=off: pods on secondary ENIs cannot send")
+        lacking = "IPv4 egress" if config.enable_ipv6 else "sending from secondary ENIs"
+        logger.info("hostnet.off reason=IPAMD_HOST_NETWORK=off: pods lack %s", lacking)
         return None
     from ipamd.hostnet.aws_snat import NftAwsNodeSnat
     from ipamd.hostnet.netlink import NetlinkHostNetwork
