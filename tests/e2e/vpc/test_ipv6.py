@@ -21,8 +21,8 @@ from tests.e2e.support import (
     require_root,
     wait_until,
 )
-from tests.e2e.vpc.fabric import INET_HOST, Namespaces, ip, netns_path, read_counters, sysctl
-from tests.e2e.vpc.fabric_ipv6 import NFT6_FAMILY, ROUTER_LINK_LOCAL
+from tests.e2e.vpc.fabric import Namespaces, ip, netns_path, read_counters, sysctl
+from tests.e2e.vpc.fabric_ipv6 import NFT6_FAMILY, ROUTER_LINK_LOCAL, link_local
 from tests.e2e.vpc.harness import VpcNode
 from tests.e2e.vpc.probes6 import ec2_prefixes, ping
 
@@ -53,24 +53,12 @@ def world_node() -> Iterator[VpcNode]:
 def plug_pod(node: VpcNode, address: str) -> str:
     """A namespace wired as ipamd wires an IPv6 pod: `address`/128 on its eth0, default via fe80::1
     with a permanent neighbour entry (the host veth's MAC), and on the node a route to `address` by
-    the host veth, IPv6 forwarding on. Returns the namespace's path."""
+    the host veth, IPv6 forwarding on. Returns the namespace's name."""
     name = f"{node.ns.node}-pod"
     add_netns(name)
     node.made_namespaces.append(name)
     host_link = "v6pod"
-    ip(
-        node.ns.node,
-        "link",
-        "add",
-        host_link,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        name,
-    )
+    ip(node.ns.node, *f"link add {host_link} type veth peer name eth0 netns {name}".split())
     sysctl(node.ns.node, f"net.ipv6.conf.{host_link}.accept_dad", "0")
     sysctl(node.ns.node, "net.ipv6.conf.all.forwarding", "1")
     ip(node.ns.node, "link", "set", host_link, "up")
@@ -80,19 +68,8 @@ def plug_pod(node: VpcNode, address: str) -> str:
     ip(name, "addr", "add", f"{address}/128", "dev", "eth0", "nodad")
     ip(name, "link", "set", "eth0", "up")
     ip(name, "-6", "route", "add", "default", "via", ROUTER_LINK_LOCAL, "dev", "eth0")
-    ip(
-        name,
-        "neigh",
-        "replace",
-        ROUTER_LINK_LOCAL,
-        "lladdr",
-        mac,
-        "dev",
-        "eth0",
-        "nud",
-        "permanent",
-    )
-    return netns_path(name)
+    ip(name, *f"neigh replace {ROUTER_LINK_LOCAL} lladdr {mac} dev eth0 nud permanent".split())
+    return name
 
 
 def test_the_fabric_delivers_an_assigned_80_and_drops_spoofed_ipv6(world_node: VpcNode) -> None:
@@ -106,12 +83,17 @@ def test_the_fabric_delivers_an_assigned_80_and_drops_spoofed_ipv6(world_node: V
     network = ipaddress.IPv6Network(prefix)
     assert network.prefixlen == 80 and network.subnet_of(subnet), prefix
 
-    def delivered() -> bool | None:
-        return True if ip(node.ns.vpc, "-6", "route", "show", prefix).strip() else None
+    def delivered() -> str | None:
+        return ip(node.ns.vpc, "-6", "route", "show", prefix).strip() or None
 
-    wait_until(delivered, f"the VPC's route to {prefix}", 10.0)
+    route = wait_until(delivered, f"the VPC's route to {prefix}", 10.0)
+    node_link_local = link_local(ready.primary_mac)
+    assert f"via {node_link_local} dev en0" in route, route
+    eth0 = ip(node.ns.node, "-6", "addr", "show", "dev", "eth0", "scope", "link")
+    assert f"{node_link_local}/64" in eth0, f"the kernel derives the same link-local: {eth0}"
     pod = str(network[0x5])
-    netns = plug_pod(node, pod)
+    pod_ns = plug_pod(node, pod)
+    netns = netns_path(pod_ns)
     wait_until(lambda: ping(netns, ready.vpc_host_ipv6) or None, "a first IPv6 echo reply", 10.0)
     assert ping(netns, ready.vpc_host_ipv6, count=10) == 10, "the pod reaches the VPC host"
     vpchost = netns_path(node.ns.vpchost)
@@ -120,8 +102,7 @@ def test_the_fabric_delivers_an_assigned_80_and_drops_spoofed_ipv6(world_node: V
 
     spoofed = str(subnet[0x99])  # in the subnet, outside the ENI's /80: not the ENI's
     assert ipaddress.IPv6Address(spoofed) not in network
-    ip(netns.rpartition("/")[2], "addr", "add", f"{spoofed}/128", "dev", "eth0", "nodad")
+    ip(pod_ns, "addr", "add", f"{spoofed}/128", "dev", "eth0", "nodad")
     assert ping(netns, ready.vpc_host_ipv6, "-I", spoofed, count=3) == 0
     assert sdc6_drops(node) == 3, "each spoofed echo request dropped and counted"
     assert node.sdc_drops() == {ready.primary_eni_id: 3}, "counted against the primary ENI"
-    assert ping(netns, INET_HOST, count=1) == 0, "IPv4 only: the namespace has no IPv4 at all"
