@@ -4,8 +4,8 @@ EC2 lists on each ENI.
 
 - The VPC router forwards IPv6 and answers as `ROUTER_LINK_LOCAL` (fe80::1) on every ENI link, as
   the VPC's router does; the node's `eth0` keeps the link-local address its kernel gives it, accepts
-  router advertisements while forwarding (`accept_ra` 2, as VPC CNI sets it) and routes IPv6 by
-  default via fe80::1.
+  router advertisements while forwarding (`accept_ra` 2, as VPC CNI sets it) and has the default
+  route via fe80::1 that the router's advertisement gives an instance (set here, not advertised).
 - Each IPv6 CIDR EC2 lists on an ENI (an address as a /128, a delegated /80) is delivered to that
   ENI's link: a route via the ENI's link-local address (EUI-64 of its MAC) and a permanent neighbour
   entry for that link-local with the ENI's MAC. The fabric never resolves a pod's address: a /80 is
