@@ -6,6 +6,10 @@ the VPC fabric follow EC2); `world` is the process that plays EC2, IMDS, the hyp
 `harness` is the tests' side (namespaces, the world process, containerd and ipamd in the node, probes);
 `test_datapath` holds the datapath's tests.
 
+IPv6: `fabric_ipv6` adds the VPC's IPv6 for a dual-stack world (`ec2_ipv6` lists and assigns the
+primary ENI's /80s from inside the node, `probes6` holds the IPv6 tests' probes); `test_ipv6` tests
+the fabric's IPv6 alone and `test_ipv6_node` an IPv6 node run by ipamd.
+
 The takeover from aws-node: `aws_node` prepares a node as aws-node leaves it (through
 `aws_node_ec2`, run where the world's EC2 listens, and `aws_cni_plugin`, a stand-in for VPC CNI's
 plugin) and says what of it is left; `pings` runs the pings that must go on through the takeover
