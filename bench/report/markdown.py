@@ -10,6 +10,7 @@ from typing import Any
 TARGETS: Mapping[str, float] = {
     "engine_add_p50_ms": 1.0,
     "engine_add_p50_ms_ipv6": 1.0,
+    "engine_add_ipv6_over_ipv4": 1.5,
     "engine_del_p50_ms": 1.0,
     "del_intent_cost_ratio": 1.5,
     "restore_ms_250_alloc_86400_intents": 500.0,
