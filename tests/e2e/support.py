@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -282,3 +282,29 @@ def require(*tools: str, plugins: tuple[str, ...] = (), skip: bool = False) -> N
 
 def make_workdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"ipamd-e2e-{prefix}-"))
+
+
+def ip_json(netns_path: str, *args: str) -> Any:
+    """`ip -j <args>` in the namespace at `netns_path`, parsed."""
+    done = subprocess.run(
+        ["nsenter", f"--net={netns_path}", "ip", "-j", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return json.loads(done.stdout or "[]")
+
+
+def link(netns_path: str, name: str) -> dict[str, Any]:
+    """One link of the namespace, with its details and addresses."""
+    (found,) = ip_json(netns_path, "-d", "addr", "show", "dev", name)
+    assert isinstance(found, dict)
+    return found
+
+
+def ping(netns_path: str, address: str) -> int:
+    """One ping from the namespace (IPv4 or IPv6, by the address); ping's exit code."""
+    family = "-6" if ":" in address else "-4"
+    command = ["nsenter", f"--net={netns_path}", "ping", family, "-c", "1", "-W", "2", address]
+    return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode

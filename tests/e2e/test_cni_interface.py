@@ -9,7 +9,6 @@ cross the pair both ways, and DEL removes it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -28,8 +27,11 @@ from tests.e2e.support import (
     add_netns,
     bare,
     delete_netns,
+    ip_json,
+    link,
     make_workdir,
     netns_links,
+    ping,
     require,
     require_root,
     run_plugin,
@@ -99,23 +101,6 @@ def result(outcome: CniOutcome) -> Any:
     return outcome.output
 
 
-def ip_json(netns_path: str, *args: str) -> Any:
-    done = subprocess.run(
-        ["nsenter", f"--net={netns_path}", "ip", "-j", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    return json.loads(done.stdout or "[]")
-
-
-def link(netns_path: str, name: str) -> dict[str, Any]:
-    (found,) = ip_json(netns_path, "-d", "addr", "show", "dev", name)
-    assert isinstance(found, dict)
-    return found
-
-
 def routes(netns_path: str) -> set[tuple[str, str | None, str, str]]:
     return {
         (r["dst"], r.get("gateway"), r["dev"], r.get("scope", "global"))
@@ -128,11 +113,6 @@ def neighbours(netns_path: str) -> set[tuple[str, str, str, str]]:
         (n["dst"], n.get("lladdr", ""), n["dev"], ",".join(n.get("state", [])))
         for n in ip_json(netns_path, "neigh", "show")
     }
-
-
-def ping(netns_path: str, address: str) -> int:
-    command = ["nsenter", f"--net={netns_path}", "ping", "-c", "1", "-W", "2", address]
-    return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode
 
 
 def test_add_makes_vpc_cnis_pod_interface_and_del_removes_it(

@@ -9,7 +9,6 @@ eth0, IPv4 on the egress pair), and DEL removes both and releases host-local's a
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -30,8 +29,11 @@ from tests.e2e.support import (
     add_netns,
     bare,
     delete_netns,
+    ip_json,
+    link,
     make_workdir,
     netns_links,
+    ping,
     require,
     require_root,
     run_plugin,
@@ -122,23 +124,6 @@ def result(outcome: CniOutcome) -> Any:
     return outcome.output
 
 
-def ip_json(netns_path: str, *args: str) -> Any:
-    done = subprocess.run(
-        ["nsenter", f"--net={netns_path}", "ip", "-j", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
-    return json.loads(done.stdout or "[]")
-
-
-def link(netns_path: str, name: str) -> dict[str, Any]:
-    (found,) = ip_json(netns_path, "-d", "addr", "show", "dev", name)
-    assert isinstance(found, dict)
-    return found
-
-
 def routes(netns_path: str, family: str) -> set[tuple[str, str | None, str]]:
     return {
         (r["dst"], r.get("gateway"), r["dev"])
@@ -158,12 +143,6 @@ def sysctl(netns_path: str, name: str) -> str:
     return subprocess.run(
         command, capture_output=True, text=True, check=True, timeout=30
     ).stdout.strip()
-
-
-def ping(netns_path: str, address: str) -> int:
-    family = "-6" if ":" in address else "-4"
-    command = ["nsenter", f"--net={netns_path}", "ping", family, "-c", "1", "-W", "2", address]
-    return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode
 
 
 def test_add_makes_the_ipv6_interface_and_the_ipv4_egress_and_del_removes_them(
