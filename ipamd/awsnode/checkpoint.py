@@ -125,21 +125,22 @@ def _text(value: object) -> str:
 
 
 def render(allocations: Iterable[AllocationRecord]) -> bytes:
-    """The checkpoint aws-node would read back for `allocations` (IPv4, one entry per address)."""
+    """The checkpoint aws-node would read back for `allocations` (one entry per address)."""
     ordered = sorted(allocations, key=lambda a: (a.created_at, a.key.container_id))
     return document(entries_of(a) for a in ordered)
 
 
 def entries_of(alloc: AllocationRecord) -> str:
     """The allocation's entries (one per address) as JSON text, comma-separated: the part of the
-    file that changes only with the allocation, so a writer can keep it between writes."""
+    file that changes only with the allocation, so a writer can keep it between writes. An IPv6
+    address goes in `ipv6`, where aws-node in IPv6 mode reads it, an IPv4 one in `ipv4`."""
     return ",".join(
         json.dumps(
             {
                 "networkName": alloc.key.network,
                 "containerID": alloc.key.container_id,
                 "ifName": alloc.key.ifname,
-                "ipv4": address,
+                ("ipv6" if ":" in address else "ipv4"): address,
                 "allocationTimestamp": int(alloc.created_at * 1e9),
                 "metadata": {
                     "k8sPodNamespace": alloc.pod_namespace,

@@ -68,7 +68,8 @@ def actions_in_progress(daemon: Daemon) -> dict[str, int]:
 def metric_sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
     """What the metrics endpoint reads of the daemon's parts, each read when scraped."""
     limits = daemon.parts.node.limits
-    snat = daemon.datapath is not None and not daemon.config.external_snat
+    config = daemon.config  # IPv6 mode marks no connection: its table only SNATs IPv4 egress
+    snat = daemon.datapath is not None and not config.external_snat and not config.enable_ipv6
     return Sources(
         snapshot=daemon.engine.snapshot,
         max_enis=limits.max_enis,

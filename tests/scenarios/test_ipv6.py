@@ -2,7 +2,9 @@
 whose pool keeps one /80 on the primary ENI, wired by `open_parts` as the daemon wires it. ADD and DEL
 are idempotent, the /80 is reconciled with EC2 by content inside and outside the grace window, the
 leak GC releases what the runtime no longer lists, and the engine's invariants (and EC2 = ipamd)
-hold after each; a state file gone bad is rebuilt from EC2's /80 and the runtime's sandboxes."""
+hold after each; a state file gone bad is rebuilt from EC2's /80 and the runtime's sandboxes (S9).
+
+What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 

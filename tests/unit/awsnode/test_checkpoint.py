@@ -125,6 +125,21 @@ def test_what_ipamd_writes_reads_back_as_vpc_cnis_format_marked_as_ipamds() -> N
     ]
 
 
+def test_an_ipv6_pods_address_is_written_where_aws_node_in_ipv6_mode_reads_it() -> None:
+    address = "2600:1f14:abc:d00:1234::1"
+    record = AllocationRecord(
+        AllocationKey("aws-cni", "v6", "eth0"),
+        (address,),
+        ("2600:1f14:abc:d00:1234::/80",),
+        "eni-0",
+        1764000000.0,
+    )
+
+    (item,) = json.loads(render([record]))["allocations"]
+
+    assert item["ipv6"] == address and "ipv4" not in item
+
+
 def test_the_file_is_replaced_whole_and_an_absent_one_reads_as_none(tmp_path: Path) -> None:
     file = CheckpointFile(tmp_path / "aws-node" / "ipam.json")
     assert file.read() is None
