@@ -84,8 +84,11 @@ class Imdsv2Client:
         clock: MonotonicClock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        ipv6_prefixes: bool = False,
     ) -> None:
-        """`token_ttl_s` is the lifetime asked for (1..21600 s); the token is renewed
+        """`ipv6_prefixes`: also read each ENI's delegated IPv6 prefixes (IPv6 mode); without, one
+        request per ENI less, and `ImdsInterface.ipv6_prefixes` is empty.
+        `token_ttl_s` is the lifetime asked for (1..21600 s); the token is renewed
         `token_refresh_margin_s` before it ends, so a request never carries a token about to expire.
         `request_timeout_s` bounds one attempt, connection included; `max_concurrent_requests` bounds
         the requests in flight (IMDS limits packets per second per ENI)."""
@@ -116,6 +119,7 @@ class Imdsv2Client:
         self._token: str | None = None
         self._token_renew_at = 0.0
         self._token_lock = asyncio.Lock()
+        self._ipv6_prefixes = ipv6_prefixes
 
     # -- Imds -------------------------------------------------------------------------------------
 
@@ -166,17 +170,18 @@ class Imdsv2Client:
 
     async def _interface(self, mac: str) -> ImdsInterface:
         base = f"{MACS_PATH}{mac}/"
-        eni_id, device, subnet_id, ips, prefixes, v6_prefixes = await _gather(
-            [
-                self._read(base + "interface-id"),
-                self._read(base + "device-number"),
-                self._read(base + "subnet-id"),
-                self._read(base + "local-ipv4s"),
-                # IMDS answers 404 here, not an empty list, for an ENI without prefixes.
-                self._read(base + "ipv4-prefix", optional=True),
-                self._read(base + "ipv6-prefix", optional=True),
-            ]
-        )
+        reads = [
+            self._read(base + "interface-id"),
+            self._read(base + "device-number"),
+            self._read(base + "subnet-id"),
+            self._read(base + "local-ipv4s"),
+            # IMDS answers 404 here, not an empty list, for an ENI without prefixes.
+            self._read(base + "ipv4-prefix", optional=True),
+        ]
+        if self._ipv6_prefixes:
+            reads.append(self._read(base + "ipv6-prefix", optional=True))
+        eni_id, device, subnet_id, ips, prefixes, *v6 = await _gather(reads)
+        v6_prefixes = v6[0] if v6 else ""
         try:
             return ImdsInterface(
                 mac=mac,

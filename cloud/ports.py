@@ -151,8 +151,8 @@ class ImdsInterface:
     ipv4_prefixes: tuple[str, ...]
     """Delegated /28 prefixes, CIDR form; empty when none (IMDS answers 404)."""
     ipv6_prefixes: tuple[str, ...] = ()
-    """Delegated IPv6 /80 prefixes, CIDR form (`ipv6-prefix`); empty when none. The embedded IMDS
-    serves them, and `cloud.imds`'s client reads them (IMDS answers 404 for an ENI without)."""
+    """Delegated IPv6 /80 prefixes, CIDR form (`ipv6-prefix`); empty when none (IMDS answers 404).
+    The embedded IMDS serves them; `cloud.imds`'s client reads them in IPv6 mode."""
 
 
 class Imds(Protocol):

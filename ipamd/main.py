@@ -184,7 +184,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         ec2, imds_url, node = await _cloud(
             config, embedded, stack, recorders, own_runtime=own_runtime
         )
-        imds = Imdsv2Client(imds_url)
+        imds = Imdsv2Client(imds_url, ipv6_prefixes=config.enable_ipv6)
         stack.push_async_callback(imds.close)
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)

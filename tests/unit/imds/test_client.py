@@ -4,6 +4,7 @@ token is shared and renewed, and every failure arrives as a `CloudError` after a
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from typing import Any
 
@@ -11,7 +12,8 @@ import pytest
 
 from cloud.calls import OK, CallLog
 from cloud.embedded.imds_sim import ImdsSimulator
-from cloud.embedded.world import World
+from cloud.embedded.world import EmbeddedEc2, World
+from cloud.embedded.world_layout import Layout
 from cloud.errors import CallTimeout, NotFound, Rejected, ServiceUnavailable, Throttled
 from cloud.imds import OP_GET, OP_TOKEN, Imdsv2Client
 from cloud.ports import ImdsInterface
@@ -251,3 +253,23 @@ async def test_a_caller_giving_up_cancels_every_read(
         async with asyncio.timeout(0.05):
             await imds.interfaces()
     # The autouse `no_leftover_tasks` fixture fails the test if any read is still running.
+
+
+async def test_ipv6_prefixes_are_read_only_by_a_client_asked_to(
+    embedded: EmbeddedEc2, fake_time: FakeTime
+) -> None:
+    """IPv6 mode's client reads each ENI's /80s; IPv4's never asks for them (one GET per ENI less)."""
+    world = embedded.world(seed=17, layout=Layout(ipv6=True))
+    answer = world.client().assign_ipv6_addresses(
+        NetworkInterfaceId=world.primary_eni_id, Ipv6PrefixCount=1
+    )
+    v6_calls, v4_calls = CallLog(), CallLog()
+    async with ImdsSimulator(world, clock=fake_time.clock, rng=random.Random(3)) as sim:
+        async with make_client(sim.base_url, fake_time, v6_calls, ipv6_prefixes=True) as v6:
+            (with_prefixes,) = await v6.interfaces()
+        async with make_client(sim.base_url, fake_time, v4_calls) as v4:
+            (without,) = await v4.interfaces()
+
+    assert with_prefixes.ipv6_prefixes == tuple(answer["AssignedIpv6Prefixes"])
+    assert without.ipv6_prefixes == ()
+    assert v6_calls.count(OP_GET) == v4_calls.count(OP_GET) + 1

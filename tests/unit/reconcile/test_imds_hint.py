@@ -4,19 +4,22 @@ DescribeNetworkInterfaces call; the same disagreement once the window is over do
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cloud.fakes import FakeEc2, FakeImds
+from cloud.ports import ImdsInterface
+from datastore.records import EniRecord
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.daemon import Daemon
 from ipamd.reconcile import imds_hint
 from ipamd.reconcile.imds_hint import diff_imds
 from tests.support.daemons import fake_daemon
-from tests.support.node import key
+from tests.support.node import NodeFixture, key
 
 
 async def _hint_tick(daemon: Daemon) -> list[str]:
@@ -96,3 +99,23 @@ async def test_an_agreeing_imds_is_compared_again_only_once_something_changed(
         assert compared
     finally:
         await daemon.close()
+
+
+async def test_an_ipv6_nodes_80_is_compared_with_imds_by_content(node: NodeFixture) -> None:
+    """IMDS listing another /80 than the one ipamd holds is a disagreement, and lacking ipamd's own
+    is one once the grace window is over; the same /80 is none."""
+    engine = await node.open()
+    held, other = "2600:1f14:abc:d00:1234::/80", "2600:1f14:abc:d00:5678::/80"
+    await engine.add_eni(EniRecord("eni-0", 0, "subnet-1", True, 0.0, mac="02:00:00:00:00:00"))
+    await engine.add_units("eni-0", [held], "ipv6_prefix")
+    imds = ImdsInterface("02:00:00:00:00:00", "eni-0", 0, "subnet-1", ("10.0.0.5",), ())
+    later = node.clock.now() + 61.0
+
+    def seen(prefixes: tuple[str, ...], now: float) -> list[str]:
+        interface = replace(imds, ipv6_prefixes=prefixes)
+        return diff_imds(engine.state, (interface,), ("ipv6_prefix",), now, 60.0)
+
+    assert seen((held,), later) == []
+    # ipamd added its /80 just now: IMDS lacking it may be lag; a /80 ipamd never had is not.
+    assert seen((other,), node.clock.now()) == [f"eni-0: IMDS lists {other}"]
+    assert seen((other,), later) == [f"eni-0: IMDS lists {other}", f"eni-0: IMDS lacks {held}"]
