@@ -3,26 +3,18 @@ pods, and a free count that is the pods max pods still allows, never the /80's 2
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from datastore.records import EniRecord
 from ipamd.cli.ipamctl import render_status
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
+from tests.support.ipv6 import MAX_PODS, PREFIX, hold_prefix, v6
 from tests.support.node import NodeFixture
 from tests.unit.api.conftest import Api
 from tests.unit.api.test_ipamctl import _ipamctl
-
-PREFIX = "2600:1f14:abc:d00:1234::/80"
-MAX_PODS = 110
-
-
-def v6(offset: int) -> str:
-    return str(ipaddress.IPv6Network(PREFIX)[offset])
 
 
 @pytest.fixture
@@ -38,8 +30,7 @@ async def v6_api(api: Api) -> Api:
     """IPv6 mode's node behind the API: the primary ENI with its /80; pods a (::1, deleted, so
     cooling), b (::2) and c (::3)."""
     engine, now = api.engine, api.node.clock.now()
-    await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, now))
-    await engine.add_units("eni-0000", [PREFIX], "ipv6_prefix")
+    await hold_prefix(engine, now)
     for cid, name in (("a", "web-0"), ("b", "web-1"), ("c", "cart-0")):
         added = await api.add(cid, pod={"namespace": "shop", "name": name, "uid": cid})
         assert added.status == 200, added.body

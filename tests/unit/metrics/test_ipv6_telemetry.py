@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from datastore.records import EniRecord
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -21,16 +20,11 @@ from ipamd.model import AddressState, EniView, PodRef, PoolSnapshot, UnitView
 from ipamd.telemetry.introspection import View, eni_infos, pod_infos
 from ipamd.telemetry.metrics import Recorders
 from ipamd.telemetry.totals import V6_PREFIX_SIZE, total_addresses
+from tests.support.ipv6 import MAX_PODS, PREFIX, hold_prefix, v6
 from tests.support.node import NodeFixture, key
 from tests.unit.metrics.test_collectors import scrape, sources, value
 
-PREFIX = "2600:1f14:abc:d00:1234::/80"
-MAX_PODS = 110
 ZERO_TIME = "0001-01-01T00:00:00Z"
-
-
-def v6(offset: int) -> str:
-    return str(ipaddress.IPv6Network(PREFIX)[offset])
 
 
 @pytest.fixture
@@ -46,8 +40,7 @@ async def engine(node: NodeFixture) -> Engine:
     """IPv6 mode's node: the primary ENI with its /80; pods ::1 to ::3, ::1's pod deleted (its
     address cooling), so two assigned and one cooling."""
     engine = await node.open()
-    await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, node.clock.now()))
-    await engine.add_units("eni-0000", [PREFIX], "ipv6_prefix")
+    await hold_prefix(engine, node.clock.now())
     await engine.assign(key("c0"), PodRef("default", "web-0", "u0"))
     await engine.assign(key("c1"), PodRef("default", "web-1", "u1"))
     await engine.assign(key("c2"), PodRef("shop", "cart-0", "u2"))
