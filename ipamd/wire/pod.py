@@ -31,7 +31,9 @@ node), SNATed to the node's IPv4 by the daemon; VPC CNI's egress plugin uses the
 V4_EGRESS_IFNAME = "v4if0"
 """IPv6 mode: the name of that interface inside the pod, VPC CNI's."""
 V4_EGRESS_DIR = "v4-egress"
-"""IPv6 mode: host-local's data directory for those addresses, under IPAMD_STATE_DIR."""
+"""IPv6 mode: host-local's data directory for those addresses, beside IPAMD_SOCKET (on a node,
+/run/ipamd: a tmpfs, so a reboot, which ends every pod, forgets their reservations too, as VPC
+CNI's egress plugin keeps them under /run)."""
 POLICY_SEGMENT = "policy"
 """`POST /v1/allocations/{cid}/{ifname}/policy?network=NAME`: the pod's interface exists; ipamd
 tells the agent (EnforceNpToPod) or, if the agent refuses or cannot be reached, retracts the

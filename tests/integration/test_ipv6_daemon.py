@@ -76,8 +76,8 @@ def test_an_ipv6_node_serves_128s_from_one_80_on_the_primary_eni_and_keeps_it_ac
     assert conf["plugins"][0]["v4Egress"] == {
         "ifname": "v4if0",
         "subnet": "169.254.172.0/22",
-        "dataDir": str(daemon.state_dir / "v4-egress"),
-    }, "each pod also gets IPv4 egress, its addresses kept by host-local under the state dir"
+        "dataDir": str(daemon.socket_path.parent / "v4-egress"),
+    }, "each pod also gets IPv4 egress, its addresses kept by host-local beside the socket"
     assert again == first, "a retried ADD gets the same address"
     status, body = daemon.call("GET", "/v1/allocations/c1/eth0?network=k8s-pod-network")
     assert status == 200, body
