@@ -15,7 +15,8 @@ rewriting the file drops it, which is how ipamd tells a file it wrote from one a
 
 A file that is not this format (unreadable JSON, another version, the wrong shapes) is refused as a
 whole with `CheckpointError`; a single entry that cannot be an allocation (a bad address or
-identifier, an IPv6 entry) is skipped and reported, never guessed at. Nothing here touches the
+identifier, no address) is skipped and reported, never guessed at. An IPv6 node's entries carry
+their /128 in `ipv6` instead of `ipv4`. Nothing here touches the
 engine; `ipamd.awsnode.takeover` decides what the entries become.
 """
 
@@ -100,13 +101,7 @@ def _entry(item: object) -> Entry:
         check_container_id(item.get("containerID"), "containerID"),
         check_ifname(item.get("ifName"), "ifName"),
     )
-    address = item.get("ipv4")
-    if not isinstance(address, str) or not address:
-        raise CheckpointError("no ipv4 address (an IPv6 entry is not ipamd's to adopt)")
-    try:
-        parsed = ipaddress.IPv4Address(address)
-    except ValueError:
-        raise CheckpointError(f"ipv4 {address!r} is not an IPv4 address") from None
+    parsed = _address(item)
     stamp = item.get("allocationTimestamp")
     allocated = stamp / 1e9 if isinstance(stamp, int) and not isinstance(stamp, bool) else 0.0
     meta = item.get("metadata")
@@ -118,6 +113,19 @@ def _entry(item: object) -> Entry:
         _text(meta.get("k8sPodNamespace")),
         _text(meta.get("k8sPodName")),
     )
+
+
+def _address(item: dict[str, object]) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The entry's one address: `ipv4`, or `ipv6` as aws-node in IPv6 mode writes it."""
+    for field, family in (("ipv4", ipaddress.IPv4Address), ("ipv6", ipaddress.IPv6Address)):
+        address = item.get(field)
+        if isinstance(address, str) and address:
+            try:
+                return family(address)
+            except ValueError:
+                what = f"{field} {address!r} is not an IPv{field[-1]} address"
+                raise CheckpointError(what) from None
+    raise CheckpointError("no ipv4 or ipv6 address")
 
 
 def _text(value: object) -> str:

@@ -21,6 +21,8 @@ What each entry becomes (`plan_adoption`, pure):
   runtime runs the entry's sandbox and not the other's; otherwise ipamd's own claim stays.
 Free addresses of the ENIs that hold adopted pods start cooling: the checkpoint records no release
 times, and an address aws-node freed a moment ago may still be in a peer's conntrack or policy maps.
+An IPv6 node's entries are adopted the same way, each /128 found in the primary ENI's /80; of the
+/80's free addresses, those the next ADDs could take cool (`_v6_cooling`).
 
 A checkpoint that cannot be read is logged and ignored: addresses then come from EC2 and the runtime
 alone, as on any start. No path here hands out an address that an allocation owns.
@@ -28,6 +30,7 @@ alone, as on any start. No path here hands out an address that an allocation own
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -65,9 +68,10 @@ def plan_adoption(
     live: Collection[str] | None,
     now: float,
     intent_ttl_s: float,
+    max_pods: int = 0,
 ) -> tuple[Mutation, Adoption]:
     """The mutation that adopts `checkpoint`'s entries into `state`; `live` is the runtime's sandbox
-    IDs (None when it could not be listed)."""
+    IDs (None when it could not be listed); `max_pods` bounds the cooling of a /80 (`_v6_cooling`)."""
     claims = _claims(state, checkpoint, live, now, intent_ttl_s)
     unit_of = {
         a: cidr
@@ -79,7 +83,7 @@ def plan_adoption(
     replaced: list[AllocationKey] = []
     refused = claims.refused
     for address, entry in claims.by_address.items():
-        cidr = unit_of.get(address)
+        cidr = state.active_unit_of(address) if ":" in address else unit_of.get(address)
         if cidr is None:
             refused.append(f"{_who(entry)}: {address} is on no ENI of this node per EC2")
             continue
@@ -95,7 +99,7 @@ def plan_adoption(
                 continue
             replaced.append(owner)
         records.append(_record(state, entry, cidr, now))
-    mutation, cooling = _with_cooling(state, records, replaced, now)
+    mutation, cooling = _with_cooling(state, records, replaced, now, max_pods)
     adoption = Adoption(tuple(r.key for r in records), tuple(replaced), tuple(refused), cooling)
     return mutation, adoption
 
@@ -161,19 +165,37 @@ def _record(state: NodeState, entry: Entry, cidr: str, now: float) -> Allocation
     )
 
 
+def _v6_cooling(state: NodeState, cidr: str, adopted: set[str], max_pods: int) -> list[str]:
+    """The addresses of a /80 to cool at a takeover: its 2^48 cannot all be, and need not. ipamd
+    hands a /80 out from ::1 up, the lowest free first, and the node holds at most `max_pods`, so
+    while these cool no ADD can take an address above the highest adopted one plus `max_pods`:
+    every one from ::1 to there cools (a few hundred records)."""
+    net = ipaddress.IPv6Network(cidr)
+    base = int(net.network_address)
+    mine = [int(ipaddress.IPv6Address(a)) - base for a in adopted if state.holds(cidr, a)]
+    top = min(max(mine, default=0) + max_pods, net.num_addresses - 1)
+    return [str(ipaddress.IPv6Address(base + offset)) for offset in range(1, top + 1)]
+
+
 def _with_cooling(
     state: NodeState,
     records: list[AllocationRecord],
     replaced: list[AllocationKey],
     now: float,
+    max_pods: int,
 ) -> tuple[Mutation, int]:
-    """The adoption's mutation, with every free address of the adopting ENIs put in cooldown."""
+    """The adoption's mutation, with every free address of the adopting ENIs put in cooldown (of a
+    /80, those `_v6_cooling` names)."""
     adopted = {r.addresses[0] for r in records}
     cooling = [
         CooldownRecord(address, now)
         for eni_id in sorted({r.eni_id for r in records})
         for cidr in state.units_on(eni_id)
-        for address in state.addresses_of(cidr)
+        for address in (
+            _v6_cooling(state, cidr, adopted, max_pods)
+            if state.is_v6(cidr)
+            else state.addresses_of(cidr)
+        )
         if address not in adopted and state.owner_of(address) is None
     ]
     stale = tuple(a for a in adopted if a in state.cooldowns())
@@ -200,9 +222,9 @@ class Takeover:
         if checkpoint is None:
             return None
         live = await self._live()
-        ttl = self.engine.settings.intent_ttl_s
+        ttl, max_pods = self.engine.settings.intent_ttl_s, self.engine.settings.max_pods or 0
         adoption = await self.engine.commit_planned(
-            lambda state, now: plan_adoption(state, checkpoint, live, now, ttl)
+            lambda state, now: plan_adoption(state, checkpoint, live, now, ttl, max_pods)
         )
         for reason in adoption.refused:
             logger.warning("takeover.entry_refused path=%s reason=%s", self.file.path, reason)

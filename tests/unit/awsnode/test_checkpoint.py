@@ -74,7 +74,8 @@ def test_a_file_that_is_not_the_format_is_refused_whole(raw: bytes, why: str) ->
 @pytest.mark.parametrize(
     ("entry", "why"),
     [
-        ({"ipv6": "2600::1"}, "no ipv4"),
+        ({"ipv4": ""}, "no ipv4 or ipv6 address"),
+        ({"ipv6": "2600::x"}, "not an IPv6 address"),
         ({"ipv4": "10.0.1.300"}, "not an IPv4 address"),
         ({"containerID": "../etc"}, "containerID"),
         ({"ifName": "a/b"}, "ifName"),
@@ -138,6 +139,17 @@ def test_an_ipv6_pods_address_is_written_where_aws_node_in_ipv6_mode_reads_it() 
     (item,) = json.loads(render([record]))["allocations"]
 
     assert item["ipv6"] == address and "ipv4" not in item
+
+
+def test_an_ipv6_nodes_entry_carries_its_128_in_ipv6() -> None:
+    entry = {**WEB_0, "ipv6": "2600:1f14:abc:d00:1234:0:0:5"}
+    entry.pop("ipv4")
+
+    (parsed,) = parse(
+        json.dumps({"version": FORMAT_VERSION, "allocations": [entry]}).encode()
+    ).entries
+
+    assert parsed.address == "2600:1f14:abc:d00:1234::5", "in the one text ipamd writes"
 
 
 def test_the_file_is_replaced_whole_and_an_absent_one_reads_as_none(tmp_path: Path) -> None:
