@@ -171,7 +171,9 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
                 Path(config.cni_conflist_template),
                 config.socket_path,
                 config.pod_mtu or config.eni_mtu,
-                str(Path(config.socket_path).parent / V4_EGRESS_DIR) if config.enable_ipv6 else None,
+                str(Path(config.socket_path).parent / V4_EGRESS_DIR)
+                if config.enable_ipv6
+                else None,
             )
         except conflist.ConflistError as err:
             print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
