@@ -10,25 +10,13 @@ import json
 import re
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from datastore.store import STATE_FILE_NAME
 from ipamd.runtime.cri import GrpcCriRuntime
 from tests.support.embedded_daemon import BIN, EmbeddedDaemon, clean_env, start_daemon
 
 INSTANCE = r"instance (i-[0-9a-f]+) \("
-
-
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[list[EmbeddedDaemon]]:
-    """Every daemon a test starts, killed at the end if the test left it running."""
-    daemons: list[EmbeddedDaemon] = []
-    yield daemons
-    for daemon in daemons:
-        daemon.ensure_gone()
 
 
 def _enis(daemon: EmbeddedDaemon) -> dict[str, tuple[str, str, int, frozenset[str]]]:

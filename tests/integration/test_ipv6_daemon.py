@@ -6,24 +6,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.support.embedded_daemon import EmbeddedDaemon, start_daemon
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.conflist"
 
 IPV6_MODE = {"ENABLE_IPv4": "false", "ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}
-
-
-@pytest.fixture
-def started() -> Iterator[list[EmbeddedDaemon]]:
-    daemons: list[EmbeddedDaemon] = []
-    yield daemons
-    for daemon in daemons:
-        daemon.ensure_gone()
 
 
 def _written(path: Path, deadline_s: float = 30.0) -> str:

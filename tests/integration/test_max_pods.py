@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.embedded_daemon import BIN, EmbeddedDaemon, clean_env, start_daemon
-
-
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[list[EmbeddedDaemon]]:
-    daemons: list[EmbeddedDaemon] = []
-    yield daemons
-    for daemon in daemons:
-        daemon.ensure_gone()
 
 
 @pytest.mark.parametrize(

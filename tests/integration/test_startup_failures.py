@@ -9,7 +9,6 @@ import hashlib
 import json
 import signal
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from tests.support.embedded_daemon import EmbeddedDaemon, start_daemon
 
 EXIT_CONFIG = 2
 EXIT_STATE = 3
-
-
-@pytest.fixture
-def started() -> Iterator[list[EmbeddedDaemon]]:
-    daemons: list[EmbeddedDaemon] = []
-    yield daemons
-    for daemon in daemons:
-        daemon.ensure_gone()
 
 
 def _refused(daemon: EmbeddedDaemon) -> tuple[int, str]:
