@@ -73,6 +73,8 @@ class CloudNode:
     strategy: UnitStrategy
     config: Config
     facts: NodeFacts
+    runtime: FakeRuntime
+    """The node's container runtime, which its leak GC lists (start and stop sandboxes on it)."""
     calls: CallLog = field(default_factory=CallLog)
     peak_enis: int = 0
     eni_config: EniConfig | None = None
@@ -100,6 +102,7 @@ class CloudNode:
             self.facts,
             api or self.api,
             self.clock,
+            self.runtime,
             open_engine,
             self.ec2,
             self.eni_config,
@@ -160,13 +163,19 @@ async def open_cloud_node(
     eni_config: EniConfig | None = None,
     settings: Mapping[str, Any] | None = None,
     seed: int = 7,
+    ipv6: bool = False,
 ) -> AsyncIterator[CloudNode]:
     """A node on `embedded`'s new world, its pool adopted, its state in `tmp_path`; its engine
     closed on the way out (whichever engine it has then: `reopen` replaces it).
 
     `layout`: the VPC's other subnets (subnet discovery reads them through `ec2`, whatever wraps
     the parts' EC2 calls); `eni_config`: custom networking's subnet and security groups;
-    `settings`: other `Config` fields; `seed`: moto's random source (IDs, the addresses EC2 draws)."""
+    `settings`: other `Config` fields; `seed`: moto's random source (IDs, the addresses EC2 draws);
+    `ipv6`: IPv6 mode (its settings, and IPv6 blocks on the VPC), the /80 in place as at ready."""
+    if ipv6:
+        layout = replace(layout or Layout(), ipv6=True)
+        settings = {**(settings or {}), "enable_ipv6": True, "enable_ipv4": False}
+        prefix_mode = True
     world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=seed, layout=layout)
     calls = CallLog()
     ec2 = Boto3Ec2(world.client(client_config()), recorder=calls, limits=FAST, rng=random.Random(1))
@@ -176,8 +185,10 @@ async def open_cloud_node(
         tmp_path / "state", targets, prefix_mode=prefix_mode, fallback=fallback, **(settings or {})
     )
     facts = await describe_node(ec2, world.instance_id)
-    parts = await _open_parts(config, facts, api, clock, Engine.open, ec2, eni_config)
+    runtime = FakeRuntime(clock)
+    parts = await _open_parts(config, facts, api, clock, runtime, Engine.open, ec2, eni_config)
     await parts.pool.adopt()
+    await parts.pool.before_ready()  # as the daemon's start-up: IPv6 mode's /80
     path = Path(config.state_dir) / STATE_FILE_NAME
     node = CloudNode(
         world,
@@ -189,6 +200,7 @@ async def open_cloud_node(
         unit_strategy(config),
         config,
         facts,
+        runtime,
         calls,
         eni_config=eni_config,
     )
@@ -203,6 +215,7 @@ async def _open_parts(
     facts: NodeFacts,
     api: Ec2Api,
     clock: FakeClock,
+    runtime: FakeRuntime,
     open_engine: EngineOpener,
     subnets: Boto3Ec2,
     eni_config: EniConfig | None = None,
@@ -212,7 +225,7 @@ async def _open_parts(
         facts,
         ec2=api,
         imds=NoImds(),
-        runtime=FakeRuntime(clock),
+        runtime=runtime,
         clock=clock,
         open_engine=open_engine,
         rng=random.Random(3),

@@ -63,19 +63,21 @@ def _config(tmp_path: Path, world: World, custom: bool) -> Config:
 async def _open(world: World, config: Config, clock: FakeClock) -> CloudNode:
     ec2 = Boto3Ec2(world.client(client_config()), limits=FAST, rng=random.Random(1))
     facts = await describe_node(ec2, world.instance_id)
+    runtime = FakeRuntime(clock)
     parts = await open_parts(
         config,
         facts,
         ec2=ec2,
         imds=NoImds(),
-        runtime=FakeRuntime(clock),
+        runtime=runtime,
         clock=clock,
         open_engine=Engine.open,
         rng=random.Random(3),
     )
     await parts.pool.adopt()
     path = Path(config.state_dir) / STATE_FILE_NAME
-    return CloudNode(world, ec2, ec2, parts, clock, path, unit_strategy(config), config, facts)
+    strategy = unit_strategy(config)
+    return CloudNode(world, ec2, ec2, parts, clock, path, strategy, config, facts, runtime)
 
 
 async def _add(node: CloudNode, container_id: str) -> AllocationRecord:

@@ -17,31 +17,21 @@ import pytest
 
 from cloud.embedded.ipv6_rules import eni_ipv6_prefixes
 from cloud.embedded.world import EmbeddedEc2
-from cloud.embedded.world_layout import Layout
 from ipamd.engine.engine import Engine
 from ipamd.errors import DeleteIntentActive
 from ipamd.model import AddressState
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.node.engine_parts import rebuild_drift
 from ipamd.pool.ipv6 import Ipv6Pool
-from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.rebuild import gather_claims, rebuild_state
 from ipamd.runtime.cri import GrpcCriRuntime
-from ipamd.runtime.fake import FakeRuntime
 from tests.support.cri_server import FakeCriServer
 from tests.support.node import key
-
-GRACE_S = 60.0
-"""IPAMD_RECONCILE_GRACE's default: the drift grace window of every node here."""
-IPV6 = {"enable_ipv6": True, "enable_ipv4": False}
 
 
 @pytest.fixture
 async def node(embedded: EmbeddedEc2, tmp_path: Path) -> AsyncIterator[CloudNode]:
-    async with open_cloud_node(
-        embedded, tmp_path, prefix_mode=True, layout=Layout(ipv6=True), settings=IPV6
-    ) as opened:
-        await opened.pool.before_ready()
+    async with open_cloud_node(embedded, tmp_path, ipv6=True) as opened:
         yield opened
 
 
@@ -107,7 +97,7 @@ async def test_the_80_is_reconciled_by_content_with_the_grace_window(node: Cloud
     inside = await node.drift.run_once()
     assert inside.lost == [] and inside.added == [new]
     assert engine.state.units()[old].state == "active", "ipamd added it just now: left alone"
-    node.clock.advance(GRACE_S)
+    node.clock.advance(node.config.reconcile_grace_s)
     outside = await node.drift.run_once()
 
     assert outside.lost == [old]
@@ -127,7 +117,7 @@ async def test_the_80_is_reconciled_by_content_with_the_grace_window(node: Cloud
 async def test_a_lost_80_is_replaced_by_the_pool_when_ec2_lists_none(node: CloudNode) -> None:
     engine, primary = node.engine, _primary(node)
     old = str(_prefix(node))
-    node.clock.advance(GRACE_S)
+    node.clock.advance(node.config.reconcile_grace_s)
     eni_ipv6_prefixes(_backend_eni(node, primary)).clear()
 
     assert (await node.drift.run_once()).dropped == [old], "free, it just leaves"
@@ -145,14 +135,13 @@ async def test_a_lost_80_is_replaced_by_the_pool_when_ec2_lists_none(node: Cloud
 async def test_leak_gc_releases_the_128s_of_sandboxes_the_runtime_no_longer_lists(
     node: CloudNode,
 ) -> None:
-    runtime = FakeRuntime(node.clock)
-    gc = LeakGc(node.engine, runtime, GRACE_S, node.clock)
+    gc = node.parts.leak_gc  # as the daemon wires it, on the node's runtime
     for name in ("alive", "gone-1", "gone-2"):
         await node.engine.assign(key(name))
-    runtime.start("alive")
+    node.runtime.start("alive")
 
     assert await gc.run_once() == ()
-    node.clock.advance(GRACE_S)
+    node.clock.advance(node.config.leak_grace_s)
     assert set(await gc.run_once()) == {"gone-1", "gone-2"}
 
     assert {k.container_id for k in node.engine.state.allocations()} == {"alive"}

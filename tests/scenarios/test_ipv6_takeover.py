@@ -14,24 +14,17 @@ from pathlib import Path
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
-from cloud.embedded.world_layout import Layout
 from datastore.records import AllocationKey
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.takeover import Takeover
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.runtime.fake import FakeRuntime
 from tests.support.node import key
-
-IPV6 = {"enable_ipv6": True, "enable_ipv4": False}
 
 
 @pytest.fixture
 async def node(embedded: EmbeddedEc2, tmp_path: Path) -> AsyncIterator[CloudNode]:
-    async with open_cloud_node(
-        embedded, tmp_path, prefix_mode=True, layout=Layout(ipv6=True), settings=IPV6
-    ) as opened:
-        await opened.pool.before_ready()  # the /80 aws-node's pods hold addresses of
-        yield opened
+    async with open_cloud_node(embedded, tmp_path, ipv6=True) as opened:
+        yield opened  # its /80 is the one aws-node's pods hold addresses of
 
 
 def _entry(container_id: str, address: str) -> dict[str, object]:
@@ -55,11 +48,10 @@ async def test_aws_nodes_ipv6_pods_are_adopted_and_their_neighbours_cool(
     file.path.parent.mkdir(parents=True)
     entries = [_entry("web-0", first), _entry("web-1", third), _entry("gone", "2001:db8::9")]
     file.path.write_text(json.dumps({"version": "vpc-cni-ipam/1", "allocations": entries}))
-    runtime = FakeRuntime(node.clock)
-    runtime.start("web-0")
-    runtime.start("web-1")
+    node.runtime.start("web-0")
+    node.runtime.start("web-1")
 
-    adoption = await Takeover(node.engine, file, runtime).run()
+    adoption = await Takeover(node.engine, file, node.runtime).run()
 
     assert adoption is not None
     assert adoption.adopted == (
