@@ -30,7 +30,6 @@ alone, as on any start. No path here hands out an address that an allocation own
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field
 from datastore.records import AllocationKey, AllocationRecord, CooldownRecord, Mutation
 from ipamd.awsnode.checkpoint import Checkpoint, CheckpointError, CheckpointFile, Entry, parse
 from ipamd.engine.engine import Engine
-from ipamd.engine.state import NodeState
+from ipamd.engine.state import V6_HOSTS, NodeState
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
@@ -170,11 +169,9 @@ def _v6_cooling(state: NodeState, cidr: str, adopted: set[str], max_pods: int) -
     hands a /80 out from ::1 up, the lowest free first, and the node holds at most `max_pods`, so
     while these cool no ADD can take an address above the highest adopted one plus `max_pods`:
     every one from ::1 to there cools (a few hundred records)."""
-    net = ipaddress.IPv6Network(cidr)
-    base = int(net.network_address)
-    mine = [int(ipaddress.IPv6Address(a)) - base for a in adopted if state.holds(cidr, a)]
-    top = min(max(mine, default=0) + max_pods, net.num_addresses - 1)
-    return [str(ipaddress.IPv6Address(base + offset)) for offset in range(1, top + 1)]
+    mine = [offset for a in adopted if (offset := state.v6_offset(cidr, a)) is not None]
+    top = min(max(mine, default=0) + max_pods, V6_HOSTS)
+    return [state.v6_address(cidr, offset) for offset in range(1, top + 1)]
 
 
 def _with_cooling(

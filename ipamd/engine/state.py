@@ -308,6 +308,14 @@ class NodeState:
                 return cidr
         return None
 
+    def v6_offset(self, cidr: str, address: str) -> int | None:
+        """`address`'s host offset in the /80 at `cidr` (None when it is not one of its own)."""
+        return self._v6[cidr].offset(address)
+
+    def v6_address(self, cidr: str, offset: int) -> str:
+        """The address at host `offset` of the /80 at `cidr`, in the one text ipamd writes."""
+        return self._v6[cidr].address(offset)
+
     def owned_in(self, cidr: str) -> int:
         """How many addresses of the unit are owned by an allocation."""
         return self._owned_in_unit.get(cidr, 0)
