@@ -34,6 +34,7 @@ from ipamd.clock import Clock
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
+from ipamd.engine.state import IPV6_PREFIX
 from ipamd.errors import SettingUnusable
 from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.max_pods import address_family
@@ -97,7 +98,7 @@ def fallback_strategy(config: Config) -> UnitStrategy | None:
 def unit_kinds(config: Config) -> tuple[ListedKind, ...]:
     """The kinds of unit the node may hold, the one it grows by first (IPv6 mode: its /80)."""
     if config.enable_ipv6:
-        return ("ipv6_prefix",)
+        return (IPV6_PREFIX,)
     fallback = fallback_strategy(config)
     return (strategy(config).kind,) + ((fallback.kind,) if fallback else ())
 

@@ -20,18 +20,16 @@ refuses one (`ipamd.pool.release.NeverReleased`).
 from __future__ import annotations
 
 import logging
-from typing import Final
 
 from cloud.errors import CloudError
 from cloud.ports import Ec2Api
 from ipamd.engine.inventory import diff_inventory, eni_record
+from ipamd.engine.state import IPV6_PREFIX
 from ipamd.errors import StoreWriteFailed
 from ipamd.policy.plan import PoolPlan
 from ipamd.pool.manager import NO_PLAN, PoolManager
 
 logger = logging.getLogger(__name__)
-
-KIND: Final = "ipv6_prefix"
 
 
 class Ipv6Pool(PoolManager):
@@ -43,7 +41,12 @@ class Ipv6Pool(PoolManager):
         state = self._engine.state
         for unit in state.units().values():
             eni = state.eni(unit.eni_id)
-            if unit.kind == KIND and unit.state == "active" and eni is not None and eni.is_primary:
+            if (
+                unit.kind == IPV6_PREFIX
+                and unit.state == "active"
+                and eni is not None
+                and eni.is_primary
+            ):
                 return True
         return False
 
@@ -83,16 +86,18 @@ class Ipv6Pool(PoolManager):
             raise CloudError("DescribeNetworkInterfaces", "NoPrimaryEni", instance_id)
         if primary.eni_id not in self._engine.state.enis():
             await self._engine.add_eni(eni_record(primary, 0, self._clock.now()))
-        listed = primary.units(KIND)
+        listed = primary.units(IPV6_PREFIX)
         if listed:
             # Found again when held as lost (the drift's rule: EC2 lists it, so it is there).
             state, grace = self._engine.state, self._settings.release_grace_s
-            diff = diff_inventory(state, primary.eni_id, KIND, listed, self._clock.now(), grace)
-            await self._engine.add_units(primary.eni_id, diff.to_add, KIND)
+            diff = diff_inventory(
+                state, primary.eni_id, IPV6_PREFIX, listed, self._clock.now(), grace
+            )
+            await self._engine.add_units(primary.eni_id, diff.to_add, IPV6_PREFIX)
             return
         if not assign:
             return
         prefix = await ec2.assign_ipv6_prefix(primary.eni_id)
-        await self._engine.add_units(primary.eni_id, (prefix,), KIND)
+        await self._engine.add_units(primary.eni_id, (prefix,), IPV6_PREFIX)
         self.pace.served()
         logger.info("pool.ipv6_prefix eni_id=%s prefix=%s", primary.eni_id, prefix)
