@@ -3,13 +3,16 @@ asked for (one assign fewer), attached at the lowest free device index, recorded
 and only later given DeleteOnTermination, which no pod waits for.
 
 An ENI being created or attached is in `pending`, so ENI GC leaves it alone. The device index is
-the lowest one free in the inventory, and in EC2's listing whenever the two may differ (at start,
-after an attach refused other than by a throttle, or unanswered): a new ENI needs no describe first
-otherwise (a throttled attach was refused before EC2 acted), nor when the drift's listing, asked
-for after the last doubt arose, settled it (at start, the drift's first read). An attach whose outcome
-is unknown is checked against EC2; an ENI whose attach failed in a way worth retrying is kept and
-attached on the next round instead of creating another (under an account's exhausted API budget,
-creating anew every round would only add calls), and deleted once the plan no longer wants it.
+the lowest one no attached ENI holds as of now: the inventory's ENIs hold theirs (ipamd's own
+attaches and releases keep it current), and the others of EC2's latest listing hold theirs (another
+user's, one attached by an answer lost). A listing asked for before a doubt arose (at start, after
+an attach refused other than by a throttle, or unanswered) or before ipamd released an ENI is stale
+and serves nothing. While in doubt a new ENI lists the instance's ENIs first, unless the drift's
+listing, asked for since, settled it (at start, the drift's first read); otherwise it needs no
+describe (a throttled attach was refused before EC2 acted). An attach whose outcome is unknown is
+checked against EC2; an ENI whose attach failed in a way worth retrying is kept and attached on the
+next round instead of creating another (under an account's exhausted API budget, creating anew
+every round would only add calls), and deleted once the plan no longer wants it.
 
 DeleteOnTermination is background work that waits (`unbound`, which the drift leaves alone): at
 least `BIND_SETTLE_S`, and while the pool still grows up to `BIND_WAIT_CAP_S`, and while background
@@ -81,10 +84,12 @@ class EniMaker:
         self._doubt = True
         """Whether the device indexes in use may differ from the inventory's: at start, and after
         an attach failed other than by a throttle. Otherwise a new ENI needs no describe first."""
-        self._doubts = 0
-        """Doubts raised so far: a listing asked for before the last one cannot settle it."""
-        self._listed_indexes: frozenset[int] = frozenset()
-        """The device indexes of the listing that settled the doubt, for the next new ENI."""
+        self._changes = 0
+        """Doubts raised and ENIs released so far: a listing asked for before the last of them
+        is stale."""
+        self._listed: dict[str, int] = {}
+        """ENI → device index, attached as EC2's latest listing showed them (less those ipamd
+        released since): the ones the inventory does not hold keep their indexes."""
 
     async def make(self, count: int, kind: UnitKind, ec2: Ec2Api) -> tuple[str, int]:
         """A new ENI in the inventory, made through `ec2`: its ID and how many units it came with
@@ -94,11 +99,10 @@ class EniMaker:
         # whose answer was lost (or before a restart, or by another user of the instance) holds
         # its device index until reconcile adopts it.
         if self._doubt:
-            ticket = self._doubts
+            ticket = self._changes
             attached = await ec2.describe_enis(self._instance.instance_id)
             self.listed(ticket, attached)
-        index = self._free_device_index(set(self._listed_indexes))
-        self._listed_indexes = frozenset()
+        index = self._free_device_index()
         if self._unattached:
             eni = self._unattached.pop(next(iter(self._unattached)))
         else:
@@ -123,23 +127,27 @@ class EniMaker:
 
     def listing_ticket(self) -> int:
         """Taken just before EC2's listing of the instance's ENIs is asked for (`listed`)."""
-        return self._doubts
+        return self._changes
 
     def listed(self, ticket: int, enis: tuple[NetworkInterface, ...]) -> None:
         """EC2's listing of the instance's ENIs, asked for when `ticket` was taken: unless a doubt
-        arose since, it settles the doubt as the describe of `make` would, so the drift's read at
-        start (or any later one) spares the first new ENI a describe of its own."""
-        if not self._doubt or ticket != self._doubts:
+        arose or ipamd released an ENI since, new ENIs take their device indexes from it (with the
+        inventory), and it settles the doubt as the describe of `make` would, so the drift's read
+        at start (or any later one) spares the next new ENI a describe of its own."""
+        if ticket != self._changes:
             return
         self._doubt = False
-        attached = [e for e in enis if e.device_index is not None]
-        self._listed_indexes = frozenset(
-            e.device_index for e in attached if e.device_index is not None
-        )
-        for eni_id in {e.eni_id for e in attached} & set(self._unattached):
+        self._listed = {e.eni_id: e.device_index for e in enis if e.device_index is not None}
+        for eni_id in self._listed.keys() & self._unattached.keys():
             # Attached after all (an answer lost): the drift adopts it into the inventory.
             del self._unattached[eni_id]
             self.pending.discard(eni_id)
+
+    def released(self, eni_id: str) -> None:
+        """ipamd detached the ENI (or found it no longer attached), and it left the inventory: its
+        device index is free, whatever a listing asked for before says."""
+        self._listed.pop(eni_id, None)
+        self._changes += 1
 
     @property
     def unbound(self) -> set[str]:
@@ -220,7 +228,7 @@ class EniMaker:
             raise
         except CloudError as err:
             self._doubt = True
-            self._doubts += 1
+            self._changes += 1
             # The outcome may be unknown (a timeout, a 500 after EC2 acted): EC2's view decides.
             attached = await attached_here(ec2, self._instance.instance_id, eni.eni_id)
             if attached:
@@ -237,6 +245,10 @@ class EniMaker:
                 logger.warning("pool.orphan_eni eni_id=%s error=%s", eni.eni_id, cleanup)
             raise
 
-    def _free_device_index(self, also_used: set[int | None]) -> int:
-        used = {e.device_index for e in self._engine.state.enis().values()} | also_used
+    def _free_device_index(self) -> int:
+        """The lowest device index no attached ENI holds: the inventory's by its record, the
+        others by EC2's latest listing."""
+        enis = self._engine.state.enis()
+        used = {e.device_index for e in enis.values()}
+        used.update(index for eni_id, index in self._listed.items() if eni_id not in enis)
         return next(i for i in range(1, len(used) + 2) if i not in used)

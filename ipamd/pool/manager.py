@@ -268,7 +268,11 @@ class PoolManager:
         if plan.release_units:
             await self._releaser.release_units(plan.release_units, ec2)
         for eni_id in plan.release_enis:
-            await self._releaser.release_eni(eni_id, ec2)
+            try:
+                await self._releaser.release_eni(eni_id, ec2)
+            finally:
+                if eni_id not in self._engine.state.enis():  # detached, or no longer attached
+                    self._enis.released(eni_id)
 
     # -- growing -------------------------------------------------------------------------------
 

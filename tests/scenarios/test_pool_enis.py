@@ -1,6 +1,6 @@
 """S24, S25: ENIs beside the pool manager — ENI GC sparing an ENI being attached and sweeping what
 terminated nodes left, attaches applied but answered with an error, a throttled attach reusing the
-ENI it created, and a kept ENI deleted once no longer wanted.
+ENI it created, a kept ENI deleted once no longer wanted, and the device index a new ENI takes.
 
 Every test ends with the shared invariant check, which includes "what EC2 reports equals what ipamd
 believes". What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,9 +26,11 @@ from cloud.ports import (
 )
 from ipamd.model import AddressState
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
+from ipamd.policy.subnets import NO_MANAGE_TAG
 from ipamd.reconcile.eni_gc import EniGc
 from tests.scenarios.pool_support import (
     EAGER,
+    NO_RELEASE_DELAY,
     faulty_node,
     rounds,
 )
@@ -266,3 +269,107 @@ def _listings_counted(node: CloudNode) -> Callable[[], int]:
     adapter's call log, whichever view of it (foreground or background) made them."""
     before = node.calls.count("DescribeNetworkInterfaces")
     return lambda: node.calls.count("DescribeNetworkInterfaces") - before
+
+
+async def test_a_device_index_freed_after_a_restart_is_the_next_new_enis(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """ENIs at device indexes 0, 1 and 2; ipamd restarts and its start-up drift lists them; the
+    ENI at 1 goes back: the next new ENI is attached at 1, the lowest index EC2 shows free (not at
+    3, as when the start-up listing kept 1 in use)."""
+    async with _small_node(embedded, tmp_path) as node:
+        at_1 = await _spare_eni_at_1(node)
+        await node.engine.close()
+        await node.reopen()
+        await node.drift.run_once()  # as the daemon's start-up: EC2's listing shows 0, 1, 2
+        await rounds(node, 1)
+        assert _device_indexes(node) == {0, 2}, "the ENI at 1 went back"
+        await _grow_by_one_eni(node)
+        assert _eni_at(node, 1) != at_1, "a new ENI took the freed index"
+        node.check()
+
+
+async def test_a_listing_asked_for_before_an_eni_went_back_leaves_its_index_free(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    async with _small_node(embedded, tmp_path) as node:
+        at_1 = await _spare_eni_at_1(node)
+        stale = node.pool.new_enis.listing_ticket()
+        listing = await node.ec2.describe_enis(node.world.instance_id)
+        await rounds(node, 1)
+        assert _device_indexes(node) == {0, 2}, "the ENI at 1 went back"
+        node.pool.new_enis.listed(stale, listing)  # still shows it at 1: stale, settles nothing
+        await _grow_by_one_eni(node)
+        assert _eni_at(node, 1) != at_1, "a new ENI took the freed index"
+        node.check()
+
+
+async def test_an_eni_of_another_user_keeps_its_device_index_for_every_new_eni(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """Another user's ENI (`no_manage`) at device index 1, seen by the start-up drift: the two new
+    ENIs the pool wants take 2 and 3, the second as well as the first."""
+    async with open_cloud_node(
+        embedded, tmp_path, "m5.xlarge", targets=replace(EAGER, warm_ip_target=30)
+    ) as node:
+        client = node.world.client()
+        created = client.create_network_interface(
+            SubnetId=node.world.subnet_id,
+            TagSpecifications=[
+                {
+                    "ResourceType": "network-interface",
+                    "Tags": [{"Key": NO_MANAGE_TAG, "Value": "true"}],
+                }
+            ],
+        )
+        client.attach_network_interface(
+            NetworkInterfaceId=created["NetworkInterface"]["NetworkInterfaceId"],
+            InstanceId=node.world.instance_id,
+            DeviceIndex=1,
+        )
+        await node.drift.run_once()
+        await rounds(node, 3)
+        assert _device_indexes(node) == {0, 2, 3}
+        assert node.calls.count("AttachNetworkInterface", "InvalidParameterValue") == 0
+
+
+def _device_indexes(node: CloudNode) -> set[int]:
+    return {e.device_index for e in node.engine.state.enis().values()}
+
+
+def _eni_at(node: CloudNode, device_index: int) -> str:
+    (eni_id,) = [e for e, r in node.engine.state.enis().items() if r.device_index == device_index]
+    return eni_id
+
+
+def _small_node(embedded: EmbeddedEc2, tmp_path: Path) -> AbstractAsyncContextManager[CloudNode]:
+    """t3.small (3 addresses per ENI), one address kept warm, a spare ENI released at once."""
+    targets = replace(EAGER, warm_ip_target=1)
+    return open_cloud_node(
+        embedded, tmp_path, "t3.small", targets=targets, settings=NO_RELEASE_DELAY
+    )
+
+
+async def _spare_eni_at_1(node: CloudNode) -> str:
+    """Pods on the ENIs at device indexes 0, 1 and 2, then the ENI at 1 emptied and its addresses
+    cooled: the next pool round releases it. Returns its ID."""
+    for i in range(7):  # 3 on the primary ENI, 3 on the one at 1, 1 on the one at 2
+        await node.settle()
+        await node.engine.assign(key(f"pod-{i}"))
+    await node.settle()
+    assert _device_indexes(node) == {0, 1, 2}
+    at_1 = _eni_at(node, 1)
+    on_1 = [a.key for a in node.engine.state.allocations().values() if a.eni_id == at_1]
+    for pod in on_1:
+        await node.engine.release(pod)
+    node.clock.advance(node.engine.settings.cooldown_s + 1)
+    return at_1
+
+
+async def _grow_by_one_eni(node: CloudNode) -> None:
+    """Pods until the pool wanted a third ENI again."""
+    for i in range(7, 12):
+        await node.settle()
+        await node.engine.assign(key(f"pod-{i}"))
+    await node.settle()
+    assert len(node.engine.state.enis()) == 3
