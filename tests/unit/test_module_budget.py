@@ -1,6 +1,7 @@
-"""No module of ipamd, the cloud, the datastore, the benches or the chaos runner runs past 400 lines:
-a module longer than that holds more than one thing a newcomer must keep in mind at once. Generated
-code (`_generated/`) is not written by hand and is not counted; neither are the tests."""
+"""No module of ipamd, the cloud, the datastore, the benches or the chaos runner runs past 500 lines:
+a module longer than that likely holds more than one concern a newcomer must keep in mind at once,
+and is split by concern (never to meet the count). Generated code (`_generated/`) is not written by
+hand and is not counted; neither are the tests."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("ipamd", "cloud", "datastore", "bench", "chaos")
-MAX_LINES = 400
+MAX_LINES = 500
 
 
 def line_counts(root: Path) -> dict[str, int]:
@@ -27,7 +28,7 @@ def over_budget(counts: dict[str, int]) -> list[str]:
     return [f"{path}: {n} lines" for path, n in sorted(counts.items()) if n > MAX_LINES]
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_budget() -> None:
     counts = line_counts(ROOT)
     assert "ipamd/main.py" in counts, "the walk finds the daemon's modules"
     assert not any("_generated" in path for path in counts), "generated code is not counted"
@@ -38,10 +39,14 @@ def test_no_module_is_over_400_lines() -> None:
 def test_a_module_over_budget_is_named_with_its_length(tmp_path: Path) -> None:
     (tmp_path / "ipamd" / "runtime" / "_generated").mkdir(parents=True)
     (tmp_path / "cloud").mkdir()
-    (tmp_path / "ipamd" / "long.py").write_text("x = 1\n" * 401)
-    (tmp_path / "ipamd" / "full.py").write_text("x = 1\n" * 400)
-    (tmp_path / "cloud" / "unended.py").write_text("x = 1\n" * 400 + "y = 2")
+    (tmp_path / "ipamd" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "ipamd" / "full.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "cloud" / "unended.py").write_text("x = 1\n" * MAX_LINES + "y = 2")
     (tmp_path / "ipamd" / "runtime" / "_generated" / "pb2.py").write_text("x = 1\n" * 900)
     counts = line_counts(tmp_path)
-    assert counts == {"cloud/unended.py": 401, "ipamd/full.py": 400, "ipamd/long.py": 401}
-    assert over_budget(counts) == ["cloud/unended.py: 401 lines", "ipamd/long.py: 401 lines"]
+    over, full = MAX_LINES + 1, MAX_LINES
+    assert counts == {"cloud/unended.py": over, "ipamd/full.py": full, "ipamd/long.py": over}
+    assert over_budget(counts) == [
+        f"cloud/unended.py: {over} lines",
+        f"ipamd/long.py: {over} lines",
+    ]
