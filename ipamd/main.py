@@ -126,6 +126,7 @@ async def _hostnet(
     from ipamd.hostnet.aws_snat import NftAwsNodeSnat
     from ipamd.hostnet.netlink import NetlinkHostNetwork
     from ipamd.hostnet.snat import NftSnatTable
+    from ipamd.hostnet.sysctl import read_rp_filter
 
     host = NetlinkHostNetwork()
     await host.open()
@@ -135,6 +136,7 @@ async def _hostnet(
         snat=NftSnatTable(),
         vpc_cidrs=imds.vpc_cidrs,
         aws_node_snat=NftAwsNodeSnat.installed(),
+        rp_filter=read_rp_filter,
     )
 
 
@@ -214,6 +216,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         app = create_app(
             daemon.engine,
             ready=lambda: daemon.ready,
+            degraded=lambda: daemon.datapath.health.degraded() if daemon.datapath else (),
             gc_grace_s=config.leak_grace_s,
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,

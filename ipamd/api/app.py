@@ -14,12 +14,15 @@ Routes (JSON in and out; bodies in `ipamd.wire`):
 | `GET /v1/intents?limit=` | active delete intents, oldest first (default limit 1000) |
 | `GET /v1/enis` | ENIs, units and the state of every address |
 | `GET /healthz` | 200 while the process serves |
-| `GET /readyz` | 200 once the daemon says it is ready, else 503 `not_ready` |
+| `GET /readyz` | 200 `{"status":"ready"}` once the daemon says it is ready, else 503 `not_ready` |
 | `POST /v1/repair?apply=true\|false` | what repair would change (or did, with `apply=true`) |
 
 An allocation: `{"network","container_id","ifname","ips":[{"address":"10.0.1.23/32","gateway":
 "169.254.1.1","eni_id"}],"routes":[{"dst":"0.0.0.0/0","gw":"169.254.1.1"}],"created_at","pod"?}`
 (why that gateway: `ipamd.api.views`).
+
+A ready daemon that works less well than it should (strict reverse-path filtering on the primary
+interface, say) still answers `/readyz` 200, with `"degraded": [reason, ...]` beside the status.
 
 Every error is `{"code","message","retryable"}` with one of these codes (`ipamd.wire.CODE_*`), from one
 middleware:
@@ -58,7 +61,7 @@ whether the socket is served before the first reconcile is the composition root'
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from aiohttp import web
@@ -132,6 +135,7 @@ class EngineOnly:
 ENGINE = web.AppKey("engine", Engine)
 PODS: web.AppKey[PodAddresses] = web.AppKey("pods")
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
+DEGRADED: web.AppKey[Callable[[], Sequence[str]]] = web.AppKey("degraded")
 GC_GRACE_S = web.AppKey("gc_grace_s", float)
 POD_GATEWAY_KEY = web.AppKey("pod_gateway", str)
 POOL_SETTINGS: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("pool_settings")
@@ -342,13 +346,15 @@ async def readyz(request: web.Request) -> web.Response:
         raise NotReady(f"the state is unavailable: {unavailable}")
     if not request.app[READY]():
         raise NotReady("restore and the first EC2 reconcile have not finished")
-    return _json({"status": "ready"})
+    degraded = list(request.app[DEGRADED]())
+    return _json({"status": "ready", **({"degraded": degraded} if degraded else {})})
 
 
 def create_app(
     engine: Engine,
     *,
     ready: Callable[[], bool],
+    degraded: Callable[[], Sequence[str]] = tuple,
     gc_grace_s: float,
     clock: Clock,
     pod_gateway: str = views.POD_GATEWAY,
@@ -362,12 +368,14 @@ def create_app(
     first EC2 reconcile; `gc_grace_s` spares allocations younger than it from the CNI GC verb;
     `network_policy`: the agent's part in ADD and DEL (None: no agent is ever called);
     `host_network`: whether ipamd sets up each ENI's datapath on the host (IPAMD_HOST_NETWORK), which
-    the pool and ENI views report per ENI ("off" without it)."""
+    the pool and ENI views report per ENI ("off" without it); `degraded`: what works less than it
+    should while ready, one reason each (`/readyz` names them, still 200)."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_GC_BODY_BYTES)
     app[ENGINE] = engine
     app[PODS] = pods or EngineOnly(engine)
     app[REPAIR] = repair
     app[READY] = ready
+    app[DEGRADED] = degraded
     app[GC_GRACE_S] = gc_grace_s
     app[POD_GATEWAY_KEY] = pod_gateway
     app[POOL_SETTINGS] = pool_settings

@@ -151,6 +151,11 @@ class Config:
         "AWS_VPC_K8S_CNI_EXTERNALSNAT", BOOL, "false", "", "`AWS_VPC_K8S_CNI_EXTERNALSNAT`",
         "Pods leave the VPC with their own address, by their own ENI (the node sits behind a NAT "
         "gateway): no SNAT, no connmark. False = SNAT to the primary ENI's primary address."))
+    node_port_support: bool = field(metadata=declare(
+        "AWS_VPC_CNI_NODE_PORT_SUPPORT", BOOL, "true", "", "`AWS_VPC_CNI_NODE_PORT_SUPPORT`",
+        "Connections to the node's own addresses arriving on the primary ENI (NodePort, hostPort, "
+        "load balancers with instance targets) are marked, so pods on secondary ENIs answer them "
+        "by the primary ENI. False = no mark: such connections to pods on secondary ENIs fail."))
     exclude_snat_cidrs: tuple[str, ...] = field(metadata=declare(
         "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", CIDRS, "", "",
         "`AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`",

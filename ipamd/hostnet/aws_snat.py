@@ -14,6 +14,11 @@ What VPC CNI leaves (v1.23, `pkg/networkutils`; its default mark 0x80 and interf
 - With its nftables connmark backend (newer versions), the connmark side is a table of its own,
   `table ip aws-cni`, which goes whole.
 
+The mangle PREROUTING rules are what makes NodePort and hostPort work for pods on secondary ENIs
+(AWS_VPC_CNI_NODE_PORT_SUPPORT): they go only when ipamd's own table marks inbound connections
+(`inbound`), so a node taken over keeps serving them; with ipamd's node port support off, they
+stay.
+
 Where: iptables-nft keeps nat and mangle as nft tables `ip nat` and `ip mangle`, read and changed
 here through the `nft` binary; iptables-legacy keeps them in the kernel's xtables, read and changed
 through `iptables-legacy-save` / `iptables-legacy-restore` when those are installed. In the nft
@@ -68,9 +73,10 @@ class Removal:
 
 
 class AwsNodeSnat(Protocol):
-    async def remove(self) -> Removal:
-        """Remove VPC CNI's SNAT and connmark chains and rules. Never raises: a backend that could
-        not be listed or changed is named in `failed` (nothing of it removed)."""
+    async def remove(self, *, inbound: bool) -> Removal:
+        """Remove VPC CNI's SNAT and connmark chains and rules; its marks of inbound connections
+        (mangle PREROUTING) only with `inbound` (ipamd's table marks them now). Never raises: a
+        backend that could not be listed or changed is named in `failed` (nothing of it removed)."""
         ...
 
 
@@ -114,27 +120,31 @@ def parse_nft_table(listing: str) -> tuple[list[str], list[NftRule]]:
     return chains, rules
 
 
-def is_vpc_cni_nft_rule(table: str, rule: NftRule) -> bool:
-    """Whether an iptables-nft rule outside VPC CNI's chains is one VPC CNI adds."""
+def is_vpc_cni_nft_rule(table: str, rule: NftRule, *, inbound: bool = True) -> bool:
+    """Whether an iptables-nft rule outside VPC CNI's chains is one VPC CNI adds (its inbound
+    marks in mangle only with `inbound`)."""
     if _JUMP.search(rule.text):
         return True
     if rule.chain != "PREROUTING":
         return False
     if table == "nat":
         return _NFT_RESTORE.fullmatch(rule.text) is not None
-    if table == "mangle":
+    if table == "mangle" and inbound:
         return bool(_NFT_RESTORE_FROM.fullmatch(rule.text) or _NFT_MARK_LOCAL.fullmatch(rule.text))
     return False
 
 
-def plan_nft_removal(table: str, listing: str) -> tuple[list[str], list[str]]:
+def plan_nft_removal(
+    table: str, listing: str, *, inbound: bool = True
+) -> tuple[list[str], list[str]]:
     """The nft commands that remove VPC CNI's rules and chains from `table ip <table>` (given its
-    `nft -a list` output), and a line for each thing removed. The jumps go before their chains."""
+    `nft -a list` output), and a line for each thing removed. The jumps go before their chains;
+    VPC CNI's marks of inbound connections only with `inbound`."""
     chains, rules = parse_nft_table(listing)
     script: list[str] = []
     removed: list[str] = []
     for rule in rules:
-        if AWS_CHAIN.fullmatch(rule.chain) or not is_vpc_cni_nft_rule(table, rule):
+        if AWS_CHAIN.fullmatch(rule.chain) or not is_vpc_cni_nft_rule(table, rule, inbound=inbound):
             continue
         script.append(f"delete rule {FAMILY} {table} {rule.chain} handle {rule.handle}")
         removed.append(f"{FAMILY} {table} {rule.chain}: {rule.text}")
@@ -164,10 +174,10 @@ def _save_tables(save: str) -> Iterator[tuple[str, list[str]]]:
             lines.append(line)
 
 
-def plan_legacy_removal(save: str) -> tuple[str, list[str]]:
+def plan_legacy_removal(save: str, *, inbound: bool = True) -> tuple[str, list[str]]:
     """The `iptables-restore --noflush` input that removes VPC CNI's rules and chains from nat and
     mangle (given `iptables-save`'s output), and a line for each thing removed; "" when there is
-    nothing of VPC CNI's."""
+    nothing of VPC CNI's. Its marks of inbound connections (mangle) only with `inbound`."""
     script: list[str] = []
     removed: list[str] = []
     for table, lines in _save_tables(save):
@@ -184,7 +194,9 @@ def plan_legacy_removal(save: str) -> tuple[str, list[str]]:
                 continue
             spec = f" {line[3:]} "
             if _LEGACY_JUMP.search(spec) or (
-                chain == "PREROUTING" and _LEGACY_CONNMARK.search(spec)
+                chain == "PREROUTING"
+                and (inbound or table != "mangle")
+                and _LEGACY_CONNMARK.search(spec)
             ):
                 deletes.append(f"-D {line[3:]}")
                 removed.append(f"iptables-legacy {table}: {line}")
@@ -229,24 +241,24 @@ class NftAwsNodeSnat:
             return cls()
         return cls(legacy_save=(save,), legacy_restore=(restore, "--noflush"))
 
-    async def remove(self) -> Removal:
+    async def remove(self, *, inbound: bool) -> Removal:
         removed: list[str] = []
         failed: list[str] = []
         steps = [self._remove_nft, *([self._remove_legacy] if self._legacy is not None else [])]
         for step in steps:
             try:
-                removed += await step()
+                removed += await step(inbound)
             except HostNetError as err:
                 failed.append(str(err))
         return Removal(tuple(removed), tuple(failed))
 
-    async def _remove_nft(self) -> list[str]:
+    async def _remove_nft(self, inbound: bool) -> list[str]:
         script: list[str] = []
         removed: list[str] = []
         for table in IPTABLES_TABLES:
             listing = await self._nft_listing(table)
             if listing is not None:
-                lines, what = plan_nft_removal(table, listing)
+                lines, what = plan_nft_removal(table, listing, inbound=inbound)
                 script += lines
                 removed += what
         if await self._nft_listing(AWS_CNI_TABLE) is not None:
@@ -270,7 +282,7 @@ class NftAwsNodeSnat:
             return None
         raise KernelUnreadable(f"nft could not list table {FAMILY} {table}: {err.strip()}")
 
-    async def _remove_legacy(self) -> list[str]:
+    async def _remove_legacy(self, inbound: bool) -> list[str]:
         assert self._legacy is not None
         save, restore = self._legacy
         try:
@@ -279,7 +291,7 @@ class NftAwsNodeSnat:
             raise KernelUnreadable(str(exc)) from exc
         if rc != 0:
             raise KernelUnreadable(f"{save[-1]} failed: {err.strip()}")
-        script, removed = plan_legacy_removal(out)
+        script, removed = plan_legacy_removal(out, inbound=inbound)
         if not script:
             return []
         rc, _, err = await self._run(restore, script)

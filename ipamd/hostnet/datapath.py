@@ -53,6 +53,7 @@ from ipamd.hostnet.plan import (
 )
 from ipamd.hostnet.ports import EniLink, HostNetError, HostNetwork, LinkNotFound
 from ipamd.hostnet.snat import SnatPlan, SnatTable
+from ipamd.hostnet.sysctl import STRICT
 from ipamd.hostnet.takeover import Takeover
 from ipamd.model import PodRef
 
@@ -81,8 +82,10 @@ class Datapath:
         clock: Clock,
         rng: random.Random | None = None,
         aws_node_snat: AwsNodeSnat | None = None,
+        rp_filter: Callable[[str], int] | None = None,
     ) -> None:
         self._engine = engine
+        self._rp_filter = rp_filter
         self._host = host
         self._snat = snat
         self.settings = settings
@@ -301,7 +304,7 @@ class Datapath:
             async with self._lock:
                 diff = await self._reconcile_kernel()
             if await self._reconcile_snat():
-                await self._takeover.snat()
+                await self._takeover.snat(inbound=self.inbound_marked)
         except HostNetError as err:
             self.health.reconciles["failed"] += 1
             logger.warning("hostnet.reconcile_failed error=%s (nothing deleted)", err)
@@ -315,7 +318,7 @@ class Datapath:
         routes = await self._host.list_routes()
         foreign = await self._takeover.read()
         ready = tuple(r for r in self._ready.values() if r.record.eni_id in state.enis())
-        plan = self._planner.plan(state, ready, self._connmark)
+        plan = self._planner.plan(state, ready, self.marks_connections)
         diff = diff_kernel(plan, rules, routes)
         if not diff.is_empty():
             await self._apply(diff)
@@ -341,16 +344,24 @@ class Datapath:
             logger.info("hostnet.fixed rule=%s", rule)
 
     @property
-    def _connmark(self) -> bool:
-        """Whether pods' traffic leaving the VPC is marked and SNATed (IPv4 mode, without external
-        SNAT): the connmark rule is then part of the kernel plan."""
-        return not self.settings.external_snat and not self.settings.ipv6_egress_cidr
+    def marks_connections(self) -> bool:
+        """Whether ipamd's table marks connections (IPv4 mode: pods' traffic leaving the VPC
+        without external SNAT, or inbound connections to the node with node port support): the
+        connmark rule is then part of the kernel plan."""
+        s = self.settings
+        return not s.ipv6_egress_cidr and (not s.external_snat or s.node_port_support)
+
+    @property
+    def inbound_marked(self) -> bool:
+        """Whether ipamd's table marks inbound connections to the node (IPv4 mode with
+        AWS_VPC_CNI_NODE_PORT_SUPPORT)."""
+        return not self.settings.ipv6_egress_cidr and self.settings.node_port_support
 
     async def _reconcile_snat(self) -> bool:
-        """True once the SNAT side is what the settings say: ipamd's table live, or (external
-        SNAT in IPv4 mode) absent."""
+        """True once the table is what the settings say: ipamd's table live, or (in IPv4 mode
+        with external SNAT and without node port support) absent."""
         self._snat_stale = False
-        if self.settings.external_snat and not self.settings.ipv6_egress_cidr:
+        if not self.marks_connections and not self.settings.ipv6_egress_cidr:
             if await self._snat.remove():
                 self.health.fixes["snat"] += 1
             return True
@@ -363,7 +374,25 @@ class Datapath:
             logger.info(
                 "hostnet.snat_applied primary=%s exempt=%s", plan.primary_ip, plan.exempt_cidrs
             )
+        if plan.node_port:
+            self._check_rp_filter(plan.primary_ifname)
         return True
+
+    def _check_rp_filter(self, ifname: str) -> None:
+        """Whether the primary link's reverse-path filter lets inbound connections reach pods on
+        secondary ENIs (`ipamd.hostnet.sysctl`); said once per change, kept in `health`."""
+        if self._rp_filter is None:
+            return
+        try:
+            strict = self._rp_filter(ifname) == STRICT
+        except HostNetError as err:
+            logger.warning("hostnet.rp_filter_unreadable ifname=%s error=%s", ifname, err)
+            return
+        was, self.health.rp_filter_strict = self.health.rp_filter_strict, ifname if strict else ""
+        if strict and not was:
+            logger.warning("hostnet.rp_filter_strict %s", self.health.degraded()[0])
+        elif was and not strict:
+            logger.info("hostnet.rp_filter_loose ifname=%s", ifname)
 
     async def snat_plan(self) -> SnatPlan | None:
         """The SNAT table for the links set up now; None until the primary link is found."""
@@ -391,6 +420,8 @@ class Datapath:
             eni_ifnames=tuple(sorted({primary, *(r.ifname for r in self._ready.values())})),
             exempt_cidrs=tuple(dict.fromkeys((*vpc, *self.settings.exclude_snat_cidrs))),
             randomize=self.settings.randomize_snat,
+            snat=not self.settings.external_snat,
+            node_port=self.settings.node_port_support,
         )
 
     def ready_links(self) -> Iterable[ReadyEni]:

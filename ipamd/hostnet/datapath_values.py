@@ -15,6 +15,9 @@ class DatapathSettings:
     external_snat: bool = False
     exclude_snat_cidrs: tuple[str, ...] = ()
     randomize_snat: Literal["prng", "hashrandom", "none"] = "prng"
+    node_port_support: bool = True
+    """AWS_VPC_CNI_NODE_PORT_SUPPORT: ipamd's table marks connections to the node's own addresses
+    arriving on the primary ENI (`ipamd.hostnet.snat.SnatPlan.node_port`)."""
     ipv6_egress_cidr: str = ""
     """IPv6 mode: the IPv4 egress range of IPv6 pods, which the SNAT table then only SNATs to the
     node's IPv4 (`ipamd.hostnet.snat.SnatPlan.egress_cidr`); "" in IPv4 mode. The external SNAT
@@ -35,3 +38,19 @@ class DatapathHealth:
     takeover_failures: Counter[str] = field(default_factory=Counter)
     """Takeover steps from aws-node that failed (retried by the next reconcile), by step:
     unreadable, rules, snat."""
+    rp_filter_strict: str = ""
+    """The primary link's name while its reverse-path filtering is strict and ipamd marks inbound
+    connections (NodePort and hostPort replies from pods on secondary ENIs are then dropped); ""
+    otherwise."""
+
+    def degraded(self) -> tuple[str, ...]:
+        """What works less than it should on this node, one sentence each (`/readyz`)."""
+        if not self.rp_filter_strict:
+            return ()
+        name = self.rp_filter_strict
+        return (
+            f"reverse-path filtering is strict on the primary interface {name} (rp_filter 1): "
+            "NodePort, hostPort and load-balancer connections to pods on secondary ENIs are "
+            f"dropped; set net.ipv4.conf.{name}.rp_filter=2 (loose), as ipamd's host-sysctls "
+            "init container does",
+        )

@@ -200,18 +200,24 @@ class FakeSnatTable:
             raise KernelUnreadable("injected: nft could not list table ip ipamd")
 
 
+INBOUND_MARK = "ip mangle PREROUTING"
+"""How the fake names aws-node's marks of inbound connections, which go only with `inbound`."""
+
+
 class FakeAwsNodeSnat:
     def __init__(self, *chains: str) -> None:
         self.chains: set[str] = set(chains)
-        """What of aws-node's is left, e.g. `ip nat chain AWS-SNAT-CHAIN-0`."""
+        """What of aws-node's is left, e.g. `ip nat chain AWS-SNAT-CHAIN-0`, or
+        `ip mangle PREROUTING: ...` for an inbound mark."""
         self.fail = ""
         """Non-empty: every `remove` fails with this reason and removes nothing."""
         self.passes = 0
         """`remove` calls, whatever they found."""
 
-    async def remove(self) -> Removal:
+    async def remove(self, *, inbound: bool) -> Removal:
         self.passes += 1
         if self.fail:
             return Removal(failed=(self.fail,))
-        removed, self.chains = tuple(sorted(self.chains)), set()
-        return Removal(removed=removed)
+        going = {c for c in self.chains if inbound or not c.startswith(INBOUND_MARK)}
+        self.chains -= going
+        return Removal(removed=tuple(sorted(going)))

@@ -4,10 +4,20 @@ Owns exactly one table, `table ip ipamd`, and nothing else of the netfilter stat
 edits or flushes another table, and never the whole ruleset. `render_ruleset` turns a `SnatPlan` into
 the nft script that replaces the table in one transaction; `NftSnatTable` applies, compares and
 removes it by running the `nft` binary; `SnatTable` is the port the daemon uses (a stateful fake
-lives in `ipamd.hostnet.fake`). With AWS_VPC_K8S_CNI_EXTERNALSNAT=true the daemon calls
-`remove()`: no SNAT, no connmark. The policy rule that reads the mark (`fwmark 0x80/0x80 lookup main`
-at `PRIORITY_CONNMARK`) and the rule that routes replies to pods belong to the host-network port, not
+lives in `ipamd.hostnet.fake`). With AWS_VPC_K8S_CNI_EXTERNALSNAT=true the table has no SNAT and
+no mark of outbound connections (`SnatPlan.snat`); with AWS_VPC_CNI_NODE_PORT_SUPPORT=false too, the
+daemon calls `remove()`. The policy rule that reads the mark (`fwmark 0x80/0x80 lookup main` at
+`PRIORITY_CONNMARK`) and the rule that routes replies to pods belong to the host-network port, not
 here. Every error is a `HostNetError` (`KernelUnreadable` when a listing fails).
+
+Inbound connections (AWS_VPC_CNI_NODE_PORT_SUPPORT, `SnatPlan.node_port`), as VPC CNI's mangle
+PREROUTING rule `-i <primary> -m addrtype --dst-type LOCAL --limit-iface-in -j CONNMARK --set-mark
+0x80/0x80` (aws/amazon-vpc-cni-k8s v1.23.1, pkg/networkutils/network.go): a packet arriving on the
+primary ENI's link for an address of that link (a NodePort, a hostPort, an NLB or ALB target of type
+instance) sets conntrack mark bit 0x80, in chain `inbound` at mangle priority, before kube-proxy's
+and portmap's DNAT turn the destination into a pod's. The pod's replies copy the bit into their
+packet mark (chain `prerouting`), so they leave by the primary ENI, where the un-DNAT gives them the
+node's address and port.
 
 What the table does, as AWS VPC CNI does with iptables: a connection whose first packet enters the
 node from a pod (from no ENI link) towards a destination outside every exempt CIDR (the VPC's and
@@ -91,6 +101,11 @@ class SnatPlan:
     """The VPC's CIDRs and AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: destinations never SNATed."""
     randomize: Randomize = "prng"
     """AWS_VPC_K8S_CNI_RANDOMIZESNAT."""
+    snat: bool = True
+    """Pods' connections leaving the VPC are marked and SNATed (not AWS_VPC_K8S_CNI_EXTERNALSNAT)."""
+    node_port: bool = False
+    """AWS_VPC_CNI_NODE_PORT_SUPPORT: connections to the node's own addresses arriving on the primary
+    ENI are marked, so that pods' replies leave by the primary ENI."""
     egress_cidr: str = ""
     """IPv6 mode: the range of IPv6 pods' IPv4 egress interfaces (`ipamd.wire.pod.V4_EGRESS_CIDR`).
     The table then only SNATs that range to `primary_ip`, whatever the destination but multicast:
@@ -149,17 +164,53 @@ def render_ruleset(plan: SnatPlan) -> str:
         raise ValueError(f"the primary link {primary!r} is not among the ENI links {links}")
     if plan.randomize not in _RANDOMIZE_FLAG:
         raise ValueError(f"unknown SNAT randomization: {plan.randomize!r}")
-    exempt = _exempt(plan.exempt_cidrs)
+    if not (plan.snat or plan.node_port):
+        raise ValueError("a plan that neither SNATs nor marks node ports has no table: remove it")
     mark = f"0x{CONNMARK:08x}"
-    # nft rejects an empty `elements = { }`; a set without elements matches nothing, so `!= @exempt`
-    # then matches every destination, which is what no exempt CIDR means.
-    exempt_elements = [f"\t\telements = {{ {', '.join(exempt)} }}"] if exempt else []
     link_elements = ", ".join(f'"{name}"' for name in links)
     lines = [
         f"table {FAMILY} {TABLE}",
         f"delete table {FAMILY} {TABLE}",
         f"table {FAMILY} {TABLE} {{",
-        '\tcomment "ipamd: SNAT of pod traffic leaving the VPC, and the connmark routing it"',
+        '\tcomment "ipamd: the connmark routing pod traffic by the primary ENI, and SNAT"',
+        *(_exempt_set(plan.exempt_cidrs) if plan.snat else []),
+        "\tset eni_links {",
+        "\t\ttype ifname",
+        '\t\tcomment "every ENI link: traffic entering from one is not a pod\'s"',
+        f"\t\telements = {{ {link_elements} }}",
+        "\t}",
+        *(_inbound_chain(primary, mark) if plan.node_port else []),
+        "\tchain prerouting {",
+        '\t\tcomment "connmark of pods\' connections and their packets; after kube-proxy DNAT"',
+        "\t\ttype filter hook prerouting priority dstnat + 10; policy accept;",
+        # Only a connection's first packet decides: the replies of a connection opened towards a
+        # pod (say from a client outside the VPC) must keep leaving by the pod's own ENI.
+        *(
+            [
+                f"\t\tiifname != @eni_links ct state new ip daddr != @exempt"
+                f" fib daddr type != local ct mark set ct mark | {mark}"
+                ' comment "a pod opens a connection leaving the VPC: mark it"'
+            ]
+            if plan.snat
+            else []
+        ),
+        f"\t\tiifname != @eni_links ct mark & {mark} == {mark} meta mark set meta mark | {mark}"
+        ' comment "pod packets of marked connections route via main, out the primary ENI"',
+        f'\t\tiifname "{primary}" ct mark & {mark} == {mark} meta mark set meta mark | {mark}'
+        ' comment "packets of marked connections arriving on the primary ENI keep the route"',
+        "\t}",
+        *(_snat_chain(primary, primary_ip, plan.randomize) if plan.snat else []),
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _exempt_set(cidrs: Sequence[str]) -> list[str]:
+    exempt = _exempt(cidrs)
+    # nft rejects an empty `elements = { }`; a set without elements matches nothing, so `!= @exempt`
+    # then matches every destination, which is what no exempt CIDR means.
+    elements = [f"\t\telements = {{ {', '.join(exempt)} }}"] if exempt else []
+    return [
         "\tset exempt {",
         "\t\ttype ipv4_addr",
         "\t\tflags interval",
@@ -167,36 +218,38 @@ def render_ruleset(plan: SnatPlan) -> str:
         # element someone adds later from being refused as a conflicting interval.
         "\t\tauto-merge",
         '\t\tcomment "VPC CIDRs and excluded CIDRs: destinations never SNATed"',
-        *exempt_elements,
+        *elements,
         "\t}",
-        "\tset eni_links {",
-        "\t\ttype ifname",
-        '\t\tcomment "every ENI link: traffic entering from one is not a pod\'s"',
-        f"\t\telements = {{ {link_elements} }}",
+    ]
+
+
+def _inbound_chain(primary: str, mark: str) -> list[str]:
+    """AWS_VPC_CNI_NODE_PORT_SUPPORT. Before kube-proxy's DNAT (mangle priority), while the
+    destination is still the node's own address: after it, a NodePort's packet is addressed to the
+    pod. The replies then carry the mark (the prerouting chain copies it from the connection), so
+    `fwmark 0x80/0x80 lookup main` routes them out the primary ENI, where the un-DNAT gives them the
+    node's address; without it a pod on a secondary ENI would answer by its own ENI, with a source
+    that ENI does not own, and EC2's source/destination check would drop the reply."""
+    return [
+        "\tchain inbound {",
+        '\t\tcomment "connmark of connections to the node arriving on the primary ENI; before DNAT"',
+        "\t\ttype filter hook prerouting priority mangle; policy accept;",
+        f'\t\tiifname "{primary}" fib daddr . iif type local ct mark set ct mark | {mark}'
+        ' comment "NodePort, hostPort: pods answer by the primary ENI"',
         "\t}",
-        "\tchain prerouting {",
-        '\t\tcomment "connmark of pod connections leaving the VPC; after kube-proxy DNAT"',
-        "\t\ttype filter hook prerouting priority dstnat + 10; policy accept;",
-        # Only a connection's first packet decides: the replies of a connection opened towards a
-        # pod (say from a client outside the VPC) must keep leaving by the pod's own ENI.
-        f"\t\tiifname != @eni_links ct state new ip daddr != @exempt fib daddr type != local"
-        f" ct mark set ct mark | {mark}"
-        ' comment "a pod opens a connection leaving the VPC: mark it"',
-        f"\t\tiifname != @eni_links ct mark & {mark} == {mark} meta mark set meta mark | {mark}"
-        ' comment "pod packets of marked connections route via main, out the primary ENI"',
-        f'\t\tiifname "{primary}" ct mark & {mark} == {mark} meta mark set meta mark | {mark}'
-        ' comment "packets of marked connections arriving on the primary ENI keep the route"',
-        "\t}",
+    ]
+
+
+def _snat_chain(primary: str, primary_ip: str, randomize: Randomize) -> list[str]:
+    return [
         "\tchain postrouting {",
         '\t\tcomment "SNAT of pod traffic leaving the VPC; after kube-proxy masquerade"',
         "\t\ttype nat hook postrouting priority srcnat + 10; policy accept;",
         f'\t\toifname "{primary}" ip daddr != @exempt fib saddr type != local'
-        f" snat to {primary_ip}{_RANDOMIZE_FLAG[plan.randomize]}"
+        f" snat to {primary_ip}{_RANDOMIZE_FLAG[randomize]}"
         ' comment "pod traffic leaving the VPC takes the primary ENI address"',
         "\t}",
-        "}",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def _render_egress(cidr: str, primary_ip: str, randomize: Randomize) -> str:

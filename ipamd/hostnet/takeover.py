@@ -9,6 +9,8 @@ Order, which is what keeps a live pod routed throughout:
   becomes ipamd's, the table never lacks it); only stale ones are deleted here.
 - SNAT (`snat`): aws-node's chains go only after the reconcile made ipamd's nft table live (or,
   with AWS_VPC_K8S_CNI_EXTERNALSNAT, once ipamd's table is confirmed absent: aws-node's still go).
+  aws-node's marks of inbound connections (NodePort, hostPort) go only when ipamd's live table
+  marks them itself (AWS_VPC_CNI_NODE_PORT_SUPPORT), so they never lapse.
 
 Nothing here fails a reconcile: a failure is logged (`hostnet.takeover_failed`), counted in
 `DatapathHealth.takeover_failures`, and the next reconcile tries again. What goes is counted in
@@ -101,11 +103,12 @@ class Takeover:
         self._count("takeover_route_claimed", "hostnet.takeover_routes_claimed", todo.claim_routes)
         self._count("takeover_route_removed", "hostnet.takeover_routes_removed", todo.delete_routes)
 
-    async def snat(self) -> None:
-        """Remove aws-node's SNAT and connmark chains. Call only once ipamd's own table is live."""
+    async def snat(self, *, inbound: bool) -> None:
+        """Remove aws-node's SNAT and connmark chains, and its marks of inbound connections when
+        ipamd's table marks them (`inbound`). Call only once ipamd's own table is live."""
         if self._snat is None:
             return
-        removal = await self._snat.remove()
+        removal = await self._snat.remove(inbound=inbound)
         for failure in removal.failed:
             self._failed("snat", failure)
         if removal.removed:

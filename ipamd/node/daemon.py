@@ -221,6 +221,9 @@ class HostNetAdapters:
     aws_node_snat: AwsNodeSnat | None = None
     """Where aws-node's SNAT chains are found and removed once ipamd's table is live (None: not
     looked for)."""
+    rp_filter: Callable[[str], int] | None = None
+    """The reverse-path filtering a link applies (`ipamd.hostnet.sysctl.read_rp_filter`), checked
+    on the primary link when ipamd marks inbound connections (None: not checked)."""
 
 
 async def _describe_when_answered(
@@ -329,6 +332,7 @@ def _datapath(
             external_snat=config.external_snat,
             exclude_snat_cidrs=config.exclude_snat_cidrs,
             randomize_snat=config.randomize_snat,
+            node_port_support=config.node_port_support,
             ipv6_egress_cidr=V4_EGRESS_CIDR if config.enable_ipv6 else "",
         ),
         node_ip=instance.private_ip,
@@ -337,6 +341,7 @@ def _datapath(
         clock=clock,
         rng=rng,
         aws_node_snat=adapters.aws_node_snat,
+        rp_filter=adapters.rp_filter,
     )
 
 

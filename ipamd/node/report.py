@@ -68,8 +68,7 @@ def actions_in_progress(daemon: Daemon) -> dict[str, int]:
 def metric_sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
     """What the metrics endpoint reads of the daemon's parts, each read when scraped."""
     limits = daemon.parts.node.limits
-    config = daemon.config  # IPv6 mode marks no connection: its table only SNATs IPv4 egress
-    snat = daemon.datapath is not None and not config.external_snat and not config.enable_ipv6
+    marking = daemon.datapath is not None and daemon.datapath.marks_connections
     return Sources(
         snapshot=daemon.engine.snapshot,
         max_enis=limits.max_enis,
@@ -85,6 +84,7 @@ def metric_sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
         hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,
         hostnet_reconciles=lambda: daemon.datapath.health.reconciles if daemon.datapath else {},
         actions_in_progress=lambda: actions_in_progress(daemon),
-        connmark_backend="nftables" if snat else "",
+        connmark_backend="nftables" if marking else "",
+        rp_filter_strict=lambda: bool(daemon.datapath and daemon.datapath.health.rp_filter_strict),
         network_policy_calls=lambda: policy.calls,
     )

@@ -78,6 +78,9 @@ CATALOGUE: tuple[MetricSpec, ...] = _catalogue((
     ("ipamd_prefix_fallback", "gauge", "",
      "1 while prefix mode grows secondary IPs because no /28 was to be had"),
     ("ipamd_enis_blocked", "gauge", "", "ENIs whose addresses are held back: link not set up yet"),
+    ("ipamd_hostnet_rp_filter_strict", "gauge", "",
+     "1 while the primary interface filters reverse paths strictly and ipamd marks inbound "
+     "connections: NodePort and hostPort replies from pods on secondary ENIs are dropped"),
     ("ipamd_max_pods", "gauge", "rule",
      "The node's max pods, by the rule that set it (kubelet, override, a formula or a vCPU cap)"),
     ("ipamd_hostnet_fixes_total", "counter", "kind", "Host-network reconcile repairs by kind"),

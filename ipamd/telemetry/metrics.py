@@ -157,7 +157,10 @@ class Sources:
     actions_in_progress: Callable[[], Mapping[str, int]] = dict
     """VPC CNI's action names (nodeInit, increaseDatastorePool, ...) → actions running now."""
     connmark_backend: str = ""
-    """"nftables" when ipamd's SNAT table sets the connmark; "" when nothing does."""
+    """"nftables" when ipamd's table sets the connmark; "" when nothing does."""
+    rp_filter_strict: Callable[[], bool] = bool
+    """Whether the primary link's reverse-path filtering is strict while ipamd marks inbound
+    connections (`ipamd.hostnet.sysctl`)."""
     subnet_free: Callable[[], int | None] = lambda: None
     """Free addresses in the node's subnets, as the pool last saw them; None: never read."""
     subnet_scarce: Callable[[], bool] = bool
@@ -243,6 +246,7 @@ DAEMON_METRICS = (
     "ipamd_prefix_fallback",
     "ipamd_hostnet_fixes_total",
     "ipamd_hostnet_add_failures_total",
+    "ipamd_hostnet_rp_filter_strict",
     "ipamd_network_policy_calls_total",
 )
 
@@ -287,6 +291,7 @@ class DaemonCollector(Collector):
         for fn, n in sorted(s.actions_in_progress().items()):
             f.add("awscni_ipamd_action_inprogress", n, fn=fn)
         f.add("awscni_connmark_backend", int(s.connmark_backend == "nftables"), backend="nftables")
+        f.add("ipamd_hostnet_rp_filter_strict", int(s.rp_filter_strict()))
         reconciles = s.hostnet_reconciles()
         ok = reconciles.get("ok", 0)
         f.add("awscni_connmark_reconcile_total", ok, result="success")

@@ -67,6 +67,29 @@ def test_the_rules_say_what_they_do() -> None:
     assert "counter" not in script, "counters would make two listings of one table differ"
 
 
+def test_inbound_connections_are_marked_before_dnat_as_vpc_cni_marks_them() -> None:
+    # VPC CNI: mangle PREROUTING `-i eth0 -m addrtype --dst-type LOCAL --limit-iface-in -j CONNMARK
+    # --set-mark 0x80/0x80` (aws/amazon-vpc-cni-k8s v1.23.1, pkg/networkutils/network.go).
+    script = render_ruleset(replace(PLAN, node_port=True))
+    inbound = script.split("chain inbound {")[1].split("\t}")[0]
+    assert "type filter hook prerouting priority mangle; policy accept;" in inbound, "before DNAT"
+    assert (
+        'iifname "eth0" fib daddr . iif type local ct mark set ct mark | 0x00000080 comment'
+        in inbound
+    )
+    assert "chain inbound" not in render_ruleset(PLAN), "AWS_VPC_CNI_NODE_PORT_SUPPORT=false"
+
+
+def test_without_snat_the_table_only_marks_inbound_and_routes_replies() -> None:
+    script = render_ruleset(replace(PLAN, snat=False, node_port=True))
+    assert "snat to" not in script and "set exempt" not in script
+    assert "ct state new" not in script, "pods' outbound connections are not marked"
+    assert "iifname != @eni_links ct mark & 0x00000080 == 0x00000080" in script, "replies restored"
+    assert "chain inbound" in script
+    with pytest.raises(ValueError, match="no table"):
+        render_ruleset(replace(PLAN, snat=False, node_port=False))
+
+
 @pytest.mark.parametrize(
     ("randomize", "snat"),
     [

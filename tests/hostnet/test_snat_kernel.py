@@ -117,6 +117,23 @@ class TestNftSnatTable:
         assert await table.matches(egress) and not await table.matches(PLAN)
         assert await table.apply(egress) is False
 
+    async def test_the_kernel_takes_each_mix_of_snat_and_inbound_marks(self, netns: str) -> None:
+        table = NftSnatTable(_nft_in(netns))
+        inbound = replace(PLAN, node_port=True)
+        assert await table.apply(inbound) is True
+        listing = _listing(netns)
+        assert listing is not None
+        assert "type filter hook prerouting priority mangle; policy accept;" in listing
+        assert 'iifname "eth0" fib daddr . iif type local ct mark set ct mark' in listing
+        assert "snat to 10.0.1.10" in listing
+        only_inbound = replace(inbound, snat=False)
+        assert await table.apply(only_inbound) is True
+        listing = _listing(netns)
+        assert listing is not None
+        assert "fib daddr . iif type local" in listing
+        assert "snat" not in listing and "exempt" not in listing, "external SNAT: no SNAT"
+        assert await table.matches(only_inbound) and await table.apply(only_inbound) is False
+
     async def test_a_fresh_adapter_reports_no_change_for_the_table_already_there(
         self, netns: str
     ) -> None:

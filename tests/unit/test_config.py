@@ -45,6 +45,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         eni_mtu=9001,
         pod_mtu=None,
         external_snat=False,
+        node_port_support=True,
         exclude_snat_cidrs=(),
         randomize_snat="prng",
         disable_metrics=False,
@@ -240,9 +241,11 @@ def test_bad_host_network_values_are_reported_together() -> None:
             "POD_MTU": "575",
             "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "10.0.0.0/8,not-a-cidr",
             "AWS_VPC_K8S_CNI_RANDOMIZESNAT": "sometimes",
+            "AWS_VPC_CNI_NODE_PORT_SUPPORT": "yes please",
         }
     )
     assert sorted(p.split("=")[0] for p in problems) == [
+        "AWS_VPC_CNI_NODE_PORT_SUPPORT",
         "AWS_VPC_ENI_MTU",
         "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
         "AWS_VPC_K8S_CNI_RANDOMIZESNAT",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -82,6 +82,7 @@ def _datapath(
     snat: FakeSnatTable,
     clock: FakeClock,
     lookups: list[str],
+    rp_filter: Callable[[str], int] | None = None,
     **settings: object,
 ) -> Datapath:
     async def subnet_cidr(subnet_id: str) -> str:
@@ -97,6 +98,7 @@ def _datapath(
         subnet_cidr=subnet_cidr,
         vpc_cidrs=_vpc_cidrs,
         clock=clock,
+        rp_filter=rp_filter,
     )
 
 
@@ -291,10 +293,55 @@ async def test_snat_follows_the_settings(node: NodeFixture) -> None:
     await datapath.reconcile()
     assert snat.changes == 2, "a hand-edited table is replaced"
 
+    assert snat.plan.snat and snat.plan.node_port, "AWS_VPC_CNI_NODE_PORT_SUPPORT defaults to true"
+
     external = _datapath(engine, kernel, snat, node.clock, [], external_snat=True)
     await external.reconcile()
-    assert snat.removes == 1, "external SNAT: no table"
+    inbound_only = snat.plan
+    assert inbound_only is not None and snat.removes == 0
+    assert not inbound_only.snat and inbound_only.node_port, "external SNAT: inbound marks only"
+    assert CONNMARK_RULE in kernel.rules, "marked replies still route by main"
+
+    unmarked = _datapath(
+        engine, kernel, snat, node.clock, [], external_snat=True, node_port_support=False
+    )
+    await unmarked.reconcile()
+    assert snat.removes == 1, "external SNAT without node port support: no table"
     assert CONNMARK_RULE not in kernel.rules
+
+
+async def test_strict_reverse_path_filtering_is_said_while_inbound_is_marked(
+    node: NodeFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = await node.open()
+    await _seed(engine, node.clock.now())
+    kernel, snat = FakeHostNetwork(), FakeSnatTable()
+    kernel.plug(PRIMARY_MAC, "eth0")
+    filtering = {"eth0": 1}
+    datapath = _datapath(engine, kernel, snat, node.clock, [], rp_filter=filtering.__getitem__)
+    await datapath.reconcile()
+    assert datapath.health.rp_filter_strict == "eth0"
+    (reason,) = datapath.health.degraded()
+    assert "rp_filter" in reason and "eth0" in reason
+    assert sum("hostnet.rp_filter_strict" in r.message for r in caplog.records) == 1
+    await datapath.reconcile()
+    assert sum("hostnet.rp_filter_strict" in r.message for r in caplog.records) == 1, "said once"
+    filtering["eth0"] = 2
+    await datapath.reconcile()
+    assert datapath.health.rp_filter_strict == "" and datapath.health.degraded() == ()
+
+    filtering["eth0"] = 1
+    off = _datapath(
+        engine,
+        kernel,
+        snat,
+        node.clock,
+        [],
+        rp_filter=filtering.__getitem__,
+        node_port_support=False,
+    )
+    await off.reconcile()
+    assert off.health.degraded() == (), "nothing inbound is marked: strict filtering breaks nothing"
 
 
 async def test_a_blocked_eni_shows_in_the_api_ipamctl_and_metrics(host: Host) -> None:

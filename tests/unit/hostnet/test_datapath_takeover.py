@@ -15,7 +15,7 @@ from datastore.records import EniRecord
 from ipamd.engine.engine import Engine
 from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.datapath_values import DatapathSettings
-from ipamd.hostnet.fake import FakeAwsNodeSnat, FakeHostNetwork, FakeSnatTable
+from ipamd.hostnet.fake import INBOUND_MARK, FakeAwsNodeSnat, FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (
     MAIN_TABLE,
@@ -35,7 +35,9 @@ NODE_IP = "10.0.0.5"
 ENI_IP = "10.0.0.20"
 KERNEL_DEFAULTS = {Rule(0, 255), Rule(32766, 254), Rule(32767, 253)}
 SOMEONE_ELSES = Rule(PRIORITY_TO_POD, MAIN_TABLE, dst="192.168.5.5/32")
-CHAINS = ("ip nat chain AWS-SNAT-CHAIN-0", "ip nat chain AWS-CONNMARK-CHAIN-0")
+INBOUND = f"{INBOUND_MARK}: iifname eth0 fib daddr . iif type local ct mark set ct mark or 0x80"
+"""aws-node's mark of connections to the node arriving on the primary ENI (NodePort, hostPort)."""
+CHAINS = ("ip nat chain AWS-SNAT-CHAIN-0", "ip nat chain AWS-CONNMARK-CHAIN-0", INBOUND)
 
 
 def to_pod(address: str) -> Rule:
@@ -157,7 +159,7 @@ async def test_a_reconcile_replaces_vpc_cnis_rules_routes_and_chains(taken: Node
     assert taken.snat.plan is not None
     assert taken.aws.chains == set()
     assert taken.datapath.health.fixes["takeover_rule_removed"] == 7
-    assert taken.datapath.health.fixes["takeover_snat_removed"] == 2
+    assert taken.datapath.health.fixes["takeover_snat_removed"] == len(CHAINS)
     assert not taken.datapath.health.takeover_failures
 
     before = (set(taken.kernel.rules), set(taken.kernel.foreign_rules), set(taken.kernel.routes))
@@ -205,12 +207,31 @@ async def test_a_failed_removal_is_logged_and_retried_by_the_next_reconcile(take
     assert taken.aws.chains == set()
 
 
-async def test_with_external_snat_aws_nodes_chains_and_connmark_rule_still_go(
+async def test_with_external_snat_aws_nodes_chains_go_and_inbound_stays_marked(
     node: NodeFixture,
 ) -> None:
     taken = await _node(node, external_snat=True)
     await taken.datapath.reconcile()
-    assert taken.snat.plan is None, "ipamd installs no SNAT"
+    assert taken.snat.plan is not None and not taken.snat.plan.snat, "ipamd installs no SNAT"
+    assert taken.snat.plan.node_port, "but marks inbound connections, as aws-node did"
     assert taken.aws.chains == set()
+    assert CONNMARK_RULE in taken.kernel.rules and CONNMARK_RULE not in taken.kernel.foreign_rules
+    assert taken.kernel.gaps == []
+
+
+async def test_with_external_snat_and_no_node_port_support_no_connmark_is_left(
+    node: NodeFixture,
+) -> None:
+    taken = await _node(node, external_snat=True, node_port_support=False)
+    await taken.datapath.reconcile()
+    assert taken.snat.plan is None, "ipamd has no table"
+    assert taken.aws.chains == {INBOUND}, "only what ipamd's table now does goes"
     assert CONNMARK_RULE not in taken.kernel.rules | taken.kernel.foreign_rules
     assert taken.kernel.gaps == []
+
+
+async def test_without_node_port_support_aws_nodes_inbound_mark_stays(node: NodeFixture) -> None:
+    kept = await _node(node, node_port_support=False)
+    await kept.datapath.reconcile()
+    assert kept.snat.plan is not None and not kept.snat.plan.node_port
+    assert kept.aws.chains == {INBOUND}, "NodePort keeps aws-node's mark: ipamd has none"

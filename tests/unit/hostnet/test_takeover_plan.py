@@ -257,3 +257,12 @@ def test_legacy_removal_is_one_restore_of_vpc_cnis_lines() -> None:
 
 def test_a_legacy_save_without_vpc_cnis_lines_needs_no_restore() -> None:
     assert plan_legacy_removal("*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n") == ("", [])
+
+
+def test_vpc_cnis_inbound_marks_stay_while_ipamd_marks_none() -> None:
+    script, removed = plan_nft_removal("mangle", MANGLE, inbound=False)
+    assert (script, removed) == ([], []), "NodePort keeps aws-node's mark: ipamd has none"
+    assert plan_nft_removal("nat", NAT, inbound=False) == plan_nft_removal("nat", NAT)
+    legacy, _ = plan_legacy_removal(SAVE, inbound=False)
+    assert "*mangle" not in legacy and "AWS, primary ENI" not in legacy
+    assert "-D POSTROUTING" in legacy and "AWS, CONNMARK" in legacy, "the nat side still goes"
