@@ -12,8 +12,11 @@ ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 # --- build: the virtualenv, the plugin's runtime and the launcher ---------------------------------
 FROM ${PYTHON_IMAGE} AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && apt-get install -y --no-install-recommends gcc libc6-dev containernetworking-plugins \
  && rm -rf /var/lib/apt/lists/*
+# portmap (hostPort), chained after ipamd-cni in the conflist: install-cni puts it on a node that
+# lacks it, as VPC CNI's image brings its own.
+RUN mkdir -p /opt/ipamd/cni/plugins && cp /usr/lib/cni/portmap /opt/ipamd/cni/plugins/portmap
 WORKDIR /src
 # The dependencies first, from the pins alone: a change to ipamd's code reuses this layer. pip gets
 # the builder's index and certificate bundle as build secrets when `make image` finds them

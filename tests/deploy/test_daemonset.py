@@ -209,7 +209,14 @@ def test_conflist_is_a_cni_network_ipamd_cni_accepts() -> None:
     assert conf["cniVersion"] in SUPPORTED_CNI_VERSIONS
     assert conf["name"] and isinstance(conf["plugins"], list)
     assert conf["name"] == "aws-cni", "VPC CNI's: the runtime's cached results of adopted pods"
-    assert [p["type"] for p in conf["plugins"]] == ["ipamd-cni"], "the interface plugin"
+    assert [p["type"] for p in conf["plugins"]] == ["ipamd-cni", "portmap"], "interface, hostPort"
+    # aws-node's conflist chains portmap so (aws/amazon-vpc-cni-k8s v1.23.1, misc/10-aws.conflist):
+    # the runtime passes a pod's hostPorts to the plugin that declares the capability.
+    assert conf["plugins"][1] == {
+        "type": "portmap",
+        "capabilities": {"portMappings": True},
+        "snat": True,
+    }
     assert conf["plugins"][0]["ipam"]["type"] == "ipamd-cni"
     assert conf["plugins"][0]["vethPrefix"] == "eni", "the network-policy agent's name for veths"
 

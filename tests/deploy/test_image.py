@@ -87,20 +87,21 @@ def node_bin(tmp_path: Path) -> Path:
     """A node's CNI bin dir with the reference plugins the conflist needs (stand-ins)."""
     bin_dir = tmp_path / "opt-cni-bin"
     bin_dir.mkdir()
-    for plugin in ("loopback",):
+    for plugin in ("loopback", "portmap"):
         (bin_dir / plugin).write_text("#!/bin/sh\nexit 0\n")
         (bin_dir / plugin).chmod(0o755)
     return bin_dir
 
 
 def install(
-    built: Built, bin_dir: Path, bundle: Path | None = None
+    built: Built, bin_dir: Path, bundle: Path | None = None, plugins: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "IPAMD_CNI_BIN_DIR": str(bin_dir),
         "IPAMD_CNI_BUNDLE": str(bundle or built.bundle),
         "IPAMD_CNI_LAUNCHER": str(built.launcher),
+        "IPAMD_CNI_PLUGINS": str(plugins or bin_dir / "no-plugins-shipped"),
     }
     return subprocess.run(
         ["/bin/sh", str(INSTALL)], env=env, capture_output=True, text=True, check=False, timeout=120
@@ -259,7 +260,37 @@ def test_install_refuses_a_node_without_the_reference_plugins(built: Built, node
     result = install(built, node_bin)
     assert result.returncode != 0
     assert "loopback is missing" in result.stderr
-    assert sorted(p.name for p in node_bin.iterdir()) == [], "nothing written"
+    assert sorted(p.name for p in node_bin.iterdir()) == ["portmap"], "nothing written"
+
+
+@needs_gcc
+def test_install_brings_the_images_portmap_only_to_a_node_without_one(
+    built: Built, node_bin: Path, tmp_path: Path
+) -> None:
+    shipped = tmp_path / "image-plugins"
+    shipped.mkdir()
+    (shipped / "portmap").write_text("#!/bin/sh\necho image\n")
+    (shipped / "portmap").chmod(0o755)
+    (node_bin / "portmap").write_text("#!/bin/sh\necho node\n")
+    assert install(built, node_bin, plugins=shipped).returncode == 0
+    assert "node" in (node_bin / "portmap").read_text(), "the node's own copy is never replaced"
+
+    (node_bin / "portmap").unlink()
+    result = install(built, node_bin, plugins=shipped)
+    assert result.returncode == 0, result.stderr
+    assert "image" in (node_bin / "portmap").read_text()
+    assert os.access(node_bin / "portmap", os.X_OK)
+    assert "portmap installed from the image" in result.stderr
+
+
+@needs_gcc
+def test_install_refuses_a_node_without_portmap_when_the_image_has_none(
+    built: Built, node_bin: Path
+) -> None:
+    (node_bin / "portmap").unlink()
+    result = install(built, node_bin)
+    assert result.returncode != 0
+    assert "portmap is missing" in result.stderr
 
 
 @needs_gcc

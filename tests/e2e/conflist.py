@@ -1,9 +1,11 @@
 """The CNI network configurations that put pods on ipamd.
 
-- `conflist`: the shipped one (`deploy/cni/10-ipamd.conflist`): `ipamd-cni` as the interface plugin
-  (its own conf `type` is `ipamd-cni`), which makes the pod's veth, VPC CNI's way. On a node ipamd
-  itself writes it, once ready, from the deployed file (the containerd and emulated-VPC tests run
-  exactly that); this module gives the same network to the tests that exec plugins directly.
+- `conflist`: the shipped one's interface plugin (`deploy/cni/10-ipamd.conflist`): `ipamd-cni` as the
+  interface plugin (its own conf `type` is `ipamd-cni`), which makes the pod's veth, VPC CNI's way.
+  The shipped file also chains `portmap` (hostPort) after it; on a node ipamd itself writes it,
+  once ready, from the deployed file (the containerd and emulated-VPC tests run exactly that, with
+  portmap in their CNI bin dirs); this module gives the interface plugin's network to the tests
+  that exec plugins directly.
 - `ptp_conflist`: Debian's (upstream's) `ptp` interface plugin with `ipamd-cni` as its IPAM, which
   ipamd-cni still serves.
 

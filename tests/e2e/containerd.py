@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,12 +316,25 @@ class CriClient:
         answer = self._stub.Version(cri.VersionRequest(version="v1"), timeout=5)
         return f"{answer.runtime_name} {answer.runtime_version} (CRI {answer.runtime_api_version})"
 
-    def run_sandbox(self, namespace: str, name: str, uid: str, attempt: int = 0) -> str:
+    def run_sandbox(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        attempt: int = 0,
+        host_ports: Mapping[int, int] | None = None,
+    ) -> str:
+        """RunPodSandbox; `host_ports` maps host ports to the pod's TCP ports, as the kubelet
+        passes a pod's `hostPort`s (the runtime hands them to portmap)."""
         config = cri.PodSandboxConfig(
             metadata=cri.PodSandboxMetadata(
                 name=name, uid=uid, namespace=namespace, attempt=attempt
             ),
             hostname=name,
+            port_mappings=[
+                cri.PortMapping(protocol=cri.TCP, container_port=inside, host_port=outside)
+                for outside, inside in sorted((host_ports or {}).items())
+            ],
             labels={"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace},
         )
         answer = self._stub.RunPodSandbox(

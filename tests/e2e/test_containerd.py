@@ -126,7 +126,7 @@ def link_mtu(netns: str, name: str) -> int:
 @pytest.fixture(scope="module")
 def node(pause_image: Path) -> Iterator[Node]:
     require_root()
-    require("containerd", "runc", "ctr", "ip", "nsenter", plugins=("loopback",))
+    require("containerd", "runc", "ctr", "ip", "nsenter", plugins=("loopback", "portmap"))
     workdir = make_workdir("containerd")
     containerd: Containerd | None = None
     ipamd: Ipamd | None = None
@@ -136,7 +136,9 @@ def node(pause_image: Path) -> Iterator[Node]:
     host_path = add_netns(host_ns)
     subprocess.run(["ip", "-n", host_ns, "link", "set", "lo", "up"], check=True, timeout=30)
     try:
-        cni_bin = plugin_dir(workdir / "bin", SYSTEM_CNI_DIR / "loopback")
+        cni_bin = plugin_dir(
+            workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "portmap"
+        )
         cni_conf = workdir / "net.d"
         cni_conf.mkdir()
         (workdir / "containerd").mkdir()

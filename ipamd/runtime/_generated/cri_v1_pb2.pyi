@@ -11,10 +11,19 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Protocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TCP: _ClassVar[Protocol]
+    UDP: _ClassVar[Protocol]
+    SCTP: _ClassVar[Protocol]
+
 class PodSandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SANDBOX_READY: _ClassVar[PodSandboxState]
     SANDBOX_NOTREADY: _ClassVar[PodSandboxState]
+TCP: Protocol
+UDP: Protocol
+SCTP: Protocol
 SANDBOX_READY: PodSandboxState
 SANDBOX_NOTREADY: PodSandboxState
 
@@ -48,8 +57,20 @@ class PodSandboxMetadata(_message.Message):
     attempt: int
     def __init__(self, name: _Optional[str] = ..., uid: _Optional[str] = ..., namespace: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
+class PortMapping(_message.Message):
+    __slots__ = ("protocol", "container_port", "host_port", "host_ip")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_PORT_FIELD_NUMBER: _ClassVar[int]
+    HOST_PORT_FIELD_NUMBER: _ClassVar[int]
+    HOST_IP_FIELD_NUMBER: _ClassVar[int]
+    protocol: Protocol
+    container_port: int
+    host_port: int
+    host_ip: str
+    def __init__(self, protocol: _Optional[_Union[Protocol, str]] = ..., container_port: _Optional[int] = ..., host_port: _Optional[int] = ..., host_ip: _Optional[str] = ...) -> None: ...
+
 class PodSandboxConfig(_message.Message):
-    __slots__ = ("metadata", "hostname", "log_directory", "labels", "annotations")
+    __slots__ = ("metadata", "hostname", "log_directory", "port_mappings", "labels", "annotations")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -67,14 +88,16 @@ class PodSandboxConfig(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     LOG_DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    PORT_MAPPINGS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     metadata: PodSandboxMetadata
     hostname: str
     log_directory: str
+    port_mappings: _containers.RepeatedCompositeFieldContainer[PortMapping]
     labels: _containers.ScalarMap[str, str]
     annotations: _containers.ScalarMap[str, str]
-    def __init__(self, metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., hostname: _Optional[str] = ..., log_directory: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., hostname: _Optional[str] = ..., log_directory: _Optional[str] = ..., port_mappings: _Optional[_Iterable[_Union[PortMapping, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunPodSandboxRequest(_message.Message):
     __slots__ = ("config", "runtime_handler")

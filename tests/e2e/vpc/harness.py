@@ -155,9 +155,12 @@ class VpcNode:
 
     def start_containerd(self, pause_image: Path) -> Containerd:
         """containerd in the node; its CNI bin dir holds loopback, host-local (the IPAM of an IPv6
-        pod's IPv4 egress interface) and ipamd-cni."""
+        pod's IPv4 egress interface), portmap (hostPort, chained by the conflist) and ipamd-cni."""
         cni_bin = plugin_dir(
-            self.workdir / "bin", SYSTEM_CNI_DIR / "loopback", SYSTEM_CNI_DIR / "host-local"
+            self.workdir / "bin",
+            SYSTEM_CNI_DIR / "loopback",
+            SYSTEM_CNI_DIR / "host-local",
+            SYSTEM_CNI_DIR / "portmap",
         )
         (self.workdir / "net.d").mkdir()
         (self.workdir / "containerd").mkdir()
@@ -245,15 +248,18 @@ class VpcNode:
 
     # -- pods -------------------------------------------------------------------------------------
 
-    def run_pod(self, name: str, deadline_s: float = 90.0) -> str:
+    def run_pod(
+        self, name: str, deadline_s: float = 90.0, host_ports: Mapping[int, int] | None = None
+    ) -> str:
         """RunPodSandbox, retried as the kubelet retries while ipamd answers "try again later" (the
-        pool is growing: an ENI being attached, or its link not set up yet)."""
+        pool is growing: an ENI being attached, or its link not set up yet). `host_ports`: host
+        port → the pod's TCP port, the pod's `hostPort`s."""
         client = self.runtime.client
         failure: list[str] = []
 
         def started() -> str | None:
             try:
-                return client.run_sandbox("e2e", name, f"uid-{name}")
+                return client.run_sandbox("e2e", name, f"uid-{name}", host_ports=host_ports)
             except grpc.RpcError as err:
                 if "try again later" not in str(err.details()):
                     raise
@@ -498,7 +504,7 @@ def vpc_node(
         "nsenter",
         "nft",
         "ping",
-        plugins=("loopback", "host-local"),
+        plugins=("loopback", "host-local", "portmap"),
     )
     node = VpcNode(make_workdir("vpc"), Namespaces.unique())
     try:
