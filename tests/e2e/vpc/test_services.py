@@ -1,0 +1,334 @@
+"""End to end (c): Kubernetes Services reach pods on every ENI of a node, through kube-proxy's own
+rules (`kube_proxy`, both of its modes) and portmap's hostPorts, in the emulated VPC that drops (and
+counts) what EC2's source/destination check would drop.
+
+Traffic is real TCP with its bytes counted both ways (`tcp`): NAT paths are where a reply can go
+astray while a ping still looks fine. Every case reads the VPC router's source/destination-check
+counters of every ENI link.
+
+What each node proves, for a pod on the primary ENI and one on a secondary ENI:
+- NodePort with `externalTrafficPolicy: Local` (the pod sees the client's own address) and `Cluster`
+  (masqueraded): the VPC host's connection to `<node primary address>:<nodePort>` completes. The
+  connection arrives on the primary ENI; without ipamd's inbound mark the secondary-ENI pod's reply
+  would leave by its own ENI with the node's address and be dropped.
+- ClusterIP from the secondary-ENI pod to an endpoint elsewhere in the VPC (the VPC host sees the pod's
+  own address: it left by its own ENI) and to the same-node pod on the primary ENI.
+- NLB IP-target traffic: the VPC host straight to the pod's address, answered by the pod's own ENI.
+- Internet egress with kube-proxy's `--masquerade-all`.
+- hostPort through containerd's real port mappings (portmap, chained after ipamd-cni); DEL removes it.
+- With `AWS_VPC_CNI_NODE_PORT_SUPPORT=false`, the NodePort case to the secondary-ENI pod fails, and
+  its ENI's drop counter says why; everything else still passes.
+
+Secondary-IP mode fills the primary ENI's 9 addresses, so the 10th pod is on a secondary ENI. In
+prefix mode the primary ENI's first /28 serves 16 pods and the pool grows the primary ENI before any
+other, so the node is restarted with custom networking on its own subnet (an ENIConfig for its zone),
+which puts new pods on secondary ENIs only: one pod on a primary-ENI /28, one on a secondary-ENI /28.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.support import wait_until
+from tests.e2e.vpc import kube_proxy
+from tests.e2e.vpc.fabric import INET_HOST, REGION, VPC_HOST, in_netns, netns_path, run
+from tests.e2e.vpc.harness import Pod, VpcNode, vpc_node
+from tests.e2e.vpc.kube_proxy import Endpoint, Mode, Service
+from tests.e2e.vpc.tcp import TcpResult, TcpServer, probe
+
+pytestmark = pytest.mark.timeout(900)
+
+POD_PORT = 8080
+"""Where each pod's (and the VPC and internet hosts') TCP server listens."""
+SIZE = 20_000
+"""Bytes each way per connection: many segments, so a lost reply segment shows."""
+PRIMARY_PODS = 9
+"""An m5.large's primary ENI: 10 addresses, its own primary one among them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One pod with a server in it."""
+
+    pod: Pod
+    netns: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    node: VpcNode
+    on_primary: Target
+    on_secondary: Target
+
+    @property
+    def node_ip(self) -> str:
+        return self.node.world_ready.primary_ip
+
+
+def _services(stage: Stage) -> dict[str, Service]:
+    """The Services of one round: a Local and a Cluster NodePort per pod, a ClusterIP to the VPC
+    host and one to the primary-ENI pod."""
+    services: dict[str, Service] = {}
+    for n, (label, target) in enumerate(
+        (("primary", stage.on_primary), ("secondary", stage.on_secondary))
+    ):
+        endpoint = Endpoint(target.pod.address, POD_PORT, is_local=True)
+        for m, policy in enumerate(("Local", "Cluster")):
+            name = f"{policy.lower()}-{label}"
+            services[name] = Service(
+                name=name,
+                namespace="e2e",
+                cluster_ip=f"172.20.0.{10 + 2 * n + m}",
+                port=80,
+                node_port=30080 + 2 * n + m,
+                external_traffic_policy=policy,  # type: ignore[arg-type]
+                endpoints=(endpoint,),
+            )
+    services["vpc-host"] = Service(
+        "vpc-host", "e2e", "172.20.0.20", 80, endpoints=(Endpoint(VPC_HOST, POD_PORT),)
+    )
+    primary = Endpoint(stage.on_primary.pod.address, POD_PORT, is_local=True)
+    services["same-node"] = Service("same-node", "e2e", "172.20.0.21", 80, endpoints=(primary,))
+    return services
+
+
+def _ok(result: TcpResult, what: str) -> TcpResult:
+    assert result.ok, f"{what}: {result}"
+    assert result.bytes_sent == result.bytes_received == SIZE, f"{what}: {result}"
+    return result
+
+
+def _no_drops(stage: Stage, what: str) -> None:
+    drops = stage.node.sdc_drops()
+    assert set(drops.values()) <= {0}, f"{what}: source/destination check drops {drops}"
+
+
+def _from_vpc_host(stage: Stage, address: str, port: int) -> TcpResult:
+    return probe(netns_path(stage.node.ns.vpchost), address, port, SIZE)
+
+
+def check_node_ports(stage: Stage, services: dict[str, Service], *, secondary: bool) -> None:
+    """NodePorts of both policies reach the primary-ENI pod, and the secondary-ENI pod when
+    `secondary`."""
+    labels = ("primary", "secondary") if secondary else ("primary",)
+    for label in labels:
+        target = stage.on_primary if label == "primary" else stage.on_secondary
+        for policy in ("local", "cluster"):
+            service = services[f"{policy}-{label}"]
+            assert service.node_port is not None
+            what = f"NodePort {policy} to the {label}-ENI pod {target.pod.address}"
+            result = _ok(_from_vpc_host(stage, stage.node_ip, service.node_port), what)
+            assert result.server == target.pod.name, what
+            if policy == "local":
+                assert result.peer_ip == VPC_HOST, f"{what}: the client's address is kept"
+            else:
+                assert result.peer_ip != VPC_HOST, f"{what}: masqueraded"
+            _no_drops(stage, what)
+
+
+def check_pod_paths(stage: Stage, *, masquerade_all: bool = False) -> None:
+    """ClusterIP from the secondary-ENI pod (to the VPC and to the same node), and the VPC host
+    straight to each pod's address (an NLB's IP targets). It leaves by its own ENI: with its own
+    address, or with `masquerade_all` that ENI's (kube-proxy masquerades it to the address of the
+    link it leaves by)."""
+    source = stage.on_secondary
+    result = _ok(probe(source.netns, "172.20.0.20", 80, SIZE), "ClusterIP to the VPC host")
+    assert result.server == "vpc-host"
+    eni = next(e for e in stage.node.enis() if e["eni_id"] == source.pod.eni_id)
+    expected = eni["primary_ip"] if masquerade_all else source.pod.address
+    assert result.peer_ip == expected, "it left by its own ENI"
+    result = _ok(probe(source.netns, "172.20.0.21", 80, SIZE), "ClusterIP to the same node")
+    assert result.server == stage.on_primary.pod.name
+    for target in (stage.on_primary, stage.on_secondary):
+        what = f"the VPC host to {target.pod.address} (an NLB IP target)"
+        result = _ok(_from_vpc_host(stage, target.pod.address, POD_PORT), what)
+        assert result.peer_ip == VPC_HOST, f"{what}: the client's address is kept"
+    _no_drops(stage, "ClusterIP and IP targets")
+
+
+def check_internet_egress(stage: Stage) -> None:
+    before = stage.node.igw_drops()
+    for target in (stage.on_primary, stage.on_secondary):
+        what = f"internet egress of {target.pod.address} with --masquerade-all"
+        result = _ok(probe(target.netns, INET_HOST, POD_PORT, SIZE), what)
+        assert result.peer_ip == stage.node_ip, f"{what}: SNATed to the node's address"
+    assert stage.node.igw_drops() == before
+    _no_drops(stage, "internet egress")
+
+
+def run_every_mode(stage: Stage, *, node_port_support: bool = True) -> None:
+    """Every case in each of kube-proxy's modes; without node port support, the NodePort cases to
+    the secondary-ENI pod last (the pod's kernel goes on retransmitting its dropped replies)."""
+    services = _services(stage)
+    try:
+        for mode in kube_proxy.MODES:
+            run_one_mode(stage, mode, services, node_port_support)
+        if not node_port_support:
+            for mode in kube_proxy.MODES:
+                kube_proxy.install(stage.node.ns.node, mode, list(services.values()), stage.node_ip)
+                check_node_port_fails_without_support(stage, services)
+    finally:
+        kube_proxy.remove(stage.node.ns.node)
+
+
+def run_one_mode(
+    stage: Stage, mode: Mode, services: dict[str, Service], node_port_support: bool
+) -> None:
+    node = stage.node
+    kube_proxy.install(node.ns.node, mode, list(services.values()), stage.node_ip)
+    check_node_ports(stage, services, secondary=node_port_support)
+    check_pod_paths(stage)
+    kube_proxy.install(
+        node.ns.node, mode, list(services.values()), stage.node_ip, masquerade_all=True
+    )
+    check_internet_egress(stage)
+    check_pod_paths(stage, masquerade_all=True)
+
+
+def check_node_port_fails_without_support(stage: Stage, services: dict[str, Service]) -> None:
+    """docs/configuration.md, AWS_VPC_CNI_NODE_PORT_SUPPORT: with it off, a NodePort connection
+    to a pod on a secondary ENI fails: the reply leaves by the pod's ENI with the node's address."""
+    eni = stage.on_secondary.pod.eni_id
+    for policy in ("local", "cluster"):
+        port = services[f"{policy}-secondary"].node_port
+        assert port is not None
+        before = stage.node.sdc_drops()
+        result = _from_vpc_host(stage, stage.node_ip, port)
+        assert not result.ok, f"NodePort {policy} to a secondary-ENI pod, no support: {result}"
+        after = stage.node.sdc_drops()
+        assert after.get(eni, 0) > before.get(eni, 0), "its reply was dropped on its ENI"
+        others = {e: n for e, n in after.items() if e != eni and n != before.get(e, 0)}
+        assert not others, f"drops elsewhere: {others}"
+
+
+@contextlib.contextmanager
+def servers(stage: Stage) -> Iterator[None]:
+    """A server in each pod, the VPC host and the internet host."""
+    node = stage.node
+    with contextlib.ExitStack() as stack:
+        for target in (stage.on_primary, stage.on_secondary):
+            stack.enter_context(TcpServer(target.netns, POD_PORT, name=target.pod.name))
+        stack.enter_context(TcpServer(netns_path(node.ns.vpchost), POD_PORT, name="vpc-host"))
+        stack.enter_context(TcpServer(netns_path(node.ns.inet), POD_PORT, name="internet"))
+        yield
+
+
+def _target(node: VpcNode, sandbox_id: str, name: str) -> Target:
+    pod = node.pods({sandbox_id: name})[sandbox_id]
+    return Target(pod, node.netns_of(sandbox_id))
+
+
+def _secondary_ip_stage(node: VpcNode) -> tuple[Stage, dict[str, str]]:
+    """PRIMARY_PODS + 1 pods, one at a time so that placement is known: the first is on the
+    primary ENI, the last on a secondary one."""
+    names = [f"svc-{i:02d}" for i in range(PRIMARY_PODS + 1)]
+    ids = {node.run_pod(name): name for name in names}
+    pods = node.pods(ids)
+    first = next(s for s, n in ids.items() if n == names[0])
+    last = next(s for s, n in ids.items() if n == names[-1])
+    assert pods[first].device_index == 0, pods[first]
+    assert pods[last].device_index >= 1, pods[last]
+    return Stage(node, _target(node, first, names[0]), _target(node, last, names[-1])), ids
+
+
+@pytest.mark.parametrize("node_port_support", [True, False], ids=["node-port", "no-node-port"])
+def test_services_reach_pods_on_every_eni_in_secondary_ip_mode(
+    pause_image: Path, node_port_support: bool
+) -> None:
+    env = {} if node_port_support else {"AWS_VPC_CNI_NODE_PORT_SUPPORT": "false"}
+    with vpc_node(pause_image, "on", env) as node:
+        stage, _ = _secondary_ip_stage(node)
+        table = node.ipamd_nft()
+        assert ("chain inbound" in table) is node_port_support, table
+        with servers(stage):
+            run_every_mode(stage, node_port_support=node_port_support)
+
+
+def _eni_config(node: VpcNode) -> Path:
+    """An ENIConfig for the node's zone naming the node's own subnet (custom networking)."""
+    primary = next(e for e in node.enis() if e["is_primary"])
+    zone = f"{REGION}a"  # the world's instance and subnet (cloud/embedded/world_layout.py)
+    path = node.workdir / "eniconfig.json"
+    path.write_text(json.dumps({zone: {"subnet": primary["subnet_id"]}}))
+    return path
+
+
+def test_services_reach_pods_on_every_eni_in_prefix_mode(pause_image: Path) -> None:
+    with vpc_node(pause_image, "on", {"ENABLE_PREFIX_DELEGATION": "true"}) as node:
+        first = node.run_pod("svc-prefix-0")
+        on_primary = _target(node, first, "svc-prefix-0")
+        assert on_primary.pod.device_index == 0
+        assert _unit_of(node, on_primary.pod.address).endswith("/28")
+
+        custom = {
+            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true",
+            "IPAMD_ENI_CONFIG_FILE": str(_eni_config(node)),
+            "ENI_CONFIG_LABEL_DEF": "topology.kubernetes.io/zone",
+        }
+        node.daemon.stop()
+        node.ipamd_env.update(custom)
+        node.start_ipamd()
+        node.wait_ipamd_ready()
+        second = node.run_pod("svc-prefix-1")
+        on_secondary = _target(node, second, "svc-prefix-1")
+        assert on_secondary.pod.device_index >= 1, on_secondary.pod
+        assert _unit_of(node, on_secondary.pod.address).endswith("/28")
+
+        stage = Stage(node, on_primary, on_secondary)
+        with servers(stage):
+            run_every_mode(stage)
+
+
+def _unit_of(node: VpcNode, address: str) -> str:
+    for eni in node.enis():
+        units = eni["units"]
+        assert isinstance(units, list)
+        for unit in units:
+            if any(a["address"] == address for a in unit["addresses"]):
+                return str(unit["cidr"])
+    raise AssertionError(f"{address} is in no unit of /v1/enis")
+
+
+def test_host_ports_reach_pods_on_every_eni_and_go_with_their_pods(pause_image: Path) -> None:
+    with vpc_node(pause_image, "on") as node:
+        names = [f"hp-{i:02d}" for i in range(PRIMARY_PODS + 1)]
+        ports = {names[0]: 31080, names[-1]: 31081}
+        ids = {}
+        for name in names:
+            mapping = {ports[name]: POD_PORT} if name in ports else None
+            ids[node.run_pod(name, host_ports=mapping)] = name
+        by_name = {n: s for s, n in ids.items()}
+        first, last = (
+            _target(node, by_name[names[0]], names[0]),
+            _target(node, by_name[names[-1]], names[-1]),
+        )
+        assert first.pod.device_index == 0 and last.pod.device_index >= 1
+        stage = Stage(node, first, last)
+        with servers(stage):
+            for target in (first, last):
+                port = ports[target.pod.name]
+                what = f"hostPort {port} of the pod {target.pod.address}"
+                result = _ok(_from_vpc_host(stage, stage.node_ip, port), what)
+                assert result.server == target.pod.name, what
+                _no_drops(stage, what)
+
+            node.remove_pod(last.pod.sandbox_id)
+            gone = _from_vpc_host(stage, stage.node_ip, ports[last.pod.name])
+            assert not gone.ok, f"the removed pod's hostPort still answers: {gone}"
+            wait_until(
+                lambda: True if last.pod.sandbox_id[:12] not in _nat_rules(node) else None,
+                "portmap's rules of the removed pod gone",
+                30.0,
+            )
+            _ok(_from_vpc_host(stage, stage.node_ip, ports[first.pod.name]), "the other stays")
+
+
+def _nat_rules(node: VpcNode) -> str:
+    """The node's whole nftables ruleset (portmap's chains and their comments among it)."""
+    return run(in_netns(node.ns.node, "nft", "list", "ruleset"))
