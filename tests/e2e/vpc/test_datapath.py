@@ -222,7 +222,11 @@ def test_external_snat_leaves_by_the_pods_own_eni(pause_image: Path) -> None:
         drops = node.sdc_drops()
         assert drops.get(pod.eni_id, 0) == 0, "it left by its own ENI with its own address"
         assert set(drops.values()) == {0}, drops
-        assert CONNMARK_RULE not in node.ipamd_rules(), "external SNAT: no connmark rule"
+        table = node.ipamd_nft()
+        assert "snat to" not in table and "ct state new" not in table, "external SNAT: no SNAT"
+        # AWS_VPC_CNI_NODE_PORT_SUPPORT (default true) still marks inbound connections, whose
+        # replies the connmark rule routes; only those.
+        assert "chain inbound" in table and CONNMARK_RULE in node.ipamd_rules()
 
     excluded = {"AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS": "198.51.100.0/24"}
     with vpc_node(pause_image, "on", excluded) as node:

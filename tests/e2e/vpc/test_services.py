@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.support import wait_until
 from tests.e2e.vpc import kube_proxy
 from tests.e2e.vpc.fabric import INET_HOST, REGION, VPC_HOST, in_netns, netns_path, run
 from tests.e2e.vpc.harness import Pod, VpcNode, vpc_node
@@ -50,14 +49,17 @@ SIZE = 20_000
 """Bytes each way per connection: many segments, so a lost reply segment shows."""
 PRIMARY_PODS = 9
 """An m5.large's primary ENI: 10 addresses, its own primary one among them."""
+HOST_PORTS = (31080, 31081)
+"""The hostPorts of the primary-ENI pod and of the secondary-ENI pod."""
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One pod with a server in it."""
+    """One pod with a server in it, and its hostPort."""
 
     pod: Pod
     netns: str
+    host_port: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,7 @@ def run_one_mode(
     node = stage.node
     kube_proxy.install(node.ns.node, mode, list(services.values()), stage.node_ip)
     check_node_ports(stage, services, secondary=node_port_support)
+    check_host_ports(stage, secondary=node_port_support)
     check_pod_paths(stage)
     kube_proxy.install(
         node.ns.node, mode, list(services.values()), stage.node_ip, masquerade_all=True
@@ -192,19 +195,43 @@ def run_one_mode(
 
 
 def check_node_port_fails_without_support(stage: Stage, services: dict[str, Service]) -> None:
-    """docs/configuration.md, AWS_VPC_CNI_NODE_PORT_SUPPORT: with it off, a NodePort connection
-    to a pod on a secondary ENI fails: the reply leaves by the pod's ENI with the node's address."""
+    """docs/configuration.md, AWS_VPC_CNI_NODE_PORT_SUPPORT: with it off, a NodePort or hostPort
+    connection to a pod on a secondary ENI fails: the reply leaves by the pod's ENI with the node's
+    address."""
     eni = stage.on_secondary.pod.eni_id
-    for policy in ("local", "cluster"):
-        port = services[f"{policy}-secondary"].node_port
+    cases = {f"NodePort {p}": services[f"{p}-secondary"].node_port for p in ("local", "cluster")}
+    cases["hostPort"] = stage.on_secondary.host_port
+    for case, port in cases.items():
         assert port is not None
         before = stage.node.sdc_drops()
         result = _from_vpc_host(stage, stage.node_ip, port)
-        assert not result.ok, f"NodePort {policy} to a secondary-ENI pod, no support: {result}"
+        assert not result.ok, f"{case} to a secondary-ENI pod, no support: {result}"
         after = stage.node.sdc_drops()
         assert after.get(eni, 0) > before.get(eni, 0), "its reply was dropped on its ENI"
         others = {e: n for e, n in after.items() if e != eni and n != before.get(e, 0)}
         assert not others, f"drops elsewhere: {others}"
+
+
+def check_host_ports(stage: Stage, *, secondary: bool) -> None:
+    """Each pod's hostPort (portmap's DNAT) from the VPC host, the secondary-ENI pod's when
+    `secondary`."""
+    targets = (stage.on_primary, stage.on_secondary) if secondary else (stage.on_primary,)
+    for target in targets:
+        what = f"hostPort {target.host_port} of the pod {target.pod.address}"
+        result = _ok(_from_vpc_host(stage, stage.node_ip, target.host_port), what)
+        assert result.server == target.pod.name, what
+        _no_drops(stage, what)
+
+
+def check_host_port_goes_with_its_pod(stage: Stage) -> None:
+    """DEL reaches portmap (chained after ipamd-cni): the removed pod's mapping is gone."""
+    node, gone = stage.node, stage.on_secondary
+    assert gone.pod.sandbox_id in _nat_rules(node), "portmap's chains name the container"
+    node.remove_pod(gone.pod.sandbox_id)
+    assert gone.pod.sandbox_id not in _nat_rules(node), "portmap's DEL removed its rules"
+    result = _from_vpc_host(stage, stage.node_ip, gone.host_port)
+    assert not result.ok, f"the removed pod's hostPort still answers: {result}"
+    check_host_ports(stage, secondary=False)
 
 
 @contextlib.contextmanager
@@ -219,22 +246,23 @@ def servers(stage: Stage) -> Iterator[None]:
         yield
 
 
-def _target(node: VpcNode, sandbox_id: str, name: str) -> Target:
+def _run_target(node: VpcNode, name: str, host_port: int) -> Target:
+    """A pod with `host_port` mapped to its POD_PORT through containerd's port mappings."""
+    sandbox_id = node.run_pod(name, host_ports={host_port: POD_PORT})
     pod = node.pods({sandbox_id: name})[sandbox_id]
-    return Target(pod, node.netns_of(sandbox_id))
+    return Target(pod, node.netns_of(sandbox_id), host_port)
 
 
-def _secondary_ip_stage(node: VpcNode) -> tuple[Stage, dict[str, str]]:
+def _secondary_ip_stage(node: VpcNode) -> Stage:
     """PRIMARY_PODS + 1 pods, one at a time so that placement is known: the first is on the
     primary ENI, the last on a secondary one."""
-    names = [f"svc-{i:02d}" for i in range(PRIMARY_PODS + 1)]
-    ids = {node.run_pod(name): name for name in names}
-    pods = node.pods(ids)
-    first = next(s for s, n in ids.items() if n == names[0])
-    last = next(s for s, n in ids.items() if n == names[-1])
-    assert pods[first].device_index == 0, pods[first]
-    assert pods[last].device_index >= 1, pods[last]
-    return Stage(node, _target(node, first, names[0]), _target(node, last, names[-1])), ids
+    first = _run_target(node, "svc-00", HOST_PORTS[0])
+    for i in range(1, PRIMARY_PODS):
+        node.run_pod(f"svc-{i:02d}")
+    last = _run_target(node, f"svc-{PRIMARY_PODS:02d}", HOST_PORTS[1])
+    assert first.pod.device_index == 0, first.pod
+    assert last.pod.device_index >= 1, last.pod
+    return Stage(node, first, last)
 
 
 @pytest.mark.parametrize("node_port_support", [True, False], ids=["node-port", "no-node-port"])
@@ -243,11 +271,13 @@ def test_services_reach_pods_on_every_eni_in_secondary_ip_mode(
 ) -> None:
     env = {} if node_port_support else {"AWS_VPC_CNI_NODE_PORT_SUPPORT": "false"}
     with vpc_node(pause_image, "on", env) as node:
-        stage, _ = _secondary_ip_stage(node)
+        stage = _secondary_ip_stage(node)
         table = node.ipamd_nft()
         assert ("chain inbound" in table) is node_port_support, table
         with servers(stage):
             run_every_mode(stage, node_port_support=node_port_support)
+            if node_port_support:
+                check_host_port_goes_with_its_pod(stage)
 
 
 def _eni_config(node: VpcNode) -> Path:
@@ -261,8 +291,7 @@ def _eni_config(node: VpcNode) -> Path:
 
 def test_services_reach_pods_on_every_eni_in_prefix_mode(pause_image: Path) -> None:
     with vpc_node(pause_image, "on", {"ENABLE_PREFIX_DELEGATION": "true"}) as node:
-        first = node.run_pod("svc-prefix-0")
-        on_primary = _target(node, first, "svc-prefix-0")
+        on_primary = _run_target(node, "svc-prefix-0", HOST_PORTS[0])
         assert on_primary.pod.device_index == 0
         assert _unit_of(node, on_primary.pod.address).endswith("/28")
 
@@ -275,14 +304,14 @@ def test_services_reach_pods_on_every_eni_in_prefix_mode(pause_image: Path) -> N
         node.ipamd_env.update(custom)
         node.start_ipamd()
         node.wait_ipamd_ready()
-        second = node.run_pod("svc-prefix-1")
-        on_secondary = _target(node, second, "svc-prefix-1")
+        on_secondary = _run_target(node, "svc-prefix-1", HOST_PORTS[1])
         assert on_secondary.pod.device_index >= 1, on_secondary.pod
         assert _unit_of(node, on_secondary.pod.address).endswith("/28")
 
         stage = Stage(node, on_primary, on_secondary)
         with servers(stage):
             run_every_mode(stage)
+            check_host_port_goes_with_its_pod(stage)
 
 
 def _unit_of(node: VpcNode, address: str) -> str:
@@ -295,40 +324,7 @@ def _unit_of(node: VpcNode, address: str) -> str:
     raise AssertionError(f"{address} is in no unit of /v1/enis")
 
 
-def test_host_ports_reach_pods_on_every_eni_and_go_with_their_pods(pause_image: Path) -> None:
-    with vpc_node(pause_image, "on") as node:
-        names = [f"hp-{i:02d}" for i in range(PRIMARY_PODS + 1)]
-        ports = {names[0]: 31080, names[-1]: 31081}
-        ids = {}
-        for name in names:
-            mapping = {ports[name]: POD_PORT} if name in ports else None
-            ids[node.run_pod(name, host_ports=mapping)] = name
-        by_name = {n: s for s, n in ids.items()}
-        first, last = (
-            _target(node, by_name[names[0]], names[0]),
-            _target(node, by_name[names[-1]], names[-1]),
-        )
-        assert first.pod.device_index == 0 and last.pod.device_index >= 1
-        stage = Stage(node, first, last)
-        with servers(stage):
-            for target in (first, last):
-                port = ports[target.pod.name]
-                what = f"hostPort {port} of the pod {target.pod.address}"
-                result = _ok(_from_vpc_host(stage, stage.node_ip, port), what)
-                assert result.server == target.pod.name, what
-                _no_drops(stage, what)
-
-            node.remove_pod(last.pod.sandbox_id)
-            gone = _from_vpc_host(stage, stage.node_ip, ports[last.pod.name])
-            assert not gone.ok, f"the removed pod's hostPort still answers: {gone}"
-            wait_until(
-                lambda: True if last.pod.sandbox_id[:12] not in _nat_rules(node) else None,
-                "portmap's rules of the removed pod gone",
-                30.0,
-            )
-            _ok(_from_vpc_host(stage, stage.node_ip, ports[first.pod.name]), "the other stays")
-
-
 def _nat_rules(node: VpcNode) -> str:
-    """The node's whole nftables ruleset (portmap's chains and their comments among it)."""
-    return run(in_netns(node.ns.node, "nft", "list", "ruleset"))
+    """The node's iptables nat table as iptables-nft-save prints it: portmap's chains, whose
+    comments name each pod's container ID (nft's own listing does not show iptables comments)."""
+    return run(in_netns(node.ns.node, "iptables-nft-save", "-t", "nat"))
