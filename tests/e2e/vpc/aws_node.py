@@ -42,6 +42,11 @@ POD_NAMESPACE = "e2e"
 """The namespace `VpcNode.run_pod` gives its pods."""
 CHECKPOINT_VERSION = "vpc-cni-ipam/1"
 SNAT_CHAINS = ("AWS-SNAT-CHAIN-0", "AWS-CONNMARK-CHAIN-0")
+PRIMARY_LINK = node_link(0)
+VETH_PREFIX = "eni"
+"""VPC CNI's default `vethPrefix`, its conflist's and its connmark rules'."""
+NODE_PORT_CHAIN = "PREROUTING"
+"""Of table mangle, where aws-node's node-port rules are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,9 @@ def install_snat(node: VpcNode, primary_ip: str, vpc_cidr: str) -> None:
     """`updateHostIptablesRules` with its defaults (SNAT on, `--random-fully`, node-port support),
     in one iptables-restore transaction that keeps whatever else is there."""
     mark = f"{CONNMARK:#x}"
+    mangle = "\n".join(
+        f"-A {NODE_PORT_CHAIN} {_restore_args(spec)}" for spec in node_port_rules(PRIMARY_LINK)
+    )
     script = f"""\
 *nat
 :AWS-SNAT-CHAIN-0 - [0:0]
@@ -236,12 +244,7 @@ def install_snat(node: VpcNode, primary_ip: str, vpc_cidr: str) -> None:
 -A AWS-CONNMARK-CHAIN-0 -m comment --comment "AWS, CONNMARK" -j CONNMARK --set-xmark {mark}/{mark}
 COMMIT
 *mangle
--A PREROUTING -m comment --comment "AWS, primary ENI" -i eth0 -m addrtype --dst-type LOCAL \
---limit-iface-in -j CONNMARK --set-xmark {mark}/{mark}
--A PREROUTING -m comment --comment "AWS, primary ENI" -i eni+ -j CONNMARK --restore-mark \
---mask {mark}
--A PREROUTING -m comment --comment "AWS, primary ENI" -i vlan+ -j CONNMARK --restore-mark \
---mask {mark}
+{mangle}
 COMMIT
 """
     run(in_netns(node.ns.node, "iptables-restore", "--noflush"), script)
@@ -256,6 +259,44 @@ COMMIT
         "priority",
         str(PRIORITY_CONNMARK),
     )
+
+
+def node_port_rules(primary_link: str) -> tuple[tuple[str, ...], ...]:
+    """aws-node's mangle PREROUTING rules of node-port support, as VPC CNI spells them with its
+    defaults (aws/amazon-vpc-cni-k8s v1.23.1, pkg/networkutils/network.go,
+    `buildIptablesSNATRules`: "connmark for primary ENI", "connmark restore for primary ENI" and
+    "... from vlan"): a connection to a local address arriving on the primary link is marked, and
+    packets from the pods' veths and VLANs take the mark back, so that `fwmark 0x80/0x80 lookup
+    main` sends a pod's NodePort and hostPort replies out the primary ENI."""
+    mark = f"{CONNMARK:#x}"
+    comment = ("-m", "comment", "--comment", "AWS, primary ENI")
+    restore = ("-j", "CONNMARK", "--restore-mark", "--mask", mark)
+    return (
+        (
+            *comment,
+            *("-i", primary_link, "-m", "addrtype", "--dst-type", "LOCAL", "--limit-iface-in"),
+            *("-j", "CONNMARK", "--set-mark", f"{mark}/{mark}"),
+        ),
+        (*comment, "-i", f"{VETH_PREFIX}+", *restore),
+        (*comment, "-i", "vlan+", *restore),
+    )
+
+
+def missing_node_port_rules(node: VpcNode) -> list[str]:
+    """Those of `node_port_rules` the node's mangle PREROUTING lacks, each asked as VPC CNI asks
+    (`ipt.Exists`: `iptables -C`)."""
+    missing = []
+    for spec in node_port_rules(PRIMARY_LINK):
+        argv = in_netns(node.ns.node, "iptables", "-t", "mangle", "-C", NODE_PORT_CHAIN, *spec)
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+        if done.returncode != 0:
+            missing.append(_restore_args(spec))
+    return missing
+
+
+def _restore_args(spec: Iterable[str]) -> str:
+    """A rule's arguments as iptables-restore reads them (double quotes around a space)."""
+    return " ".join(f'"{arg}"' if " " in arg else arg for arg in spec)
 
 
 def install_plugin(node: VpcNode) -> Path:
@@ -281,7 +322,7 @@ def install_plugin(node: VpcNode) -> Path:
             {
                 "name": NETWORK,
                 "type": "aws-cni",
-                "vethPrefix": "eni",
+                "vethPrefix": VETH_PREFIX,
                 "mtu": str(ENI_MTU),
                 "podSGEnforcingMode": "strict",
                 "pluginLogFile": str(log),
