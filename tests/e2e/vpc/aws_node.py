@@ -10,8 +10,9 @@ What aws-node would have made, and `AwsNode` makes without it:
 - its SNAT: iptables (the nft backend, Debian's default) nat `AWS-SNAT-CHAIN-0` and
   `AWS-CONNMARK-CHAIN-0` with their jumps, mangle PREROUTING's "AWS, primary ENI" connmark rules,
   `fwmark 0x80/0x80 lookup main` at 1024 (`updateHostIptablesRules`), IPv4 forwarding on;
-- `10-aws.conflist` (network `aws-cni`) in containerd's conf dir and a stand-in `aws-cni` plugin
-  (`tests.e2e.vpc.aws_cni_plugin`) that gives each pod the address the test wrote for it;
+- `10-aws.conflist` (network `aws-cni`, portmap chained after the plugin) in containerd's conf dir
+  and a stand-in `aws-cni` plugin (`tests.e2e.vpc.aws_cni_plugin`) that gives each pod the address
+  the test wrote for it, so a pod with hostPorts gets portmap's chains;
 - the checkpoint (VPC CNI's `vpc-cni-ipam/1`) at ipamd's AWS_VPC_K8S_CNI_BACKING_STORE.
 
 No rule, route or chain made here carries a protocol tag: ipamd's are the ones tagged 167. Every
@@ -94,9 +95,14 @@ class AwsNode:
 
     # -- pods -------------------------------------------------------------------------------------
 
-    def run_pods(self, placement: Iterable[tuple[str, int]]) -> list[AwsPod]:
+    def run_pods(
+        self,
+        placement: Iterable[tuple[str, int]],
+        host_ports: Mapping[str, Mapping[int, int]] | None = None,
+    ) -> list[AwsPod]:
         """Runs one pod per (name, device index), each on the next unused secondary address of that
-        ENI, through containerd and the stand-in plugin."""
+        ENI, through containerd and the stand-in plugin. `host_ports`: pod name → its hostPorts
+        (host port → the pod's TCP port), which portmap maps."""
         used: dict[int, int] = {}
         entries: dict[str, dict[str, object]] = {}
         pods = []
@@ -105,7 +111,7 @@ class AwsNode:
             used[index] = used.get(index, 0) + 1
             entries[f"{POD_NAMESPACE}/{name}"] = {"address": address, "device_index": index}
             _write_json(self.table, entries)
-            sandbox_id = self.node.run_pod(name)
+            sandbox_id = self.node.run_pod(name, host_ports=(host_ports or {}).get(name))
             pods.append(AwsPod(name, sandbox_id, address, index))
         return pods
 
@@ -301,7 +307,8 @@ def _restore_args(spec: Iterable[str]) -> str:
 
 def install_plugin(node: VpcNode) -> Path:
     """The stand-in `aws-cni` in containerd's CNI bin dir and `10-aws.conflist` (VPC CNI's, less
-    the chained egress-cni and portmap) in its conf dir; returns the address table's path."""
+    the chained egress-cni, off on an IPv4 node by default) in its conf dir; returns the address
+    table's path."""
     bin_dir = node.workdir / "bin"
     table, log = bin_dir / "aws-cni.addresses.json", bin_dir / "aws-cni.log"
     _write_json(table, {})
@@ -328,7 +335,9 @@ def install_plugin(node: VpcNode) -> Path:
                 "pluginLogFile": str(log),
                 "pluginLogLevel": "DEBUG",
                 "capabilities": {"io.kubernetes.cri.pod-annotations": True},
-            }
+            },
+            # Last, as in aws/amazon-vpc-cni-k8s v1.23.1 misc/10-aws.conflist: hostPorts.
+            {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
         ],
     }
     _write_json(node.workdir / "net.d" / AWS_CONFLIST, conf)
