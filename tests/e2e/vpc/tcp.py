@@ -10,9 +10,15 @@ namespace, one fresh connection per call: it sends a deterministic payload, half
 whole answer and returns a `TcpResult`. A client that sees its source preserved finds its own address
 in `peer_seen`; one masqueraded finds the masquerading address there.
 
-The server is a context manager that kills its process on the way out, whatever happened; nothing
-else is ever started in the background. Standard library only; nothing runs in the test process's
-own network namespace.
+`probe` costs a Python start per connection (a tenth of a second or more), too slow for a connection
+every 200 ms. `TcpWatch` runs this module's `watch` once in a namespace: every interval it opens a
+fresh connection to each of its named targets, each attempt in a thread of its own (so one that
+hangs delays no other), and prints one JSON line per attempt (`WatchAttempt`: the target's name,
+the attempt's start as Unix time, its `TcpResult`), which the test process reads as they come.
+
+The server and the watch are context managers that kill their process on the way out, whatever
+happened; nothing else is ever started in the background. Standard library only; nothing runs in
+the test process's own network namespace.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +44,11 @@ IO_TIMEOUT_S: Final = 5.0
 START_TIMEOUT_S: Final = 10.0
 MAX_REQUEST: Final = 16 << 20
 """The server reads at most this much of one request (and answers it whole)."""
+WATCH_INTERVAL_S: Final = 0.2
+WATCH_CONNECT_TIMEOUT_S: Final = 1.0
+"""A watch's connect timeout: shorter than TCP's first SYN retransmission (1 s), so a lost SYN or
+SYN-ACK fails the attempt instead of hiding in a retry."""
+WATCH_IO_TIMEOUT_S: Final = 2.0
 _CHUNK: Final = 1 << 16
 _REPO: Final = Path(__file__).resolve().parents[3]
 
@@ -61,6 +74,31 @@ class TcpResult:
     @property
     def peer_ip(self) -> str | None:
         return None if self.peer_seen is None else self.peer_seen.rpartition(":")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchAttempt:
+    """One connection of a watch."""
+
+    target: str
+    """The name the target was given."""
+    at: float
+    """When the attempt started (Unix time)."""
+    elapsed_s: float
+    result: TcpResult
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "result": asdict(self.result)})
+
+    @classmethod
+    def from_json(cls, line: str) -> WatchAttempt:
+        data = json.loads(line)
+        return cls(
+            str(data["target"]),
+            float(data["at"]),
+            float(data["elapsed_s"]),
+            TcpResult(**data["result"]),
+        )
 
 
 # -- the test process's side ----------------------------------------------------------------------
@@ -101,16 +139,7 @@ class TcpServer:
     @staticmethod
     def _listening_port(process: subprocess.Popen[str]) -> int:
         """The port of the server's one line, "listening <port>"."""
-        assert process.stdout is not None and process.stderr is not None
-        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
-        line = process.stdout.readline() if ready else ""
-        if not line.startswith("listening "):
-            process.kill()
-            raise RuntimeError(
-                f"the TCP server did not start within {START_TIMEOUT_S} s: "
-                f"{line!r} {process.stderr.read().strip()}"
-            )
-        return int(line.split()[1])
+        return int(_expect_line(process, "listening", "the TCP server").split()[1])
 
     def stop(self) -> None:
         """Terminates the server (kills it if it lingers) and reaps it; safe to call twice."""
@@ -138,6 +167,126 @@ class TcpServer:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class TcpWatch:
+    """A fresh connection every `interval_s` to each target (name → (address, port)), from the
+    network namespace at `netns`, until stopped; `attempts` holds what came back so far."""
+
+    def __init__(
+        self,
+        netns: str,
+        targets: Mapping[str, tuple[str, int]],
+        interval_s: float = WATCH_INTERVAL_S,
+        size: int = 1024,
+        *,
+        connect_timeout_s: float = WATCH_CONNECT_TIMEOUT_S,
+        io_timeout_s: float = WATCH_IO_TIMEOUT_S,
+    ) -> None:
+        self.netns = netns
+        self.targets = dict(targets)
+        self.interval_s = interval_s
+        self.size = size
+        self.connect_timeout_s = connect_timeout_s
+        self.io_timeout_s = io_timeout_s
+        self.process: subprocess.Popen[str] | None = None
+        self._attempts: list[WatchAttempt] = []
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+        self.unreadable: list[str] = []
+        """Lines of the watch that were no attempt (none, unless it broke)."""
+
+    def start(self) -> TcpWatch:
+        assert self.process is None, "already started"
+        argv = _module(
+            self.netns,
+            "watch",
+            "--interval",
+            str(self.interval_s),
+            "--size",
+            str(self.size),
+            "--connect-timeout",
+            str(self.connect_timeout_s),
+            "--io-timeout",
+            str(self.io_timeout_s),
+            *(f"{name}={address}:{port}" for name, (address, port) in self.targets.items()),
+        )
+        self.process = subprocess.Popen(
+            argv,
+            cwd=_REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _expect_line(self.process, "watching", "the TCP watch")
+        except BaseException:
+            self.stop()
+            raise
+        self._reader = threading.Thread(target=self._read, name="tcp-watch", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                attempt = WatchAttempt.from_json(line)
+            except (ValueError, KeyError, TypeError):
+                self.unreadable.append(line)
+                continue
+            with self._lock:
+                self._attempts.append(attempt)
+
+    def attempts(self, target: str | None = None) -> list[WatchAttempt]:
+        """What came back so far (of one target, or of all), in the order it came."""
+        with self._lock:
+            return [a for a in self._attempts if target is None or a.target == target]
+
+    def stop(self) -> list[WatchAttempt]:
+        """Stops the watch once the attempts in flight have ended and returns every attempt; safe
+        to call twice."""
+        process, self.process = self.process, None
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=self.connect_timeout_s + self.io_timeout_s + 5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            if self._reader is not None:
+                self._reader.join(timeout=10)
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    stream.close()
+        return self.attempts()
+
+    def __enter__(self) -> TcpWatch:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _expect_line(process: subprocess.Popen[str], word: str, what: str) -> str:
+    """The process's first line, which must start with `word`."""
+    assert process.stdout is not None and process.stderr is not None
+    ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
+    line = process.stdout.readline() if ready else ""
+    if not line.startswith(f"{word} ") and line.strip() != word:
+        process.kill()
+        raise RuntimeError(
+            f"{what} did not start within {START_TIMEOUT_S} s: "
+            f"{line!r} {process.stderr.read().strip()}"
+        )
+    return line
 
 
 def probe(
@@ -219,6 +368,51 @@ def _judge(data: bytes, answer: bytes) -> TcpResult:
     return TcpResult(True, len(data), len(echoed), peer, None, server)
 
 
+def _watch(
+    targets: Mapping[str, tuple[str, int]],
+    interval_s: float,
+    size: int,
+    connect_s: float,
+    io_s: float,
+) -> None:
+    """Starts one attempt per target every `interval_s`, each in its own thread, and prints each
+    attempt's line when it ends. SIGTERM stops the starting; the attempts in flight still end (each
+    within its timeouts) and print their lines before the process exits, so none goes unreported."""
+    lock = threading.Lock()
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+
+    def attempt(name: str, address: str, port: int) -> None:
+        at, started = time.time(), time.monotonic()
+        result = _connect(address, port, size, connect_s, io_s)
+        line = WatchAttempt(name, at, time.monotonic() - started, result).to_json()
+        with lock:  # one whole line at a time
+            print(line, flush=True)
+
+    print("watching", flush=True)
+    running: list[threading.Thread] = []
+    tick = time.monotonic()
+    while not stopping.is_set():
+        running = [thread for thread in running if thread.is_alive()]
+        for name, (address, port) in targets.items():
+            thread = threading.Thread(target=attempt, args=(name, address, port), daemon=True)
+            thread.start()
+            running.append(thread)
+        tick += interval_s
+        stopping.wait(max(0.0, tick - time.monotonic()))
+    for thread in running:
+        thread.join()
+
+
+def _target(text: str) -> tuple[str, tuple[str, int]]:
+    """ "name=address:port" """
+    name, _, where = text.partition("=")
+    address, _, port = where.rpartition(":")
+    if not (name and address and port.isdigit()):
+        raise argparse.ArgumentTypeError(f"not name=address:port: {text!r}")
+    return name, (address, int(port))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tcp", description="the emulated VPC's TCP probe")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -231,9 +425,18 @@ def main(argv: list[str] | None = None) -> None:
     connect.add_argument("--size", type=int, default=4096)
     connect.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT_S)
     connect.add_argument("--io-timeout", type=float, default=IO_TIMEOUT_S)
+    watch = commands.add_parser("watch")
+    watch.add_argument("targets", nargs="+", type=_target, metavar="name=address:port")
+    watch.add_argument("--interval", type=float, default=WATCH_INTERVAL_S)
+    watch.add_argument("--size", type=int, default=1024)
+    watch.add_argument("--connect-timeout", type=float, default=WATCH_CONNECT_TIMEOUT_S)
+    watch.add_argument("--io-timeout", type=float, default=WATCH_IO_TIMEOUT_S)
     args = parser.parse_args(argv)
     if args.command == "serve":
         _serve(args.port, args.name)
+    elif args.command == "watch":
+        targets = dict(args.targets)
+        _watch(targets, args.interval, args.size, args.connect_timeout, args.io_timeout)
     else:
         result = _connect(args.address, args.port, args.size, args.connect_timeout, args.io_timeout)
         print(json.dumps(asdict(result)))
