@@ -10,9 +10,10 @@ whatever happened: the pods are removed over CRI (their DELs reach ipamd), conta
 world are stopped, the namespaces deleted and the work dir removed. A failure prints the logs' tails
 and the node's rules.
 
-Probes read what the test needs from the kernel and from ipamd's API: pings from a pod's namespace
-and from the VPC host, the VPC's drop counters, ipamd's policy rules (protocol 167) in the node, the
-node's `ip ipamd` nftables table, and which ENI (device index) holds each pod's address.
+Probes read what the test needs from the kernel, from ipamd's API and from its metrics (read in the
+node's namespace, where they are served): pings from a pod's namespace and from the VPC host, the
+VPC's drop counters, ipamd's policy rules (protocol 167) in the node, the node's `ip ipamd` nftables
+table, and which ENI (device index) holds each pod's address.
 
 Nothing here runs a command in the test process's own network namespace: every one names its
 namespace (`ip -n`, `nsenter --net=`).
@@ -24,6 +25,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -72,6 +74,14 @@ IPV6_ENV = {"ENABLE_IPv6": "true", "ENABLE_IPv4": "false", "ENABLE_PREFIX_DELEGA
 LEAK_GRACE_S = 10
 """ipamd's leak grace: longer than any RunPodSandbox here (whose allocation exists before the sandbox
 is listed), short enough that an allocation orphaned by a killed ipamd goes within a test."""
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)")
+"""A line of Prometheus' text format: a name, its labels, a value."""
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_FETCH = (
+    "import sys, urllib.request;"
+    " print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+)
+"""Run by the node's Python in the node's namespace: the page at argv[1]."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +366,20 @@ class VpcNode:
             for unit in units:
                 found |= {str(a["address"]) for a in unit["addresses"]}
         return found - {""}
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sample of `name` with these labels (and maybe others) on ipamd's Prometheus
+        endpoint, read in the node's namespace, where it listens; 0 when there is none."""
+        url = f"http://{self.ipamd_env['IPAMD_METRICS_ADDR']}/metrics"
+        text = run(in_netns(self.ns.node, sys.executable, "-c", _FETCH, url))
+        for line in text.splitlines():
+            found = _SAMPLE.match(line)
+            if found is None or found["name"] != name:
+                continue
+            have = dict(_LABEL.findall(found["labels"] or ""))
+            if all(have.get(k) == v for k, v in labels.items()):
+                return float(found["value"])
+        return 0.0
 
     # -- the kernel's view ------------------------------------------------------------------------
 
