@@ -15,4 +15,9 @@ The takeover from aws-node: `aws_node` prepares a node as aws-node leaves it (th
 `aws_node_ec2`, run where the world's EC2 listens, and `aws_cni_plugin`, a stand-in for VPC CNI's
 plugin) and says what of it is left; `pings` runs the pings that must go on through the takeover
 and counts what they lost; `test_takeover` holds the tests.
+
+Services: `kube_proxy` writes kube-proxy's rules (iptables or nftables mode) into a node, and `tcp`
+carries real TCP through them (an echo server, a one-shot probe, and a watch that opens a fresh
+connection every 200 ms); `test_takeover_services` proves NodePort and hostPort connections to pods
+on secondary ENIs never fail while ipamd takes over from aws-node, reconciles and restarts.
 """
