@@ -35,8 +35,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.support import wait_until
 from tests.e2e.vpc import kube_proxy
-from tests.e2e.vpc.fabric import INET_HOST, REGION, VPC_HOST, in_netns, netns_path, run
+from tests.e2e.vpc.fabric import INET_HOST, REGION, VPC_HOST, in_netns, netns_path, run, sysctl
 from tests.e2e.vpc.harness import Pod, VpcNode, vpc_node
 from tests.e2e.vpc.kube_proxy import Endpoint, Mode, Service
 from tests.e2e.vpc.tcp import TcpResult, TcpServer, probe
@@ -328,3 +329,37 @@ def _nat_rules(node: VpcNode) -> str:
     """The node's iptables nat table as iptables-nft-save prints it: portmap's chains, whose
     comments name each pod's container ID (nft's own listing does not show iptables comments)."""
     return run(in_netns(node.ns.node, "iptables-nft-save", "-t", "nat"))
+
+
+def test_strict_reverse_path_filtering_is_reported_from_start(pause_image: Path) -> None:
+    """Strict `rp_filter` on the primary interface drops inbound connections to secondary-ENI pods
+    before they reach them; ipamd says so from its start, in `/readyz`, the log and a metric, and
+    stops saying so once it is loose again."""
+    fast = {"IPAMD_HOST_NETWORK_RECONCILE_INTERVAL": "1"}
+    with vpc_node(pause_image, "on", fast) as node:
+        stage = _secondary_ip_stage(node)
+        primary_link = "eth0"  # the world's primary ENI link (fabric.node_link(0))
+        node.daemon.stop()
+        sysctl(node.ns.node, f"net.ipv4.conf.{primary_link}.rp_filter", "1")
+        node.start_ipamd()
+        node.wait_ipamd_ready()
+        status, body = node.daemon.call("GET", "/readyz")
+        assert status == 200, body
+        degraded = body.get("degraded")
+        assert isinstance(degraded, list) and len(degraded) == 1, body
+        assert "rp_filter" in degraded[0] and primary_link in degraded[0], degraded
+        assert node.metric("ipamd_hostnet_rp_filter_strict") == 1.0
+        assert "hostnet.rp_filter_strict" in node.daemon.log_tail(20_000)
+        with servers(stage):
+            check_host_ports(stage, secondary=False)
+            result = _from_vpc_host(stage, stage.node_ip, stage.on_secondary.host_port)
+            assert not result.ok, f"strict filtering let a secondary-ENI pod answer: {result}"
+
+            sysctl(node.ns.node, f"net.ipv4.conf.{primary_link}.rp_filter", "2")
+            wait_until(
+                lambda: True if "degraded" not in node.daemon.call("GET", "/readyz")[1] else None,
+                "the next reconcile sees loose filtering",
+                30.0,
+            )
+            assert node.metric("ipamd_hostnet_rp_filter_strict") == 0.0
+            check_host_ports(stage, secondary=True)
