@@ -155,7 +155,8 @@ class Config:
         "AWS_VPC_CNI_NODE_PORT_SUPPORT", BOOL, "true", "", "`AWS_VPC_CNI_NODE_PORT_SUPPORT`",
         "Connections to the node's own addresses arriving on the primary ENI (NodePort, hostPort, "
         "load balancers with instance targets) are marked, so pods on secondary ENIs answer them "
-        "by the primary ENI. False = no mark: such connections to pods on secondary ENIs fail."))
+        "by the primary ENI. False = no mark: such connections to pods on secondary ENIs fail. "
+        "IPv6 mode needs no mark (every pod is on the primary ENI)."))
     exclude_snat_cidrs: tuple[str, ...] = field(metadata=declare(
         "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", CIDRS, "", "",
         "`AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`",
