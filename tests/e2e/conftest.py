@@ -16,15 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.pause.image import build_pause_image
-from tests.e2e.support import (
-    PAUSE_IMAGE,
-    add_netns,
-    delete_netns,
-    make_workdir,
-    require,
-    require_root,
-)
+from bench.vpc.pause.image import PAUSE_IMAGE, build_pause_image
+from bench.vpc.processes import add_netns, delete_netns, make_workdir
+from tests.e2e.support import require, require_root
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the end-to-end tests need when it is missing: a real containerd, runc, Debian's CNI
 # plugins, iproute2, nftables, iptables (aws-node's SNAT chains in the takeover test), ping and sysctl
-# (the emulated VPC of tests/e2e/vpc) and a C compiler for the pause image. Needs root (apt); without
+# (the emulated VPC of bench/vpc) and a C compiler for the pause image. Needs root (apt); without
 # root it says so and the end-to-end tests that need root skip. Safe to run again: it installs only
 # what is missing.
 set -euo pipefail

@@ -18,18 +18,13 @@ from typing import Any
 
 import pytest
 
+from bench.vpc.processes import BIN, Ipamd, add_netns, bare, delete_netns, make_workdir
 from ipamd.wire.pod import veth_name
 from tests.e2e.conflist import conflist
 from tests.e2e.support import (
-    BIN,
     CniOutcome,
-    Ipamd,
-    add_netns,
-    bare,
-    delete_netns,
     ip_json,
     link,
-    make_workdir,
     netns_links,
     ping,
     require,

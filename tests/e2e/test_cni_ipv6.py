@@ -19,19 +19,21 @@ from typing import Any
 
 import pytest
 
-from ipamd.wire.pod import veth_name
-from tests.e2e.conflist import conflist
-from tests.e2e.support import (
+from bench.vpc.processes import (
     BIN,
     SYSTEM_CNI_DIR,
-    CniOutcome,
     Ipamd,
     add_netns,
     bare,
     delete_netns,
+    make_workdir,
+)
+from ipamd.wire.pod import veth_name
+from tests.e2e.conflist import conflist
+from tests.e2e.support import (
+    CniOutcome,
     ip_json,
     link,
-    make_workdir,
     netns_links,
     ping,
     require,

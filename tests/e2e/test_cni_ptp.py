@@ -22,18 +22,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conflist import ptp_conflist
-from tests.e2e.support import (
+from bench.vpc.processes import (
     SYSTEM_CNI_DIR,
-    CniOutcome,
     Ipamd,
     add_netns,
     bare,
     delete_netns,
     make_workdir,
+    plugin_dir,
+)
+from tests.e2e.conflist import ptp_conflist
+from tests.e2e.support import (
+    CniOutcome,
     netns_addresses,
     netns_links,
-    plugin_dir,
     require,
     require_root,
     run_plugin,

@@ -26,23 +26,21 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ipamd.runtime._generated import cri_v1_pb2 as cri
-from tests.e2e.conflist import NETWORK
-from tests.e2e.containerd import Containerd
-from tests.e2e.support import (
-    PAUSE_IMAGE,
+from bench.vpc.containerd import Containerd
+from bench.vpc.pause.image import PAUSE_IMAGE
+from bench.vpc.processes import (
     SYSTEM_CNI_DIR,
     Ipamd,
     add_netns,
     bare,
     delete_netns,
     make_workdir,
-    netns_addresses,
     plugin_dir,
-    require,
-    require_root,
     wait_until,
 )
+from ipamd.runtime._generated import cri_v1_pb2 as cri
+from tests.e2e.conflist import NETWORK
+from tests.e2e.support import netns_addresses, require, require_root
 
 PODS = 20
 POD_MTU = 1400

@@ -23,21 +23,10 @@ from typing import Any
 
 import pytest
 
+from bench.vpc.processes import BIN, Ipamd, add_netns, bare, delete_netns, make_workdir
 from ipamd.wire.pod import veth_name
 from tests.e2e.conflist import NETWORK, conflist
-from tests.e2e.support import (
-    BIN,
-    CniOutcome,
-    Ipamd,
-    add_netns,
-    bare,
-    delete_netns,
-    make_workdir,
-    netns_links,
-    require,
-    require_root,
-    run_plugin,
-)
+from tests.e2e.support import CniOutcome, netns_links, require, require_root, run_plugin
 from tests.support.policy_agent import DeleteCall, EnforceCall, ThreadedPolicyAgent
 
 POD_NAMESPACE = "shop"

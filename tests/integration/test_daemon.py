@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.vpc.processes import unix_call
 from datastore.store import STATE_FILE_NAME
-from tests.support.embedded_daemon import unix_call
 
 BIN = Path(sys.executable).parent
 

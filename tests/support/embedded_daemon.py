@@ -7,8 +7,6 @@ Everything waits by polling with a deadline; nothing sleeps to order events.
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import re
 import signal
@@ -21,35 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.vpc.processes import unix_call
+
 BIN = Path(sys.executable).parent
 NETWORK = "k8s-pod-network"
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=10)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        self.sock.connect(self._path)
-
-
-def unix_call(
-    socket_path: str | os.PathLike[str], method: str, path: str, body: object = None
-) -> tuple[int, dict[str, Any]]:
-    """One request to a daemon's API on its unix socket, as the tests' clients make it: the status
-    and the JSON answer (`{}` for an empty one)."""
-    conn = UnixHTTPConnection(os.fspath(socket_path))
-    try:
-        payload = None if body is None else json.dumps(body)
-        headers = {"Content-Type": "application/json"} if payload else {}
-        conn.request(method, path, body=payload, headers=headers)
-        response = conn.getresponse()
-        return response.status, json.loads(response.read() or b"{}")
-    finally:
-        conn.close()
 
 
 def free_port() -> int:

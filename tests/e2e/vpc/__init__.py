@@ -1,13 +1,14 @@
 """End to end (c): ipamd's datapath in an emulated VPC, where EC2's source/destination check drops
 packets and counts them.
 
-`fabric` owns the emulated network (names, addresses, the static topology, and the commands that make
-the VPC fabric follow EC2); `world` is the process that plays EC2, IMDS, the hypervisor and the fabric;
-`harness` is the tests' side (namespaces, the world process, containerd and ipamd in the node, probes);
-`test_datapath` holds the datapath's tests; `test_device_index` a device index ipamd freed after a
-restart, taken again by the next new ENI, which carries its pods' traffic.
+The emulated VPC itself lives in `bench.vpc`, which the benches share: `fabric` (the emulated
+network), `world` (the process that plays EC2, IMDS, the hypervisor and the fabric) and `node` (the
+namespaces, the world process, containerd and ipamd in the node). Here: `harness`, the tests' side
+(the node with its probes, and `vpc_node`, skipped without root); `rules`, ipamd's policy rules as
+the kernel lists them; `test_datapath` holds the datapath's tests; `test_device_index` a device
+index ipamd freed after a restart, taken again by the next new ENI, which carries its pods' traffic.
 
-IPv6: `fabric_ipv6` adds the VPC's IPv6 for a dual-stack world (`ec2_ipv6` lists and assigns the
+IPv6: `bench.vpc.fabric_ipv6` adds the VPC's IPv6 for a dual-stack world (`ec2_ipv6` lists and assigns the
 primary ENI's /80s from inside the node, `probes6` holds the IPv6 tests' probes); `test_ipv6` tests
 the fabric's IPv6 alone and `test_ipv6_node` an IPv6 node run by ipamd.
 

@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.vpc.fabric import ENI_MTU, in_netns, ip, ip_batch, node_link, run, sysctl
+from bench.vpc.processes import wait_until
 from ipamd.hostnet.ports import RT_PROTO_IPAMD
-from tests.e2e.support import wait_until
-from tests.e2e.vpc.fabric import ENI_MTU, in_netns, ip, ip_batch, node_link, run, sysctl
 from tests.e2e.vpc.harness import REPO, VpcNode
 from tests.e2e.vpc.rules import CONNMARK, PRIORITY_CONNMARK, PRIORITY_FROM_ENI
 

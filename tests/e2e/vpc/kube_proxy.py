@@ -55,7 +55,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from tests.e2e.vpc.fabric import in_netns, ip, nft, run, sysctl
+from bench.vpc.fabric import in_netns, ip, nft, run, sysctl
 
 Mode = Literal["iptables", "nftables"]
 MODES: Final[tuple[Mode, ...]] = ("iptables", "nftables")

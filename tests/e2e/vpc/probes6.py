@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.e2e.vpc.fabric import in_netns
+from bench.vpc.fabric import in_netns
 from tests.e2e.vpc.harness import REPO, VpcNode
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tests.e2e.support import bare
+from bench.vpc.processes import bare
 
 MAIN_TABLE = 254
 PRIORITY_TO_POD = 512

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.vpc.fabric import INET_HOST, VPC_HOST, ip
+from bench.vpc.processes import wait_until
 from ipamd.hostnet.ports import RT_PROTO_IPAMD
-from tests.e2e.support import wait_until
-from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, ip
 from tests.e2e.vpc.harness import Pod, VpcNode, free_subnet_address, vpc_node
 from tests.e2e.vpc.rules import (
     CONNMARK_RULE,

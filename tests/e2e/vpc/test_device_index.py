@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.support import wait_until
-from tests.e2e.vpc.fabric import GATEWAY, INET_HOST, VPC_HOST, node_link, run
+from bench.vpc.fabric import GATEWAY, INET_HOST, VPC_HOST, node_link, run
+from bench.vpc.processes import wait_until
 from tests.e2e.vpc.harness import Pod, VpcNode, vpc_node
 from tests.e2e.vpc.test_datapath import (
     assert_rules_as_ipamd_holds,

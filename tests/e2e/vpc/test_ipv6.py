@@ -14,15 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.support import (
-    add_netns,
-    make_workdir,
-    require,
-    require_root,
-    wait_until,
-)
-from tests.e2e.vpc.fabric import Namespaces, ip, netns_path, read_counters, sysctl
-from tests.e2e.vpc.fabric_ipv6 import NFT6_FAMILY, ROUTER_LINK_LOCAL, link_local
+from bench.vpc.fabric import Namespaces, ip, netns_path, read_counters, sysctl
+from bench.vpc.fabric_ipv6 import NFT6_FAMILY, ROUTER_LINK_LOCAL, link_local
+from bench.vpc.processes import add_netns, make_workdir, wait_until
+from tests.e2e.support import require, require_root
 from tests.e2e.vpc.harness import VpcNode
 from tests.e2e.vpc.probes6 import ec2_prefixes, ping
 

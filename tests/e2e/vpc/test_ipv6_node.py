@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.support import netns_addresses, wait_until
-from tests.e2e.vpc.fabric import INET_HOST, in_netns, netns_path, run
+from bench.vpc.fabric import INET_HOST, in_netns, netns_path, run
+from bench.vpc.processes import wait_until
+from tests.e2e.support import netns_addresses
 from tests.e2e.vpc.harness import VpcNode, vpc_node
 from tests.e2e.vpc.pings import Pings
 from tests.e2e.vpc.probes6 import ec2_prefixes, ping

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.e2e.support import add_netns, delete_netns, require, require_root
-from tests.e2e.vpc.fabric import in_netns, ip, netns_path, run, sysctl
+from bench.vpc.fabric import in_netns, ip, netns_path, run, sysctl
+from bench.vpc.processes import add_netns, delete_netns
+from tests.e2e.support import require, require_root
 from tests.e2e.vpc.kube_proxy import (
     MASQUERADE_MARK,
     MODES,

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.support import wait_until
+from bench.vpc.fabric import INET_HOST, REGION, VPC_HOST, in_netns, netns_path, run, sysctl
+from bench.vpc.processes import wait_until
 from tests.e2e.vpc import kube_proxy
-from tests.e2e.vpc.fabric import INET_HOST, REGION, VPC_HOST, in_netns, netns_path, run, sysctl
 from tests.e2e.vpc.harness import Pod, VpcNode, vpc_node
 from tests.e2e.vpc.kube_proxy import Endpoint, Mode, Service
 from tests.e2e.vpc.tcp import TcpResult, TcpServer, probe

@@ -28,7 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.support import make_workdir, require, require_root, wait_until
+from bench.vpc.fabric import INET_HOST, VPC_HOST, Namespaces, run
+from bench.vpc.node import DEPLOYED_CONFLIST, LEAK_GRACE_S
+from bench.vpc.processes import make_workdir, wait_until
+from tests.e2e.support import require, require_root
 from tests.e2e.vpc.aws_cni_plugin import veth_name
 from tests.e2e.vpc.aws_node import (
     AWS_CONFLIST,
@@ -44,8 +47,7 @@ from tests.e2e.vpc.aws_node import (
     snat_chains,
     untagged_rules,
 )
-from tests.e2e.vpc.fabric import INET_HOST, VPC_HOST, Namespaces, run
-from tests.e2e.vpc.harness import DEPLOYED_CONFLIST, LEAK_GRACE_S, VpcNode
+from tests.e2e.vpc.harness import VpcNode
 from tests.e2e.vpc.pings import FreshFlows, Pings
 from tests.e2e.vpc.rules import (
     PRIORITY_FROM_POD,

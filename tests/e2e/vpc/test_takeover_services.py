@@ -34,7 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.support import require, require_root, wait_until
+from bench.vpc.fabric import VPC_HOST, netns_path
+from bench.vpc.processes import wait_until
+from tests.e2e.support import require, require_root
 from tests.e2e.vpc import kube_proxy
 from tests.e2e.vpc.aws_node import (
     POD_NAMESPACE,
@@ -46,7 +48,6 @@ from tests.e2e.vpc.aws_node import (
     missing_node_port_rules,
     node_port_rules,
 )
-from tests.e2e.vpc.fabric import VPC_HOST, netns_path
 from tests.e2e.vpc.harness import VpcNode
 from tests.e2e.vpc.tcp import TcpServer, TcpWatch, WatchAttempt, probe
 from tests.e2e.vpc.test_takeover import aws_vpc_node, taken_over

@@ -1,8 +1,9 @@
-"""A private containerd for the end-to-end tests, and a CRI v1 client to drive it as the kubelet does.
+"""A private containerd for the end-to-end tests and the benches, and a CRI v1 client to drive it as
+the kubelet does.
 
 `Containerd.start` runs the `containerd` binary with a config of its own: root, state, socket, the
 `opt` dir and runc's state all under one work dir; the CRI plugin's CNI bin and conf dirs from the
-test; the locally built pause image as `sandbox_image`; `restrict_oom_score_adj` (a machine that
+caller; the locally built pause image as `sandbox_image`; `restrict_oom_score_adj` (a machine that
 refuses a negative oom_score_adj fails RunPodSandbox without it); network namespaces mounted under the
 state dir. Nothing is shared with a system containerd except the shim socket dir that containerd
 1.6 hard-codes (`/run/containerd/s`, one socket per task, named by a hash of our socket's path).
@@ -24,7 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,15 +37,17 @@ from google.protobuf import (  # type: ignore[import-untyped]
     message_factory,
 )
 
+from bench.vpc.processes import wait_until
 from ipamd.runtime._generated import cri_v1_pb2 as cri
-from tests.e2e.support import wait_until
-from tests.support.cri_server import runtime_stub
+from ipamd.runtime._generated import cri_v1_pb2_grpc as cri_grpc
 
 K8S_NAMESPACE = "k8s.io"
 """The containerd namespace of the CRI plugin's containers and images."""
 SHIM_SOCKET_DIR = Path("/run/containerd/s")
 """Where containerd 1.6 puts its shims' sockets, whatever its state dir."""
 _RPC_TIMEOUT_S = 60.0
+# The generated gRPC module carries no annotations (the messages do): a typed name for the stub.
+_runtime_stub: Callable[[grpc.Channel], Any] = cri_grpc.RuntimeServiceStub
 
 
 def _config(workdir: Path, socket: Path, cni_bin: Path, cni_conf: Path, sandbox_image: str) -> str:
@@ -302,7 +305,7 @@ class CriClient:
 
     def __init__(self, socket: Path) -> None:
         self._channel = grpc.insecure_channel(f"unix:{socket}")
-        self._stub = runtime_stub(self._channel)
+        self._stub = _runtime_stub(self._channel)
         self._status = self._channel.unary_unary(
             "/runtime.v1.RuntimeService/PodSandboxStatus",
             request_serializer=_StatusRequest.SerializeToString,

@@ -1,5 +1,6 @@
-"""The world process of the emulated VPC: `python -m tests.e2e.vpc.world <config.json>`, started by the
-test under `nsenter --net=/run/netns/<node>` so that its loopback servers live where ipamd runs.
+"""The world process of the emulated VPC: `python -m bench.vpc.world <config.json>`, started by the
+node (`bench.vpc.node`) under `nsenter --net=/run/netns/<node>` so that its loopback servers live
+where ipamd runs.
 
 It owns, until SIGTERM (or SIGINT):
 - EC2: moto with the project's extension as a loopback server (`EmbeddedEc2("server")`), holding one
@@ -9,17 +10,18 @@ It owns, until SIGTERM (or SIGINT):
   `poll_interval_s` the ENIs EC2 shows on the instance (read under moto's LOCK), which the fabric
   follows: a link pair per attached ENI, the source/destination check, the delivery of addresses.
 
-Once EC2, IMDS and the topology are up it writes the ready file (JSON, atomically): `ec2_url`,
-`imds_url`, `region`, `instance_id`, `primary_eni_id`, `primary_mac`, `primary_ip`, `subnet_cidr`,
-`vpc_cidr`, `gateway`; with IPv6 also `vpc_ipv6_cidr`, `subnet_ipv6_cidr` and `vpc_host_ipv6`.
+Once EC2, IMDS and the topology are up it writes the ready file (`ready.Ready`, JSON, atomically):
+`ec2_url`, `imds_url`, `region`, `instance_id`, `primary_eni_id`, `primary_mac`, `primary_ip`,
+`subnet_cidr`, `vpc_cidr`, `gateway`; with IPv6 also `vpc_ipv6_cidr`, `subnet_ipv6_cidr` and
+`vpc_host_ipv6`.
 
-Config (JSON): `namespaces` (`node`, `vpc`, `vpchost`, `inet`: names the test created), `ready_file`,
+Config (JSON): `namespaces` (`node`, `vpc`, `vpchost`, `inet`: names the node created), `ready_file`,
 and optionally `attach_delay_s` (default 0.5), `poll_interval_s` (default 0.1) and `ipv6` (default
 false: true makes the VPC dual-stack, `Layout(ipv6=True)`, with `fabric_ipv6.DualStackFabric`).
 
 It refuses to run anywhere but in the node's namespace: its servers must be reachable by ipamd, and
 a mistake must never let it build the topology in the machine's own namespace. Namespaces are the
-test's to delete; whatever this process made in them goes with them.
+node's to delete; whatever this process made in them goes with them.
 """
 
 from __future__ import annotations
@@ -37,12 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cloud.embedded.eni_rules import LOCK
-from cloud.embedded.imds_sim import ImdsSimulator
-from cloud.embedded.ipv6_rules import eni_ipv6_prefixes
-from cloud.embedded.world import EmbeddedEc2, World
-from cloud.embedded.world_layout import Layout
-from tests.e2e.vpc.fabric import (
+from bench.vpc.fabric import (
     GATEWAY,
     INSTANCE_TYPE,
     REGION,
@@ -54,9 +51,15 @@ from tests.e2e.vpc.fabric import (
     netns_path,
     prefix_addresses,
 )
-from tests.e2e.vpc.fabric_ipv6 import DualStackFabric, Ipv6Vpc
+from bench.vpc.fabric_ipv6 import DualStackFabric, Ipv6Vpc
+from bench.vpc.ready import Ready
+from cloud.embedded.eni_rules import LOCK
+from cloud.embedded.imds_sim import ImdsSimulator
+from cloud.embedded.ipv6_rules import eni_ipv6_prefixes
+from cloud.embedded.world import EmbeddedEc2, World
+from cloud.embedded.world_layout import Layout
 
-logger = logging.getLogger("tests.e2e.vpc.world")
+logger = logging.getLogger("bench.vpc.world")
 
 
 def read_enis(world: World) -> list[Eni]:
@@ -112,12 +115,6 @@ def _in_namespace(path: str) -> bool:
     return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
-def _write_ready(path: Path, ready: dict[str, str]) -> None:
-    staged = path.with_name(f".{path.name}.tmp")
-    staged.write_text(json.dumps(ready, indent=2) + "\n")
-    os.replace(staged, path)  # the test never reads half a file
-
-
 async def serve(config: dict[str, Any]) -> None:
     ns = Namespaces.from_json(config["namespaces"])
     interval_s = float(config.get("poll_interval_s", 0.1))
@@ -151,30 +148,27 @@ async def serve(config: dict[str, Any]) -> None:
             )
             poller.start()
             subnet = ipaddress.IPv4Network(world.subnet_cidr)
-            _write_ready(
-                Path(config["ready_file"]),
-                {
-                    "ec2_url": world.endpoint_url,
-                    "imds_url": imds_url,
-                    "region": world.region,
-                    "instance_id": world.instance_id,
-                    "primary_eni_id": primary.eni_id,
-                    "primary_mac": primary.mac,
-                    "primary_ip": primary.primary_ip,
-                    "subnet_cidr": str(subnet),
-                    "vpc_cidr": str(subnet.supernet(new_prefix=16)),
-                    "gateway": GATEWAY,
-                    **(
-                        {}
-                        if vpc6 is None
-                        else {
-                            "vpc_ipv6_cidr": vpc6.vpc_cidr,
-                            "subnet_ipv6_cidr": vpc6.subnet_cidr,
-                            "vpc_host_ipv6": vpc6.vpc_host,
-                        }
-                    ),
-                },
-            )
+            Ready(
+                ec2_url=world.endpoint_url,
+                imds_url=imds_url,
+                region=world.region,
+                instance_id=world.instance_id,
+                primary_eni_id=primary.eni_id,
+                primary_mac=primary.mac,
+                primary_ip=primary.primary_ip,
+                subnet_cidr=str(subnet),
+                vpc_cidr=str(subnet.supernet(new_prefix=16)),
+                gateway=GATEWAY,
+                **(
+                    {}
+                    if vpc6 is None
+                    else {
+                        "vpc_ipv6_cidr": vpc6.vpc_cidr,
+                        "subnet_ipv6_cidr": vpc6.subnet_cidr,
+                        "vpc_host_ipv6": vpc6.vpc_host,
+                    }
+                ),
+            ).write(Path(config["ready_file"]))
             logger.info("ready: EC2 at %s, IMDS at %s", world.endpoint_url, imds_url)
             await stopping.wait()
             stop.set()
@@ -188,7 +182,7 @@ async def serve(config: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m tests.e2e.vpc.world <config.json>", file=sys.stderr)
+        print("usage: python -m bench.vpc.world <config.json>", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from tests.e2e.vpc.fabric import (
+from bench.vpc.fabric import (
     NFT_TABLE,
     SDC_CHAIN,
     VPC_HOST_LINK,

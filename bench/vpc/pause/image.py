@@ -1,5 +1,5 @@
-"""The pause image of the end-to-end tests, built without a registry: `pause.c` compiled static and
-packed as an OCI image-layout tarball that `ctr images import` takes.
+"""The pause image of the end-to-end tests and the benches, built without a registry: `pause.c`
+compiled static and packed as an OCI image-layout tarball that `ctr images import` takes.
 
 The tarball holds `oci-layout`, `index.json` (one manifest, named by the `io.containerd.image.name`
 annotation, which is what `ctr images import` names the image by) and the blobs: a gzipped layer
@@ -21,6 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "pause.c"
+PAUSE_IMAGE = "localhost/ipamd-e2e/pause:1"
+"""The sandbox image: built locally, imported into containerd, never pulled."""
 
 _MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 _MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
