@@ -257,10 +257,11 @@ def _conf(ipam: dict[str, object]) -> bytes:
 
 
 def _pod_conf(socket: Path) -> bytes:
-    """The shipped conflist's plugin as a runtime hands it to `ipamd-cni` (the list's cniVersion
-    and name added), its socket this bench's daemon's."""
+    """The shipped conflist's `ipamd-cni` as a runtime hands it its conf (the list's cniVersion and
+    name added), its socket this bench's daemon's. The plugins chained after it (portmap) are the
+    runtime's to run, not this bench's."""
     whole = json.loads(CONFLIST.read_text())
-    (plugin,) = whole["plugins"]
+    (plugin,) = [p for p in whole["plugins"] if p["type"] == "ipamd-cni"]
     plugin["ipam"] = {**plugin["ipam"], "socket": str(socket)}
     conf = {"cniVersion": whole["cniVersion"], "name": whole["name"], **plugin}
     return json.dumps(conf).encode()
