@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import netns
+from bench import netns, shipped_plugin
 from bench.timing import p50
 from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call
 from ipamd.wire import PATH_POOL, PATH_READYZ
@@ -58,7 +57,6 @@ from ipamd.wire import PATH_POOL, PATH_READYZ
 RUNS = 50
 WARM_IPS = 20
 """The daemon's WARM_IP_TARGET: an embedded m5.large holds 27 pod addresses."""
-IMAGE_DIR = Path(__file__).resolve().parents[1] / "deploy" / "image"
 CONFLIST = Path(__file__).resolve().parents[1] / "deploy" / "cni" / "10-ipamd.conflist"
 HOST_LOCAL = Path("/usr/lib/cni/host-local")
 """Debian's reference IPAM plugin (package containernetworking-plugins)."""
@@ -97,62 +95,6 @@ def _cni_error_code(ran: Ran) -> object:
 
 
 # -- the shipped plugin ----------------------------------------------------------------------------
-
-
-def _build_bundle(workdir: Path) -> Path:
-    """The plugin's runtime, as the image's build stage makes it."""
-    bundle = workdir / "bundle"
-    built = subprocess.run(
-        [sys.executable, str(IMAGE_DIR / "build_cni_bundle.py"), str(bundle)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if built.returncode != 0:
-        raise RuntimeError(f"the plugin's runtime does not build: {built.stderr.strip()}")
-    return bundle
-
-
-def _install_plugin(workdir: Path, bundle: Path) -> Path | None:
-    """The launcher, linked statically, and the runtime installed by `install-cni.sh` into a bin
-    dir in `workdir`; the installed `ipamd-cni`, or None without gcc."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        _note("gcc absent (the launcher is linked statically): cni_plugin_* figures skipped")
-        return None
-    launcher = workdir / "launcher" / "ipamd-cni"
-    launcher.parent.mkdir()
-    compiled = subprocess.run(
-        [gcc, "-static", "-Os", "-s", "-o", str(launcher), str(IMAGE_DIR / "cni-launcher.c")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if compiled.returncode != 0:
-        _note(
-            f"gcc cannot link the launcher statically: cni_plugin_* figures skipped\n"
-            f"{compiled.stderr.strip()}"
-        )
-        return None
-    bin_dir = workdir / "cni-bin"
-    bin_dir.mkdir()
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "IPAMD_CNI_BIN_DIR": str(bin_dir),
-        "IPAMD_CNI_BUNDLE": str(bundle),
-        "IPAMD_CNI_LAUNCHER": str(launcher),
-        "IPAMD_CNI_REQUIRED_PLUGINS": "",  # the node's ptp is not run here
-    }
-    subprocess.run(
-        ["/bin/sh", str(IMAGE_DIR / "install-cni.sh")],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return bin_dir / "ipamd-cni"
 
 
 def _bare_python(bundle: Path) -> list[str]:
@@ -306,8 +248,11 @@ Probe = Callable[[int], float]
 
 
 async def run(workdir: Path) -> dict[str, float]:
-    bundle = _build_bundle(workdir)
-    plugin = _install_plugin(workdir, bundle)
+    bundle = shipped_plugin.build_bundle(workdir)
+    installed = shipped_plugin.install(workdir, bundle)
+    plugin = installed if isinstance(installed, Path) else None
+    if isinstance(installed, str):
+        _note(f"{installed} (the launcher is linked statically): cni_plugin_* figures skipped")
     host_local = HOST_LOCAL if os.access(HOST_LOCAL, os.X_OK) else None
     if host_local is None:
         _note(f"{HOST_LOCAL} absent (package containernetworking-plugins): host_local skipped")
