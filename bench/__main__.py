@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench import (
     api,
+    cni_burst,
     ec2_calls,
     engine_latency,
     hostnet,
@@ -40,6 +41,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("plugin", plugin.run),
     ("api", api.run),
     ("takeover", takeover.run),
+    ("cni_burst", cni_burst.run),
 )
 
 

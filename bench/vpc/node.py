@@ -114,11 +114,17 @@ class VpcNode:
         self.ready = Ready.read(ready_file)
         return self.ready
 
+    @property
+    def cni_bin(self) -> Path:
+        """containerd's CNI bin dir, where a plugin may be replaced by rename as the DaemonSet's
+        init container replaces it: the runtime executes whatever the name holds at each call."""
+        return self.workdir / "bin"
+
     def start_containerd(self, pause_image: Path) -> Containerd:
         """containerd in the node; its CNI bin dir holds loopback, host-local (the IPAM of an IPv6
         pod's IPv4 egress interface), portmap (hostPort, chained by the conflist) and ipamd-cni."""
         cni_bin = plugin_dir(
-            self.workdir / "bin",
+            self.cni_bin,
             SYSTEM_CNI_DIR / "loopback",
             SYSTEM_CNI_DIR / "host-local",
             SYSTEM_CNI_DIR / "portmap",
