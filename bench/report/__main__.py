@@ -166,9 +166,22 @@ def _name_values(text: str) -> dict[str, float]:
 
 def _machine() -> str:
     return (
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs ({_cpu_model()}), Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}"
     )
+
+
+def _cpu_model() -> str:
+    """The CPU's name as /proc/cpuinfo gives it (its first `model name`), else the platform's."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "model name":
+            return value.strip()
+    return platform.processor() or platform.machine()
 
 
 def _progress(text: str) -> None:

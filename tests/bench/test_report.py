@@ -149,3 +149,32 @@ def test_the_committed_page_carries_the_history_as_the_report_writes_it() -> Non
     kept = markdown.history(DOCS)
     assert "CreateNetworkInterface" in kept, "the history is found"
     assert (DOCS / "benchmarks.md").read_text().endswith(f"\n{markdown.HISTORY_HEADING}\n\n{kept}")
+
+
+BURST = {
+    "cni_burst_30_pods_p50_ms": 180.5,
+    "cni_burst_30_pods_p99_ms": 310.0,
+    "cni_burst_30_over_cpu_floor": 1.8,
+    "cni_burst_30_wall_ms": 900.0,
+    "cni_burst_lone_add_ms": 33.0,
+}
+
+
+def test_the_burst_is_shown_beside_vpc_cnis_with_the_machine_named() -> None:
+    page = markdown.render(markdown.Figures("2 CPUs (Some CPU)", BURST, [], CLUSTER, {}, CHAOS))
+    section = page[page.index("## A burst of 30 pods") : page.index("## A cluster")]
+    assert "| ipamd (this run) | 180.500 | 310 | ≤ 250 (met) |" in section
+    assert "| VPC CNI before #3764 | 5,000 | not published |  |" in section
+    assert "| VPC CNI after #3764 | 750 | not published |  |" in section
+    assert "(https://github.com/aws/amazon-vpc-cni-k8s/pull/3764)" in section
+    assert "2 CPUs (Some CPU)" in section
+    assert "1.800 times what 30 lone ADDs (33 ms each" in section
+    assert "target ≤ 1.500 (NOT met)" in section
+    assert "| cni_burst_30_pods_p50_ms | 180.500 | ≤ 250 (met) |" in page
+
+
+def test_without_the_burst_there_is_no_comparison() -> None:
+    page = markdown.render(
+        markdown.Figures("m", {"engine_add_p50_ms": 0.3}, [], CLUSTER, {}, CHAOS)
+    )
+    assert "VPC CNI before #3764" not in page
