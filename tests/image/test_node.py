@@ -134,7 +134,7 @@ def plugin_conf(conflist: dict[str, Any], socket: Path) -> dict[str, Any]:
     plugin, its socket on the test's node. The plugin runs in this process's network namespace,
     the machine's, so it runs as the IPAM plugin: making a pod's veth is tests/e2e's, in namespaces
     of their own."""
-    (plugin,) = conflist["plugins"]
+    (plugin,) = [p for p in conflist["plugins"] if p["type"] == "ipamd-cni"]
     ipam = dict(plugin["ipam"], socket=str(socket))
     return {
         "cniVersion": conflist["cniVersion"],
@@ -147,6 +147,18 @@ def plugin_conf(conflist: dict[str, Any], socket: Path) -> dict[str, Any]:
 def test_install_cni_runs_as_the_init_container(node: SmokeNode, installed: Any) -> None:
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert "ipamd-cni installed in /host/opt/cni/bin" in installed.stderr
+    # The node has loopback but no portmap (the conflist chains it for hostPorts): the image's goes.
+    assert "portmap installed from the image" in installed.stderr
+    version = subprocess.run(
+        [str(node.bin_dir / "portmap")],
+        env={"CNI_COMMAND": "VERSION"},
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert version.returncode == 0 and "supportedVersions" in version.stdout, version
     store = node.bin_dir / "ipamd-cni.d"
     bundle_id = node.run.podman(
         "run", "--rm", "--network", f"ns:{node.node.netns}", "--label",
