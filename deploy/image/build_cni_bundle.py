@@ -56,8 +56,13 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-ENTRY = "import sys\nfrom ipamd.cni.plugin import main\nsys.exit(main())\n"
-"""What the launcher runs with `-c`: the console script `ipamd-cni`, without its wrapper."""
+ENTRY = (
+    "import os, sys\nfrom ipamd.cni.plugin import main\ncode = main()\n"
+    "sys.stdout.flush()\nsys.stderr.flush()\nos._exit(code)\n"
+)
+"""What the launcher runs with `-c`: the console script `ipamd-cni`, without its wrapper, ending
+with `os._exit` once its answer is flushed: the interpreter's teardown (a few milliseconds, every
+ADD and DEL) frees nothing the process's end does not."""
 ALLOWED_TOP_LEVEL = frozenset({"ipamd"})
 """Modules outside the stdlib that may be bundled: the plugin's own package."""
 SITE_DIRS = frozenset({"site-packages", "dist-packages"})
@@ -87,11 +92,14 @@ EXCLUDED = (
 )
 """Interactive and test tooling that the closure reaches only through `help()`, debuggers and the
 like; never imported by the plugin."""
-START_IMPORTS_BUDGET = 12
-"""How many modules importing the plugin may add to an interpreter's own start (with `site`, as
-the launcher runs it). Nine today: `ipamd`, `ipamd.cni` and its three modules, `ipamd.wire`,
-`__future__`, and the C modules `_json` and `_socket`. Each pure-Python module costs a few tenths
-of a millisecond of every ADD and DEL; a regrowth usually brings a heavy one in (below)."""
+START_IMPORTS_BUDGET = 19
+"""How many modules importing the plugin may add to an interpreter's own start (without `site`, as
+the launcher runs it: `-S`, which saves every ADD and DEL the few milliseconds `site` takes). 17
+today: `ipamd`, `ipamd.cni` and its three modules, `ipamd.wire` and `ipamd.wire.codec`,
+`__future__`, the C modules `_json` and `_socket`, and `os` with what it brings (`os.path`,
+`posixpath`, `genericpath`, `stat`, `_stat`, `_collections_abc`), which `site` used to load and
+which are frozen into the interpreter. Each pure-Python module costs a few tenths of a millisecond
+of every ADD and DEL; a regrowth usually brings a heavy one in (below)."""
 HEAVY_MODULES = (
     # What the plugin once imported and replaced: http.client (email, ssl), socket (enum,
     # selectors), json (re), dataclasses (inspect), urllib.parse, typing, collections.abc.
@@ -275,6 +283,7 @@ def runtime_command(dest: Path) -> list[str]:
         str(lib),
         str(dest / "bin" / "python3"),
         "-I",
+        "-S",
         "-B",
     ]
 
@@ -302,10 +311,9 @@ def heavy_imports(modules: list[str]) -> list[str]:
 
 def local_imports() -> list[str]:
     """`start_imports` on this interpreter, on the `ipamd` this script would bundle: isolated and
-    without `site` (whose `.pth` files may preload what the plugin would import), with `os` loaded
-    first, as `site` always loads it on the node."""
+    without `site`, as the launcher runs the plugin on the node."""
     parents = [str(Path(d).parent) for d in _package_dirs("ipamd")]
-    setup = f"import os, sys\nsys.path[:0] = {parents!r}\n"
+    setup = f"import sys\nsys.path[:0] = {parents!r}\n"
     probe = subprocess.run(
         [sys.executable, "-I", "-S", "-B", "-c", setup + _START_PROBE],
         capture_output=True,

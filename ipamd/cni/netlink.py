@@ -20,8 +20,9 @@ process goes back to the host namespace before doing anything else (`Netns.socke
 Every failure is a `NetlinkError` carrying the errno (the kernel's answer, or the OSError's).
 
 Cheap to import, as the plugin: `_socket` and `_struct` (the C modules under `socket` and `struct`,
-which import `enum` and more), `os`; `ctypes` only on a Python without `os.setns` (before 3.12),
-and only when a namespace is entered.
+which import `enum` and more), `os`; on a Python without `os.setns` (before 3.12), `_ctypes` (the C
+module under `ctypes`, whose package costs every ADD a few milliseconds more), and only when a
+namespace is entered.
 """
 
 from __future__ import annotations
@@ -305,12 +306,21 @@ def _setns(fd: int, what: str) -> None:
         except OSError as err:
             raise NetlinkError(err.errno or 0, what) from None
         return
-    # Before Python 3.12: libc's setns(2), already loaded by the interpreter.
-    import ctypes
+    # Before Python 3.12: libc's setns(2), already loaded by the interpreter, called as
+    # `ctypes.CDLL(None, use_errno=True).setns` would call it, through `_ctypes` alone.
+    import _ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
-        raise NetlinkError(ctypes.get_errno(), what)
+    class _CInt(_ctypes._SimpleCData):  # type: ignore[type-arg]  # generic in the stubs only
+        _type_ = "i"
+
+    class _Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = _CInt
+
+    libc = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # None: the process itself
+    libc_setns = _Function(_ctypes.dlsym(libc, "setns"))
+    if libc_setns(fd, CLONE_NEWNET) != 0:
+        raise NetlinkError(_ctypes.get_errno(), what)
 
 
 class Netns:

@@ -67,10 +67,13 @@ def test_runtime_built_from_a_dist_packages_python_imports_the_plugin(tmp_path: 
     )
     assert built.returncode == 0, built.stderr
     lib = bundle / "lib"
-    entry = "import sys\nfrom ipamd.cni.plugin import main\nsys.exit(main())\n"
+    entry = (  # the launcher's (cni-launcher.c, build_cni_bundle.ENTRY)
+        "import os, sys\nfrom ipamd.cni.plugin import main\ncode = main()\n"
+        "sys.stdout.flush()\nsys.stderr.flush()\nos._exit(code)\n"
+    )
     python = [str(lib / "ld.so"), "--library-path", str(lib), str(bundle / "bin" / "python3")]
     answer = subprocess.run(
-        [*python, "-I", "-B", "-c", entry],
+        [*python, "-I", "-S", "-B", "-c", entry],
         input="",
         capture_output=True,
         text=True,
