@@ -217,8 +217,24 @@ def _burst_section(f: Figures) -> str:
             "node) take spread over the CPUs; target "
             f"{_target('cni_burst_30_over_cpu_floor', ratio) if ratio is not None else 'unknown'}"
             ".\n",
+            BURST_COSTS,
         ]
     )
+
+
+BURST_COSTS = (
+    "Where a burst's time goes on this machine (CPU time per process kind around a burst, profiled "
+    "by hand when the bench was written, not by `make report`): both CPUs are busy from the first "
+    "ADD to the last. Each pod costs about 90 to 110 ms of CPU in all: ipamd-cni about 18 ms "
+    "(interpreter start about 9 ms of it, the call to ipamd about 4 ms), loopback and portmap "
+    "about 13 ms, containerd, its shim, runc and the pause process about 29 ms, the kernel's work "
+    "for a new namespace and veth 25 to 35 ms, ipamd itself about 3 ms. An ADD in the burst is its "
+    "own few milliseconds of CPU stretched by the other runnable processes, so its p50 follows "
+    "the plugin's cost times the contention; and the floor counts only the lone ADD, so the "
+    "ratio measures containerd's and the kernel's share of a pod more than ipamd's. From run to "
+    "run here the p50 moves between about 350 and 650 ms with the machine's other load.\n"
+)
+"""What a burst costs besides ipamd: measured once, by hand, and said beside the figures."""
 
 
 def _cluster_section(f: Figures) -> str:
