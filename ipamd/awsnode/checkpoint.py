@@ -36,6 +36,9 @@ FORMAT_VERSION = "vpc-cni-ipam/1"
 WRITER = "ipamd"
 MAX_BYTES = 64 * 1024 * 1024
 """A checkpoint larger than this is not aws-node's (a node holds at most a few hundred pods)."""
+INT64_MAX = 2**63 - 1
+"""`allocationTimestamp` is a Go int64 of nanoseconds: aws-node's decoder refuses the whole file
+when one is beyond it."""
 
 
 class CheckpointError(ValueError):
@@ -73,6 +76,10 @@ def parse(raw: bytes) -> Checkpoint:
         doc = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as err:
         raise CheckpointError(f"not JSON: {err}") from None
+    except RecursionError:
+        # Arrays or objects nested deeper than the interpreter recurses: no checkpoint is (Go's
+        # decoder refuses them too, past 10,000 levels), and a traceback here is a crash loop.
+        raise CheckpointError("not JSON ipamd reads: nested too deeply") from None
     if not isinstance(doc, dict):
         raise CheckpointError("not a JSON object")
     if doc.get("version") != FORMAT_VERSION:
@@ -149,7 +156,7 @@ def entries_of(alloc: AllocationRecord) -> str:
                 "containerID": alloc.key.container_id,
                 "ifName": alloc.key.ifname,
                 ("ipv6" if ":" in address else "ipv4"): address,
-                "allocationTimestamp": int(alloc.created_at * 1e9),
+                "allocationTimestamp": min(max(int(alloc.created_at * 1e9), 0), INT64_MAX),
                 "metadata": {
                     "k8sPodNamespace": alloc.pod_namespace,
                     "k8sPodName": alloc.pod_name,

@@ -64,6 +64,8 @@ def test_a_node_without_pods_is_null_allocations() -> None:
         (b'{"version":"vpc-cni-ipam/2","allocations":[]}', "version"),
         (b'{"allocations":[]}', "version"),
         (b'{"version":"vpc-cni-ipam/1","allocations":{}}', "not a list"),
+        (b"[" * 3000, "nested too deeply"),
+        (b'{"version":"vpc-cni-ipam/1","allocations":[' + b"[" * 100_000, "nested too deeply"),
     ],
 )
 def test_a_file_that_is_not_the_format_is_refused_whole(raw: bytes, why: str) -> None:
@@ -168,3 +170,19 @@ def test_an_unreadable_path_is_a_checkpoint_error(tmp_path: Path) -> None:
 
     with pytest.raises(CheckpointError, match="cannot read"):
         CheckpointFile(tmp_path / "ipam.json").read()
+
+
+@pytest.mark.parametrize("created_at", [0.0, 1.7e9, 9223372036.854775807, 1e12])
+def test_every_written_timestamp_is_one_gos_int64_decodes(created_at: float) -> None:
+    """aws-node decodes `allocationTimestamp` into an int64 and refuses the whole file when one is
+    beyond it, restoring no pod on a rollback."""
+    alloc = AllocationRecord(
+        AllocationKey("aws-cni", "c" * 64, "eth0"),
+        ("10.0.1.23",),
+        ("10.0.1.23/32",),
+        "eni-1",
+        created_at,
+    )
+    (entry,) = json.loads(render([alloc]))["allocations"]
+    stamp = entry["allocationTimestamp"]
+    assert isinstance(stamp, int) and 0 <= stamp <= 2**63 - 1
