@@ -48,6 +48,7 @@ from ipamd.api.views import POD_GATEWAY
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointedPods
 from ipamd.clock import SystemClock
+from ipamd.config import vpc_cni
 from ipamd.config.settings import Config, ConfigError
 from ipamd.errors import SettingUnusable, StartupError, StateUnusable, os_reason
 from ipamd.netpolicy.agent import GrpcPolicyAgent
@@ -381,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = dataclasses.replace(config, cri_socket_path=str(cri_socket_path(config)))
     configure_logging(config.log_format, config.log_level)
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
+    for name, value, why in vpc_cni.inert(os.environ):
+        logger.info("config.inert %s=%s: nothing in ipamd changes: %s", name, value, why)
     with contextlib.suppress(KeyboardInterrupt):
         try:
             return asyncio.run(serve(config, args.embedded, own_runtime=own_runtime))

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
+from ipamd.config import vpc_cni
 from ipamd.config.eniconfig import (
     ZONE_LABELS,
     EniConfigFile,
@@ -392,6 +393,7 @@ class Config:
         """
         values, texts, problems = parse_settings(SETTINGS, environ, embedded)
         problems += cross_field_problems(values, texts)
+        problems += vpc_cni.problems(environ)
         if problems:
             raise ConfigError(problems)
         return cls(**values)
