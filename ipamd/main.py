@@ -267,7 +267,16 @@ async def _network_policy(
     server = ConfigServer(config.config_server_socket, reply)
     await server.start()
     stack.push_async_callback(server.close)
-    return NetworkPolicy(daemon.engine, agent, config.network_policy_mode), server
+    policy = NetworkPolicy(daemon.engine, agent, config.network_policy_mode)
+    if not policy.applies():
+        logger.warning(
+            "netpolicy.not_enforced mode=%r agent_socket=%s (pods run without network policy "
+            "until the agent's socket appears; NETWORK_POLICY_ENFORCING_MODE=standard or strict "
+            "makes ADD require the agent)",
+            config.network_policy_mode,
+            config.network_policy_agent_socket,
+        )
+    return policy, server
 
 
 async def _serve_observability(

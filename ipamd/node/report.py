@@ -87,4 +87,5 @@ def metric_sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
         connmark_backend="nftables" if marking else "",
         rp_filter_strict=lambda: bool(daemon.datapath and daemon.datapath.health.rp_filter_strict),
         network_policy_calls=lambda: policy.calls,
+        network_policy_enforced=policy.applies,
     )

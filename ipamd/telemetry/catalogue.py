@@ -88,6 +88,8 @@ CATALOGUE: tuple[MetricSpec, ...] = _catalogue((
      "ADDs undone: the pod's rules could not be set"),
     ("ipamd_network_policy_calls_total", "counter", "call outcome",
      "Calls to the network-policy agent by call (enforce, delete) and outcome"),
+    ("ipamd_network_policy_enforced", "gauge", "",
+     "1 while new pods are enforced by the network-policy agent (its mode, or its socket)"),
     ("ipamd_add_latency_seconds", "histogram", "", "Latency of ADD requests on the socket"),
     ("ipamd_del_latency_seconds", "histogram", "", "Latency of DEL requests on the socket"),
 ))

@@ -168,6 +168,9 @@ class Sources:
     prefix_fallback: Callable[[], bool] = bool
     """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
     network_policy_calls: Callable[[], Mapping[tuple[str, str], int]] = dict
+    network_policy_enforced: Callable[[], bool] = bool
+    """Whether new pods are enforced now (NETWORK_POLICY_ENFORCING_MODE, and with it unset, the
+    agent's socket)."""
     """Calls to the network-policy agent: (enforce or delete, ok/refused/unavailable) → calls."""
     max_pods_rule: str = ""
     """The rule that set the node's max pods (`ipamd.policy.MaxPodsRule`); "" = not known."""
@@ -248,6 +251,7 @@ DAEMON_METRICS = (
     "ipamd_hostnet_add_failures_total",
     "ipamd_hostnet_rp_filter_strict",
     "ipamd_network_policy_calls_total",
+    "ipamd_network_policy_enforced",
 )
 
 
@@ -303,6 +307,7 @@ class DaemonCollector(Collector):
         f.add("ipamd_hostnet_add_failures_total", s.hostnet_add_failures())
         for (call, outcome), n in sorted(s.network_policy_calls().items()):
             f.add("ipamd_network_policy_calls_total", n, call=call, outcome=outcome)
+        f.add("ipamd_network_policy_enforced", int(s.network_policy_enforced()))
         yield from f
 
 

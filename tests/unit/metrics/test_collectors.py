@@ -172,6 +172,16 @@ async def test_daemon_counters_map_to_vpc_cni_names(node: NodeFixture) -> None:
     assert build.value == 1 and build.labels["version"]
 
 
+async def test_whether_new_pods_are_enforced_is_a_gauge(node: NodeFixture) -> None:
+    await node.seed()
+    assert node.engine is not None
+    enforced = {"now": False}
+    src = sources(node.engine, network_policy_enforced=lambda: enforced["now"])
+    assert value(scrape(Recorders(), src), "ipamd_network_policy_enforced") == 0
+    enforced["now"] = True  # the agent's socket appeared, read at the next scrape
+    assert value(scrape(Recorders(), src), "ipamd_network_policy_enforced") == 1
+
+
 async def test_each_daemon_has_its_own_registry(node: NodeFixture) -> None:
     await node.seed()
     assert node.engine is not None
