@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -51,6 +50,7 @@ from pathlib import Path
 
 from bench import netns, shipped_plugin
 from bench.timing import p50
+from bench.vpc.processes import terminate
 from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call
 from ipamd.wire import PATH_POOL, PATH_READYZ
 
@@ -161,13 +161,7 @@ class Daemon:
             await asyncio.sleep(0.1)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
         self._log.close()
 
 

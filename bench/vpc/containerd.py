@@ -37,7 +37,7 @@ from google.protobuf import (  # type: ignore[import-untyped]
     message_factory,
 )
 
-from bench.vpc.processes import wait_until
+from bench.vpc.processes import terminate, wait_until
 from ipamd.runtime._generated import cri_v1_pb2 as cri
 from ipamd.runtime._generated import cri_v1_pb2_grpc as cri_grpc
 
@@ -148,13 +148,8 @@ class Containerd:
         if self.cri is not None:
             self.cri.close()
             self.cri = None
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            terminate(self.process)
 
     def restart(self) -> None:
         self.stop()

@@ -45,6 +45,7 @@ from bench.vpc.processes import (
     free_port,
     make_workdir,
     plugin_dir,
+    terminate,
     wait_until,
 )
 from bench.vpc.ready import Ready
@@ -332,14 +333,8 @@ class VpcNode:
         return code
 
     def _stop_world(self) -> None:
-        world = self.world
-        if world is not None and world.poll() is None:
-            world.send_signal(signal.SIGTERM)
-            try:
-                world.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                world.kill()
-                world.wait()
+        if self.world is not None:
+            terminate(self.world)
 
 
 def missing() -> list[str]:

@@ -30,6 +30,18 @@ SYSTEM_CNI_DIR = Path("/usr/lib/cni")
 T = TypeVar("T")
 
 
+def terminate(process: subprocess.Popen[Any], timeout_s: float = 30.0) -> int:
+    """SIGTERM a child still running, SIGKILL it past `timeout_s`, reap it; its exit status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
 def wait_until(
     probe: Callable[[], T | None], what: str, deadline_s: float = 30.0, every_s: float = 0.1
 ) -> T:
@@ -181,14 +193,7 @@ class Ipamd:
 
     def stop(self) -> int:
         """SIGTERM, as the kubelet stops the DaemonSet's pod; returns the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return terminate(self.process)
 
 
 def plugin_dir(path: Path, *plugins: Path) -> Path:

@@ -38,6 +38,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from bench.vpc.processes import terminate
+
 CONNECT_TIMEOUT_S: Final = 2.0
 IO_TIMEOUT_S: Final = 5.0
 """The longest silence while sending or receiving, after the connection is up."""
@@ -146,13 +148,7 @@ class TcpServer:
         process, self.process = self.process, None
         if process is None:
             return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        terminate(process, timeout_s=5)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
@@ -249,13 +245,7 @@ class TcpWatch:
         to call twice."""
         process, self.process = self.process, None
         if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=self.connect_timeout_s + self.io_timeout_s + 5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            terminate(process, timeout_s=self.connect_timeout_s + self.io_timeout_s + 5)
             if self._reader is not None:
                 self._reader.join(timeout=10)
             for stream in (process.stdout, process.stderr):
