@@ -15,26 +15,39 @@ What aws-node would have made, and `AwsNode` makes without it:
   the test wrote for it, so a pod with hostPorts gets portmap's chains;
 - the checkpoint (VPC CNI's `vpc-cni-ipam/1`) at ipamd's AWS_VPC_K8S_CNI_BACKING_STORE.
 
+`aws_vpc_node` gives a fresh node to prepare (ipamd configured, not started), and `taken_over`
+says when ipamd has replaced all of it.
+
 No rule, route or chain made here carries a protocol tag: ipamd's are the ones tagged 167. Every
 command names the node's namespace.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.vpc.fabric import ENI_MTU, in_netns, ip, ip_batch, node_link, run, sysctl
-from bench.vpc.processes import wait_until
+from bench.vpc.fabric import ENI_MTU, Namespaces, in_netns, ip, ip_batch, node_link, run, sysctl
+from bench.vpc.processes import make_workdir, wait_until
 from ipamd.hostnet.ports import RT_PROTO_IPAMD
+from tests.e2e.support import require, require_root
 from tests.e2e.vpc.harness import REPO, VpcNode
-from tests.e2e.vpc.rules import CONNMARK, PRIORITY_CONNMARK, PRIORITY_FROM_ENI
+from tests.e2e.vpc.rules import (
+    CONNMARK,
+    PRIORITY_CONNMARK,
+    PRIORITY_FROM_ENI,
+    PRIORITY_FROM_POD,
+    PRIORITY_TO_POD,
+    KernelRule,
+    expected_rules,
+)
 
 NETWORK = "aws-cni"
 """aws-node's network name, which ipamd's conflist keeps."""
@@ -374,3 +387,88 @@ def untagged_rules(node: VpcNode, priorities: Iterable[int]) -> list[dict[str, o
         for item in listed
         if int(str(item["priority"])) in wanted and str(item.get("protocol")) != str(RT_PROTO_IPAMD)
     ]
+
+
+CNI_CACHE = Path("/var/lib/cni/results")
+"""libcni's cache of the runtime's CNI results, in the machine's /var/lib/cni."""
+COOLDOWN_S = 30
+"""VPC CNI's IP_COOLDOWN_PERIOD, which a node taken over keeps."""
+
+
+@contextlib.contextmanager
+def aws_vpc_node(pause_image: Path) -> Iterator[VpcNode]:
+    """The world and containerd in a fresh node, ipamd configured (host networking on) but not
+    started; everything gone afterwards, whatever happened."""
+    require_root()
+    require(
+        "containerd",
+        "runc",
+        "ctr",
+        "ip",
+        "nsenter",
+        "nft",
+        "ping",
+        "iptables-restore",
+        "iptables-save",
+        plugins=("loopback",),
+    )
+    node = VpcNode(make_workdir("takeover"), Namespaces.unique())
+    try:
+        node.start_world()
+        node.start_containerd(pause_image)
+        # VPC CNI's cooldown, not the harness's 1 s: the spare addresses are still cooling at ready.
+        node.configure_ipamd("on", {"IP_COOLDOWN_PERIOD": str(COOLDOWN_S)})
+        yield node
+    except BaseException:
+        print(node.diagnostics(), file=sys.stderr)
+        with contextlib.suppress(Exception):
+            print(f"== node iptables\n{iptables_rules(node)}", file=sys.stderr)
+        plugin_log = node.workdir / "bin" / "aws-cni.log"
+        if plugin_log.exists():
+            print(f"== aws-cni log\n{plugin_log.read_text()[-3000:]}", file=sys.stderr)
+        raise
+    finally:
+        sandboxes = []
+        with contextlib.suppress(Exception):
+            sandboxes = [s.id for s in node.runtime.client.list_sandboxes()]
+        try:
+            node.close()
+        finally:
+            forget_cached_results(sandboxes)
+
+
+def forget_cached_results(sandbox_ids: list[str]) -> None:
+    """The runtime's cached CNI results of these sandboxes (libcni's, in the machine's
+    /var/lib/cni): a DEL that failed, because ipamd was down when a failed test cleaned up,
+    leaves them behind."""
+    for sandbox_id in sandbox_ids:
+        for cached in CNI_CACHE.glob(f"*-{sandbox_id}-*"):
+            cached.unlink(missing_ok=True)
+
+
+def rules_mismatch(node: VpcNode) -> str:
+    """What differs between the node's protocol-167 rules and those ipamd's API implies (read
+    before and after the kernel, so that a change meanwhile is allowed either way); empty if
+    nothing does."""
+
+    def expected() -> frozenset[KernelRule]:
+        items = node.daemon.get("/v1/allocations")["allocations"]
+        enis = node.daemon.get("/v1/enis")["enis"]
+        assert isinstance(items, list) and isinstance(enis, list)
+        return frozenset(expected_rules(items, enis, snat=True))
+
+    first = expected()
+    rules = node.ipamd_rules()
+    second = expected()
+    missing, unexpected = (first & second) - rules, rules - (first | second)
+    if not missing and not unexpected:
+        return ""
+    return f"missing {sorted(map(str, missing))}; unexpected {sorted(map(str, unexpected))}"
+
+
+def taken_over(node: VpcNode) -> bool:
+    return (
+        not rules_mismatch(node)
+        and not untagged_rules(node, (PRIORITY_TO_POD, PRIORITY_FROM_POD))
+        and not aws_node_iptables(node)
+    )

@@ -20,18 +20,16 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from bench.vpc.fabric import INET_HOST, VPC_HOST, Namespaces, run
+from bench.vpc.fabric import INET_HOST, VPC_HOST, run
 from bench.vpc.node import DEPLOYED_CONFLIST, LEAK_GRACE_S
-from bench.vpc.processes import make_workdir, wait_until
-from tests.e2e.support import require, require_root
+from bench.vpc.processes import wait_until
 from tests.e2e.vpc.aws_cni_plugin import veth_name
 from tests.e2e.vpc.aws_node import (
     AWS_CONFLIST,
@@ -41,10 +39,12 @@ from tests.e2e.vpc.aws_node import (
     AwsNode,
     AwsPod,
     aws_node_iptables,
+    aws_vpc_node,
     checkpoint_path,
     create_enis,
-    iptables_rules,
+    rules_mismatch,
     snat_chains,
+    taken_over,
     untagged_rules,
 )
 from tests.e2e.vpc.harness import VpcNode
@@ -52,8 +52,6 @@ from tests.e2e.vpc.pings import FreshFlows, Pings
 from tests.e2e.vpc.rules import (
     PRIORITY_FROM_POD,
     PRIORITY_TO_POD,
-    KernelRule,
-    expected_rules,
     host,
 )
 
@@ -73,64 +71,11 @@ PLACEMENT = [
 SETTLE_S = 3.0
 """How long the pings go on once the takeover is complete."""
 TAKEOVER_DEADLINE_S = 60.0
-CNI_CACHE = Path("/var/lib/cni/results")
-COOLDOWN_S = 30
 IGNORED_EVENT = "takeover.checkpoint_ignored"
 """What ipamd logs of a checkpoint it will not read."""
 
 Key = tuple[str, str, str]
 """An allocation's key: network name, container ID, interface name."""
-
-
-@contextlib.contextmanager
-def aws_vpc_node(pause_image: Path) -> Iterator[VpcNode]:
-    """The world and containerd in a fresh node, ipamd configured (host networking on) but not
-    started; everything gone afterwards, whatever happened."""
-    require_root()
-    require(
-        "containerd",
-        "runc",
-        "ctr",
-        "ip",
-        "nsenter",
-        "nft",
-        "ping",
-        "iptables-restore",
-        "iptables-save",
-        plugins=("loopback",),
-    )
-    node = VpcNode(make_workdir("takeover"), Namespaces.unique())
-    try:
-        node.start_world()
-        node.start_containerd(pause_image)
-        # VPC CNI's cooldown, not the harness's 1 s: the spare addresses are still cooling at ready.
-        node.configure_ipamd("on", {"IP_COOLDOWN_PERIOD": str(COOLDOWN_S)})
-        yield node
-    except BaseException:
-        print(node.diagnostics(), file=sys.stderr)
-        with contextlib.suppress(Exception):
-            print(f"== node iptables\n{iptables_rules(node)}", file=sys.stderr)
-        plugin_log = node.workdir / "bin" / "aws-cni.log"
-        if plugin_log.exists():
-            print(f"== aws-cni log\n{plugin_log.read_text()[-3000:]}", file=sys.stderr)
-        raise
-    finally:
-        sandboxes = []
-        with contextlib.suppress(Exception):
-            sandboxes = [s.id for s in node.runtime.client.list_sandboxes()]
-        try:
-            node.close()
-        finally:
-            forget_cached_results(sandboxes)
-
-
-def forget_cached_results(sandbox_ids: list[str]) -> None:
-    """The runtime's cached CNI results of these sandboxes (libcni's, in the machine's
-    /var/lib/cni): a DEL that failed, because ipamd was down when a failed test cleaned up,
-    leaves them behind."""
-    for sandbox_id in sandbox_ids:
-        for cached in CNI_CACHE.glob(f"*-{sandbox_id}-*"):
-            cached.unlink(missing_ok=True)
 
 
 def allocations(node: VpcNode) -> dict[Key, list[str]]:
@@ -143,34 +88,6 @@ def allocations(node: VpcNode) -> dict[Key, list[str]]:
         ]
         for i in items
     }
-
-
-def rules_mismatch(node: VpcNode) -> str:
-    """What differs between the node's protocol-167 rules and those ipamd's API implies (read
-    before and after the kernel, so that a change meanwhile is allowed either way); empty if
-    nothing does."""
-
-    def expected() -> frozenset[KernelRule]:
-        items = node.daemon.get("/v1/allocations")["allocations"]
-        enis = node.daemon.get("/v1/enis")["enis"]
-        assert isinstance(items, list) and isinstance(enis, list)
-        return frozenset(expected_rules(items, enis, snat=True))
-
-    first = expected()
-    rules = node.ipamd_rules()
-    second = expected()
-    missing, unexpected = (first & second) - rules, rules - (first | second)
-    if not missing and not unexpected:
-        return ""
-    return f"missing {sorted(map(str, missing))}; unexpected {sorted(map(str, unexpected))}"
-
-
-def taken_over(node: VpcNode) -> bool:
-    return (
-        not rules_mismatch(node)
-        and not untagged_rules(node, (PRIORITY_TO_POD, PRIORITY_FROM_POD))
-        and not aws_node_iptables(node)
-    )
 
 
 def within(deadline_s: float, done: Callable[[], bool]) -> bool:

@@ -44,13 +44,14 @@ from tests.e2e.vpc.aws_node import (
     AwsNode,
     AwsPod,
     aws_node_iptables,
+    aws_vpc_node,
     iptables_rules,
     missing_node_port_rules,
     node_port_rules,
+    taken_over,
 )
 from tests.e2e.vpc.harness import VpcNode
 from tests.e2e.vpc.tcp import TcpServer, TcpWatch, WatchAttempt, probe
-from tests.e2e.vpc.test_takeover import aws_vpc_node, taken_over
 
 pytestmark = pytest.mark.timeout(600)
 
