@@ -5,7 +5,9 @@ missing (`.ci/run` installs them all).
 Probes read what the test needs from the kernel, from ipamd's API and from its metrics (read in the
 node's namespace, where they are served): pings from a pod's namespace and from the VPC host, the
 VPC's drop counters, ipamd's policy rules (protocol 167) in the node, the node's `ip ipamd` nftables
-table, and which ENI (device index) holds each pod's address.
+table, and which ENI (device index) holds each pod's address. And what the datapath tests do with
+a node's pods: start and remove many at once, ping from each, and check ipamd's rules against its
+API (`start_pods`, `unreachable`, `assert_rules_as_ipamd_holds`, ...).
 
 Nothing here runs a command in the test process's own network namespace: every one names its
 namespace (`ip -n`, `nsenter --net=`).
@@ -19,7 +21,8 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +33,7 @@ from bench.vpc.processes import bare, make_workdir
 from ipamd.hostnet.ports import RT_PROTO_IPAMD
 from tests.e2e.conflist import NETWORK
 from tests.e2e.support import require, require_root
-from tests.e2e.vpc.rules import KernelRule
+from tests.e2e.vpc.rules import KernelRule, expected_rules
 
 REPO = Path(__file__).resolve().parents[3]
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)")
@@ -193,3 +196,51 @@ def vpc_node(
     node = VpcNode(make_workdir("vpc"), Namespaces.unique())
     with bench_node.running(node, pause_image, host_network, env, ipv6=ipv6) as made:
         yield made
+
+
+# -- what the datapath tests do with a node's pods ----------------------------------------------
+
+
+def start_pods(node: VpcNode, count: int, prefix: str = "pod") -> dict[str, str]:
+    """Runs `count` pods at once, as a kubelet does after a deployment scales; sandbox ID → name."""
+    names = [f"{prefix}-{i:02d}" for i in range(count)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        sandbox_ids = list(pool.map(node.run_pod, names))
+    return dict(zip(sandbox_ids, names, strict=True))
+
+
+def remove_pods(node: VpcNode, sandbox_ids: Iterable[str]) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(node.remove_pod, sandbox_ids))
+
+
+def unreachable(
+    node: VpcNode, probes: list[tuple[str, str]], ping: Callable[[str, str], bool] | None = None
+) -> list[tuple[str, str]]:
+    """The (source, target) pairs whose ping got no answer; pings run in parallel, each waits 2 s."""
+    send = ping or node.ping
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answered = list(pool.map(lambda probe: send(*probe), probes))
+    return [probe for probe, ok in zip(probes, answered, strict=True) if not ok]
+
+
+def vpc_host_ping(node: VpcNode) -> Callable[[str, str], bool]:
+    return lambda _source, address: node.ping_from_vpc_host(address)
+
+
+def describe(pods: dict[str, Pod], failed: list[tuple[str, str]]) -> list[str]:
+    return [
+        f"{pods[s].name} ({pods[s].address} on eth{pods[s].device_index}) ↔ {t}" for s, t in failed
+    ]
+
+
+def assert_rules_as_ipamd_holds(node: VpcNode, snat: bool) -> None:
+    """The node's protocol-167 rules are exactly what ipamd's API implies (`expected_rules`). The API
+    is read just before and just after the kernel, so that a change meanwhile (the pool may grow, and
+    an ENI be set up, at any time) is allowed either way, and nothing else is."""
+    first = expected_rules(node.allocations(), node.enis(), snat)
+    rules = node.ipamd_rules()
+    second = expected_rules(node.allocations(), node.enis(), snat)
+    missing = sorted((first & second) - rules)
+    unexpected = sorted(rules - (first | second))
+    assert not missing and not unexpected, f"missing {missing}; unexpected {unexpected}"

@@ -13,7 +13,6 @@ three, and 12 put at least 3 on a secondary ENI.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,13 +21,22 @@ import pytest
 from bench.vpc.fabric import INET_HOST, VPC_HOST, ip
 from bench.vpc.processes import wait_until
 from ipamd.hostnet.ports import RT_PROTO_IPAMD
-from tests.e2e.vpc.harness import Pod, VpcNode, free_subnet_address, vpc_node
+from tests.e2e.vpc.harness import (
+    VpcNode,
+    assert_rules_as_ipamd_holds,
+    describe,
+    free_subnet_address,
+    remove_pods,
+    start_pods,
+    unreachable,
+    vpc_host_ping,
+    vpc_node,
+)
 from tests.e2e.vpc.rules import (
     CONNMARK_RULE,
     PRIORITY_FROM_POD,
     PRIORITY_TO_POD,
     KernelRule,
-    expected_rules,
     host,
     pod_rules,
 )
@@ -37,51 +45,6 @@ pytestmark = pytest.mark.timeout(600)
 
 PODS = 20
 FEW_PODS = 12
-
-
-def start_pods(node: VpcNode, count: int, prefix: str = "pod") -> dict[str, str]:
-    """Runs `count` pods at once, as a kubelet does after a deployment scales; sandbox ID → name."""
-    names = [f"{prefix}-{i:02d}" for i in range(count)]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        sandbox_ids = list(pool.map(node.run_pod, names))
-    return dict(zip(sandbox_ids, names, strict=True))
-
-
-def remove_pods(node: VpcNode, sandbox_ids: Iterable[str]) -> None:
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(node.remove_pod, sandbox_ids))
-
-
-def unreachable(
-    node: VpcNode, probes: list[tuple[str, str]], ping: Callable[[str, str], bool] | None = None
-) -> list[tuple[str, str]]:
-    """The (source, target) pairs whose ping got no answer; pings run in parallel, each waits 2 s."""
-    send = ping or node.ping
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        answered = list(pool.map(lambda probe: send(*probe), probes))
-    return [probe for probe, ok in zip(probes, answered, strict=True) if not ok]
-
-
-def vpc_host_ping(node: VpcNode) -> Callable[[str, str], bool]:
-    return lambda _source, address: node.ping_from_vpc_host(address)
-
-
-def describe(pods: dict[str, Pod], failed: list[tuple[str, str]]) -> list[str]:
-    return [
-        f"{pods[s].name} ({pods[s].address} on eth{pods[s].device_index}) ↔ {t}" for s, t in failed
-    ]
-
-
-def assert_rules_as_ipamd_holds(node: VpcNode, snat: bool) -> None:
-    """The node's protocol-167 rules are exactly what ipamd's API implies (`expected_rules`). The API
-    is read just before and just after the kernel, so that a change meanwhile (the pool may grow, and
-    an ENI be set up, at any time) is allowed either way, and nothing else is."""
-    first = expected_rules(node.allocations(), node.enis(), snat)
-    rules = node.ipamd_rules()
-    second = expected_rules(node.allocations(), node.enis(), snat)
-    missing = sorted((first & second) - rules)
-    unexpected = sorted(rules - (first | second))
-    assert not missing and not unexpected, f"missing {missing}; unexpected {unexpected}"
 
 
 def mentions(text: str, address: str) -> bool:

@@ -19,14 +19,16 @@ import pytest
 
 from bench.vpc.fabric import GATEWAY, INET_HOST, VPC_HOST, node_link, run
 from bench.vpc.processes import wait_until
-from tests.e2e.vpc.harness import Pod, VpcNode, vpc_node
-from tests.e2e.vpc.test_datapath import (
+from tests.e2e.vpc.harness import (
+    Pod,
+    VpcNode,
     assert_rules_as_ipamd_holds,
     describe,
     remove_pods,
     start_pods,
     unreachable,
     vpc_host_ping,
+    vpc_node,
 )
 
 pytestmark = pytest.mark.timeout(600)
