@@ -3,9 +3,11 @@ repository holds them (never copies)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import tomllib
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]
@@ -85,3 +87,13 @@ def iam_policy() -> Doc:
 def project() -> Doc:
     loaded: Doc = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     return loaded
+
+
+def load_image_script(name: str) -> ModuleType:
+    """One of the image's Python scripts (deploy/image/<name>.py) as a module, as it is in the
+    repository (they are run by path, not installed)."""
+    spec = importlib.util.spec_from_file_location(name, IMAGE_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

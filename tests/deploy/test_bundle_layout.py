@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ipamd.wire import SUPPORTED_CNI_VERSIONS
-from tests.deploy.repo import IMAGE_DIR, REPO
+from tests.deploy.repo import IMAGE_DIR, REPO, load_image_script
 
 CANDIDATES = ("/usr/bin/python3",)
 _LAYOUT_PROBE = (
@@ -66,14 +66,10 @@ def test_runtime_built_from_a_dist_packages_python_imports_the_plugin(tmp_path: 
         timeout=300,
     )
     assert built.returncode == 0, built.stderr
-    lib = bundle / "lib"
-    entry = (  # the launcher's (cni-launcher.c, build_cni_bundle.ENTRY)
-        "import os, sys\nfrom ipamd.cni.plugin import main\ncode = main()\n"
-        "sys.stdout.flush()\nsys.stderr.flush()\nos._exit(code)\n"
-    )
-    python = [str(lib / "ld.so"), "--library-path", str(lib), str(bundle / "bin" / "python3")]
+    bundle_build = load_image_script("build_cni_bundle")
+    # As the launcher starts it (its flags and entry are the build script's: test_image_build).
     answer = subprocess.run(
-        [*python, "-I", "-S", "-B", "-c", entry],
+        [*bundle_build.runtime_command(bundle), "-c", bundle_build.ENTRY],
         input="",
         capture_output=True,
         text=True,

@@ -5,26 +5,15 @@ deploy/image/pip_build_secrets.py to what reaches the network. `make test-image`
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
-from tests.deploy.repo import DOCKERFILE, IMAGE_DIR, REPO
+from tests.deploy.repo import DOCKERFILE, IMAGE_DIR, REPO, load_image_script
 
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, IMAGE_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-secrets = _load("pip_build_secrets")
+secrets = load_image_script("pip_build_secrets")
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -159,3 +148,26 @@ def test_ci_runs_the_image_smoke_test_as_root_and_the_docs_give_its_figures() ->
     operations = (REPO / "docs" / "operations.md").read_text()
     for figure in ("make test-image", "`image_size_mib`", "build from scratch", "from the cache"):
         assert figure in operations, figure
+
+
+def _c_strings(text: str) -> str:
+    """The C string literals in `text`, concatenated and unescaped as the compiler would."""
+    return "".join(
+        bytes(s, "ascii").decode("unicode_escape") for s in re.findall(r'"((?:[^"\\]|\\.)*)"', text)
+    )
+
+
+def test_the_launcher_starts_the_plugin_as_the_bundle_build_checks_it() -> None:
+    """cni-launcher.c and build_cni_bundle.py each spell the interpreter's flags and the plugin's
+    entry (C and Python cannot share them): the build's import budget and the bundle tests are
+    measured on what the node really runs only while the two agree."""
+    source = (IMAGE_DIR / "cni-launcher.c").read_text()
+    define = re.search(r"#define ENTRY((?:.*\\\n)*.*)\n", source)
+    assert define is not None
+    bundle = load_image_script("build_cni_bundle")
+    assert _c_strings(define.group(1)) == bundle.ENTRY
+    argv = re.search(r"char \*argv\[\] = \{loader, (.*)\};", source)
+    assert argv is not None
+    launched = re.findall(r'"([^"]*)"', argv.group(1).split("ENTRY")[0])
+    # runtime_command: ld.so --library-path <lib> <python3> <flags...>
+    assert launched == ["--library-path", *bundle.runtime_command(Path("/r"))[4:], "-c"]
