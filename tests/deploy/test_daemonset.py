@@ -13,6 +13,7 @@ import pytest
 from ipamd.config.settings import SETTINGS, Config
 from ipamd.node import conflist as conflist_file
 from ipamd.wire import SUPPORTED_CNI_VERSIONS
+from tests.deploy import upstream
 from tests.deploy.repo import (
     CONFLIST,
     DOCKERFILE,
@@ -52,6 +53,23 @@ def test_runs_on_every_node_as_a_critical_host_network_pod() -> None:
     assert spec["tolerations"] == [{"operator": "Exists"}], "tolerates every taint"
     assert spec["automountServiceAccountToken"] is False
     assert spec["serviceAccountName"] == find("ServiceAccount", "ipamd")["metadata"]["name"]
+
+
+def test_runs_on_the_nodes_aws_node_runs_on() -> None:
+    """Linux, amd64 or arm64 (the platforms `make image` builds), not a Fargate, hybrid or EKS Auto
+    Mode node: aws-node's node affinity, term for term (tests/deploy/fixtures/, v1.23.1)."""
+    required = pod_spec()["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    (term,) = required["nodeSelectorTerms"]
+    expressions = {e["key"]: (e["operator"], e["values"]) for e in term["matchExpressions"]}
+    assert expressions == {
+        "kubernetes.io/os": ("In", ["linux"]),
+        "kubernetes.io/arch": ("In", ["amd64", "arm64"]),
+        "eks.amazonaws.com/compute-type": ("NotIn", ["fargate", "hybrid", "auto"]),
+    }
+    assert pod_spec()["affinity"] == upstream.pod_spec()["affinity"]
+    assert "nodeSelector" not in pod_spec(), "an overlay's nodeSelector narrows it (migration)"
 
 
 def test_rolls_a_bounded_share_of_nodes_and_never_two_per_node() -> None:
