@@ -1,6 +1,9 @@
 # ipamd's image: the daemon (`ipamd run`), `ipamctl`, the DaemonSet's probe, and what its init
 # container installs on the node (`ipamd-cni` with its own Python runtime). Build: `make image`
 # (needs a container engine: Docker, Podman or BuildKit). deploy/ holds the manifests that run it.
+# Nothing here names an architecture: `make image PLATFORM=linux/arm64` runs the same steps for arm64
+# (the official python image is multi-platform, Debian's packages and paths are the same on both, and
+# the plugin's runtime takes the loader and libraries ldd finds).
 #
 # Versions are pinned: the base image by tag (set PYTHON_IMAGE to `python:...@sha256:...` to pin it
 # by digest in your build), Python packages by deploy/image/constraints.txt, Debian packages by the

@@ -60,6 +60,12 @@ report: $(STAMP)
 #   IMAGE=registry/ipamd:tag       its name (default ipamd:<version>)
 #   CONTAINER_ENGINE=podman        the engine (default docker; Docker needs BuildKit, its default)
 #   PYTHON_IMAGE=...               the base image (the Dockerfile's default: the official python)
+#   PLATFORM=linux/arm64           the platform to build for, passed as --platform: linux/amd64 or
+#                                  linux/arm64, the DaemonSet's; another than the machine's runs the
+#                                  build's steps under emulation. Default: no flag, and the engine
+#                                  builds for the machine's own (Podman, given --platform, asks the
+#                                  registry for the base image even when it has it, which fails for
+#                                  a base made locally such as make test-image's).
 #   IMAGE_BUILD_FLAGS=...          more build flags, e.g. --network=host
 # The builder's pip index and certificate bundle reach the build's pip step as build secrets
 # (deploy/image/pip_build_secrets.py), so builds behind a mirror or a TLS-intercepting proxy work.
@@ -69,7 +75,8 @@ image:
 	@set -e; secrets=$$(mktemp -d); trap 'rm -rf "$$secrets"' EXIT; \
 	flags=$$($(PYTHON) deploy/image/pip_build_secrets.py "$$secrets") \
 	  || { echo "image: $(PYTHON) failed: no pip settings passed to the build" >&2; flags=; }; \
-	set -x; $(ENGINE) build $$flags $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) \
+	set -x; $(ENGINE) build $$flags $(if $(PLATFORM),--platform $(PLATFORM)) \
+	  $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) \
 	  $(IMAGE_BUILD_FLAGS) -t $(or $(IMAGE),ipamd:$(VERSION)) .
 
 # The image built with Podman on a Debian base made here, then run as the DaemonSet runs it: as root
