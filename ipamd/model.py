@@ -16,6 +16,9 @@ class AddressState(enum.StrEnum):
     """Owned by exactly one allocation."""
     COOLING = "cooling"
     """Released by a pod less than IP_COOLDOWN_PERIOD ago: neither assignable nor returnable."""
+    HELD = "held"
+    """Named by a quarantined claim (an aws-node checkpoint entry not adopted, a claim set aside at
+    restore) whose pod may still run: neither assignable nor returnable until the claim goes."""
     RELEASING = "releasing"
     """Chosen to go back to EC2; the unassign call is in flight. Never handed out."""
     LOST = "lost"

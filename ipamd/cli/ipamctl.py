@@ -1,6 +1,6 @@
 """`ipamctl`: the operator's view of a running ipamd, through its local API.
 
-`status` prints the pool per ENI (free, assigned, cooling, releasing, lost; on an IPv6 node the /80
+`status` prints the pool per ENI (free, assigned, cooling, held, releasing, lost; on an IPv6 node the /80
 and what FREE means there), `allocations`, `intents` and `enis` list what the daemon holds, `repair`
 shows what the daemon would fix from EC2's view and the runtime's sandboxes (`--apply` fixes it);
 `--json` prints the API's answer as is, for scripts, and errors as JSON too. Errors say what to do:
@@ -29,7 +29,7 @@ from ipamd.wire import (
     PATH_REPAIR,
 )
 
-STATES = ("free", "assigned", "cooling", "releasing", "lost")
+STATES = ("free", "assigned", "cooling", "held", "releasing", "lost")
 PATHS = {
     "status": PATH_POOL,
     "allocations": PATH_ALLOCATIONS,

@@ -156,6 +156,7 @@ def pick_v6_addresses(
                 continue
             if cooling is None:  # looked for once, and only when there is a /80 to serve from
                 cooling = [a for a, at in state._cooldowns.items() if at > horizon and ":" in a]
+                cooling.extend(a for a in state._held if ":" in a)  # quarantined claims' too
             taken = v6.owned
             if cooling and (held := {at for a in cooling if (at := v6.offset(a)) is not None}):
                 taken = taken | held
@@ -172,7 +173,11 @@ def pick_v6_addresses(
 
 
 def _is_free(state: NodeState, address: str, horizon: float) -> bool:
-    return address not in state._owner and state._cooldowns.get(address, horizon) <= horizon
+    return (
+        address not in state._owner
+        and address not in state._held
+        and state._cooldowns.get(address, horizon) <= horizon
+    )
 
 
 def _scan_eni(
@@ -182,7 +187,7 @@ def _scan_eni(
 
     The hot loop of ADD: locals and an inlined test for single-address units keep it to a few
     dictionary lookups per unit."""
-    owner, cooldowns, units = state._owner, state._cooldowns, state._units
+    owner, cooldowns, units, held = state._owner, state._cooldowns, state._units, state._held
     addresses_of, owned_in_unit = state._addresses_of, state._owned_in_unit
     occupied = available = 0
     candidates: list[tuple[int, str]] = []
@@ -196,11 +201,11 @@ def _scan_eni(
             continue
         if size == 1:
             a = addresses[0]
-            free = 0 if a in owner or cooldowns.get(a, horizon) > horizon else 1
+            free = 0 if a in owner or a in held or cooldowns.get(a, horizon) > horizon else 1
         else:
             free = 0
             for a in addresses:  # the `_is_free` test, inlined: 16 per prefix on every ADD
-                if a not in owner and cooldowns.get(a, horizon) <= horizon:
+                if a not in owner and a not in held and cooldowns.get(a, horizon) <= horizon:
                     free += 1
         occupied += size - free
         if free:
@@ -236,6 +241,14 @@ def plan_release(
         released_from.update(alloc.unit_cidrs)
         if settings.cooldown_s > 0:
             cooling.extend(CooldownRecord(address, now) for address in alloc.addresses)
+    if settings.cooldown_s > 0:
+        # A held address freed with its claim cools like a released one: the usual grace.
+        cooling.extend(
+            CooldownRecord(address, now)
+            for key in quarantined
+            for address in state._quarantine[key].addresses
+            if address not in state._owner
+        )
     # A lost unit leaves the inventory with its last owner.
     gone = tuple(
         cidr

@@ -131,7 +131,8 @@ def plan_add_units(
 def plan_begin_release(
     state: NodeState, cidrs: Iterable[str], now: float, cooldown_s: float
 ) -> tuple[Mutation, tuple[str, ...]]:
-    """Mark for return to EC2 those of `cidrs` that are whole and free: no address assigned or cooling.
+    """Mark for return to EC2 those of `cidrs` that are whole and free: no address assigned,
+    cooling or held by a quarantined claim.
 
     Marked units are never handed out; the caller calls EC2 after this commit, outside the lock.
     """
@@ -140,7 +141,10 @@ def plan_begin_release(
         unit = state.unit(cidr)
         if unit is None or unit.state != "active" or state.owned_in(cidr):
             continue
-        if any(state.is_cooling(a, now, cooldown_s) for a in state.addresses_of(cidr)):
+        if any(
+            state.is_cooling(a, now, cooldown_s) or state.is_held(a)
+            for a in state.addresses_of(cidr)
+        ):
             continue
         chosen.append(UnitRecord(cidr, unit.eni_id, unit.kind, "releasing", now))
     return Mutation(put_units=tuple(chosen)), tuple(u.cidr for u in chosen)

@@ -3,7 +3,8 @@
 A file written by ipamd cannot hold two owners of one address (a UNIQUE index forbids it), but a file
 that lost that index, was edited by hand, or was restored from elsewhere can. Failing forever on such a
 file is what turns one bad record into a node that never serves again; instead, the claim that cannot
-be trusted is set aside in quarantine, reported, and left to `ipamctl repair`.
+be trusted is set aside in quarantine, reported, and holds its addresses until its DEL, the runtime
+leak GC (its sandbox seen gone) or `ipamctl repair`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import ipaddress
 import socket
 from collections import OrderedDict, deque
 from collections.abc import KeysView, Mapping
+from itertools import chain
 from types import MappingProxyType
 
 from datastore.records import (
@@ -121,6 +122,9 @@ class NodeState:
         self._intent_order: deque[tuple[str, float]] = deque()
         self._cooldowns: OrderedDict[str, float] = OrderedDict()
         self._quarantine: dict[AllocationKey, QuarantineRecord] = {}
+        self._held: dict[str, int] = {}
+        """Address → how many quarantined claims name it: none of them is handed out or returned
+        to EC2 while a claim that may still be live names it (`held`)."""
         # Read-only views of the maps above, made once: a read costs what the dict access did.
         self._enis_view = MappingProxyType(self._enis)
         self._units_view = MappingProxyType(self._units)
@@ -169,7 +173,7 @@ class NodeState:
         for address in m.delete_cooldowns:
             self._cooldowns.pop(address, None)
         for key in m.delete_quarantine:
-            self._quarantine.pop(key, None)
+            self._unhold(self._quarantine.pop(key, None))
         self._put(m)
         self.revision += 1
 
@@ -193,7 +197,21 @@ class NodeState:
             self._cooldowns[cool.address] = cool.released_at
             self._cooldowns.move_to_end(cool.address)
         for q in m.put_quarantine:
-            self._quarantine[q.key] = q
+            self._put_quarantine(q)
+
+    def _put_quarantine(self, q: QuarantineRecord) -> None:
+        self._unhold(self._quarantine.get(q.key))
+        self._quarantine[q.key] = q
+        for address in q.addresses:
+            self._held[address] = self._held.get(address, 0) + 1
+
+    def _unhold(self, q: QuarantineRecord | None) -> None:
+        for address in q.addresses if q is not None else ():
+            left = self._held.get(address, 1) - 1
+            if left > 0:
+                self._held[address] = left
+            else:
+                self._held.pop(address, None)
 
     def _put_unit(self, unit: UnitRecord) -> None:
         previous = self._units.get(unit.cidr)
@@ -281,7 +299,7 @@ class NodeState:
 
     def _v6_in_use(self, v6: V6Unit) -> tuple[str, ...]:
         offsets = set(v6.owned)
-        for address in self._cooldowns:
+        for address in chain(self._cooldowns, self._held):
             if ":" in address and (at := v6.offset(address)) is not None:
                 offsets.add(at)
         return tuple(v6.address(at) for at in sorted(offsets))
@@ -356,8 +374,14 @@ class NodeState:
         return self._cooldowns_view
 
     def quarantine(self) -> Mapping[AllocationKey, QuarantineRecord]:
-        """Claims set aside for `ipamctl repair`, a live read-only view."""
+        """Claims set aside (at restore, or aws-node's entries a takeover did not adopt), a live
+        read-only view."""
         return self._quarantine_view
+
+    def is_held(self, address: str) -> bool:
+        """Whether a quarantined claim names `address`: a live pod may hold it, so it is neither
+        handed out nor returned to EC2 until the claim goes (its DEL, the leak GC, repair)."""
+        return address in self._held
 
     def is_cooling(self, address: str, now: float, cooldown_s: float) -> bool:
         released_at = self._cooldowns.get(address)
@@ -374,6 +398,8 @@ class NodeState:
             return AddressState.ASSIGNED
         if unit.state == "releasing":
             return AddressState.RELEASING
+        if address in self._held:
+            return AddressState.HELD
         if self.is_cooling(address, now, cooldown_s):
             return AddressState.COOLING
         return AddressState.FREE

@@ -80,7 +80,10 @@ def mature_enis(counted: Counted, now: float, targets: PoolTargets) -> frozenset
 def _cooling(state: NodeState, now: float, cooldown_s: float) -> set[str]:
     # The addresses in their cooldown, found once: most rounds have none, and then no unit's
     # addresses need looking at.
-    return {a for a, at in state.cooldowns().items() if now < at + cooldown_s}
+    # Addresses a quarantined claim holds are counted with them: neither can be handed out.
+    cooling = {a for a, at in state.cooldowns().items() if now < at + cooldown_s}
+    cooling.update(a for q in state.quarantine().values() for a in q.addresses)
+    return cooling
 
 
 def _count(state: NodeState, cooling: set[str] | frozenset[str]) -> Counted:

@@ -10,7 +10,9 @@ A DEL can go missing (ipamd down, an error the runtime gave up on); seed 003 is 
 - a runtime that cannot be reached proves nothing: that round releases nothing, and fails (it raises
   `RuntimeUnavailable`, so the schedule counts the round as failed and an alert can fire);
 - release goes through the engine with a delete intent, exactly as a DEL would (a late ADD for that
-  sandbox is then refused).
+  sandbox is then refused);
+- a quarantined claim is judged the same way: its addresses stay held while its sandbox may run,
+  and cool (the usual grace) once two listings past the grace period show it gone.
 
 `release_invalid_attachments` serves the CNI GC verb (spec 1.1, `cni.dev/valid-attachments`) on the
 same path: attachments of the network that the runtime did not list as valid are released, past grace.
@@ -73,18 +75,27 @@ class LeakGc:
         return leaked
 
     async def _release(self, container_id: str) -> list[tuple[str, ...]]:
-        held = self._engine.state.allocations_of(container_id)
-        if not held:
+        state = self._engine.state
+        held = state.allocations_of(container_id)
+        claims = [q for q in state.quarantine().values() if q.key.container_id == container_id]
+        if not held and not claims:
             return []  # released meanwhile by the runtime's own DEL
-        released = await self._engine.release(held[0].key)
-        return [r.addresses for r in released]
+        key = held[0].key if held else claims[0].key
+        released = await self._engine.release(key)
+        return [r.addresses for r in released] + [q.addresses for q in claims]
 
 
 def _oldest_allocation_by_container(engine: Engine) -> dict[str, float]:
+    """Container ID → its oldest claim: allocations, and the quarantined claims whose addresses
+    stay held until the runtime shows their sandbox is gone (aws-node entries a takeover did not
+    adopt, claims set aside at restore)."""
     oldest: dict[str, float] = {}
     for alloc in engine.state.allocations().values():
         cid = alloc.key.container_id
         oldest[cid] = min(alloc.created_at, oldest.get(cid, alloc.created_at))
+    for q in engine.state.quarantine().values():
+        cid = q.key.container_id
+        oldest[cid] = min(q.quarantined_at, oldest.get(cid, q.quarantined_at))
     return oldest
 
 

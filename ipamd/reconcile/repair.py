@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from datastore.records import AllocationKey, AllocationRecord, Mutation, QuarantineRecord
+from datastore.records import (
+    AllocationKey,
+    AllocationRecord,
+    CooldownRecord,
+    Mutation,
+    QuarantineRecord,
+)
 from ipamd.engine.engine import Engine
 from ipamd.engine.state import NodeState
 
@@ -93,11 +99,30 @@ async def apply_repair(engine: Engine, plan: RepairPlan) -> None:
         if key in engine.state.allocations():
             await engine.release(key)
     if plan.drop_quarantine or plan.restore_quarantine:
-        mutation = Mutation(
-            delete_quarantine=(
-                *plan.drop_quarantine,
-                *(r.key for r in plan.restore_quarantine),
-            ),
-            put_allocations=plan.restore_quarantine,
+        cool = engine.settings.cooldown_s > 0
+        await engine.commit_planned(
+            lambda state, now: (
+                Mutation(
+                    delete_quarantine=(
+                        *plan.drop_quarantine,
+                        *(r.key for r in plan.restore_quarantine),
+                    ),
+                    put_allocations=plan.restore_quarantine,
+                    # A dropped claim's held addresses cool, as a released pod's do.
+                    put_cooldowns=_freed(state, plan.drop_quarantine, now) if cool else (),
+                ),
+                None,
+            )
         )
-        await engine.commit_planned(lambda state, now: (mutation, None))
+
+
+def _freed(
+    state: NodeState, keys: tuple[AllocationKey, ...], now: float
+) -> tuple[CooldownRecord, ...]:
+    return tuple(
+        CooldownRecord(address, now)
+        for key in keys
+        if (q := state.quarantine().get(key)) is not None
+        for address in q.addresses
+        if state.owner_of(address) is None
+    )

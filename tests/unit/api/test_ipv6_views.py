@@ -41,7 +41,7 @@ async def v6_api(api: Api) -> Api:
 async def test_pool_counts_the_pods_and_names_the_80(v6_api: Api) -> None:
     body = (await v6_api.call("GET", "/v1/pool")).body
     free = MAX_PODS - 2
-    assert body["counts"] == {"free": free, "assigned": 2, "cooling": 1, "releasing": 0, "lost": 0}
+    assert body["counts"] == {"free": free, "assigned": 2, "cooling": 1, "held": 0, "releasing": 0, "lost": 0}
     [eni] = body["enis"]
     assert eni["is_primary"] is True and eni["ipv6_prefixes"] == [PREFIX]
     assert eni["counts"] == body["counts"]
@@ -69,7 +69,7 @@ async def test_ipamctl_status_and_allocations(v6_api: Api) -> None:
     code, out, err = await _ipamctl("--socket", str(v6_api.socket_path), "status")
     assert code == 0, err
     [total] = [line.split() for line in out.splitlines() if line.startswith("total")]
-    assert total == ["total", str(MAX_PODS - 2), "2", "1", "0", "0"]
+    assert total == ["total", str(MAX_PODS - 2), "2", "1", "0", "0", "0"]
     assert f"  {PREFIX} on eni-0000" in out.splitlines()
     assert "FREE = pods max pods still allows" in out
     assert str(2**48) not in out and str(2**48 - 1) not in out
@@ -82,7 +82,7 @@ async def test_ipamctl_status_and_allocations(v6_api: Api) -> None:
 
 
 def test_status_says_the_targets_do_nothing_in_ipv6_mode() -> None:
-    counts = {"free": 108, "assigned": 2, "cooling": 0, "releasing": 0, "lost": 0}
+    counts = {"free": 108, "assigned": 2, "cooling": 0, "held": 0, "releasing": 0, "lost": 0}
     eni = {"eni_id": "eni-0000", "device_index": 0, "is_primary": True, "counts": counts}
     report = {
         "mode": "prefix",
