@@ -89,8 +89,16 @@ def _insert_allocation(conn: sqlite3.Connection, a: AllocationRecord) -> None:
     # Plain INSERT: an existing key is a conflict, never silently replaced.
     cur = conn.execute(
         "INSERT INTO allocations (network, container_id, ifname, eni_id, created_at,"
-        " pod_namespace, pod_name, pod_uid) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (*_key(a.key), a.eni_id, a.created_at, a.pod_namespace, a.pod_name, a.pod_uid),
+        " pod_namespace, pod_name, pod_uid, stamp_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            *_key(a.key),
+            a.eni_id,
+            a.created_at,
+            a.pod_namespace,
+            a.pod_name,
+            a.pod_uid,
+            a.stamp_ns,
+        ),
     )
     conn.executemany(
         "INSERT INTO allocation_addresses VALUES (?, ?, ?, ?)",
@@ -144,8 +152,11 @@ def _load_allocations(conn: sqlite3.Connection) -> tuple[AllocationRecord, ...]:
     ):
         owned[alloc_id].append((address, unit))
     records = []
-    for row in conn.execute("SELECT * FROM allocations ORDER BY id"):
-        alloc_id, net, cid, ifname, eni, created, ns, name, uid = row
+    for row in conn.execute(
+        "SELECT id, network, container_id, ifname, eni_id, created_at, pod_namespace, pod_name,"
+        " pod_uid, stamp_ns FROM allocations ORDER BY id"
+    ):
+        alloc_id, net, cid, ifname, eni, created, ns, name, uid, stamp_ns = row
         pairs = owned.get(alloc_id, [])
         records.append(
             AllocationRecord(
@@ -157,6 +168,7 @@ def _load_allocations(conn: sqlite3.Connection) -> tuple[AllocationRecord, ...]:
                 pod_namespace=ns,
                 pod_name=name,
                 pod_uid=uid,
+                stamp_ns=stamp_ns,
             )
         )
     return tuple(records)

@@ -74,6 +74,9 @@ class AllocationRecord:
     pod_namespace: str = ""
     pod_name: str = ""
     pod_uid: str = ""
+    stamp_ns: int | None = None
+    """The allocation time aws-node's checkpoint gave an adopted pod, exactly (Go int64
+    nanoseconds), written back as it came; None for ipamd's own, whose file time is `created_at`."""
 
 
 @dataclass(frozen=True, slots=True)

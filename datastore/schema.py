@@ -8,7 +8,7 @@ a file whose version is newer than `SCHEMA_VERSION` was written by a newer ipamd
 from __future__ import annotations
 
 APPLICATION_ID = 0x69706D64  # "ipmd"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = (
     """CREATE TABLE meta (
@@ -104,7 +104,12 @@ _V3 = (
     "ALTER TABLE units_v3 RENAME TO units",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
+# Version 4: the time an allocation adopted from aws-node's checkpoint had there, in its own
+# integer nanoseconds, so the checkpoint ipamd writes back gives aws-node that very number (a float
+# of seconds cannot hold int64's 19 digits). NULL for ipamd's own allocations.
+_V4 = ("ALTER TABLE allocations ADD COLUMN stamp_ns INTEGER",)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 """Statements that bring a file from version N-1 to version N."""
 
 CROSS_CHECKED_TABLES = (

@@ -45,23 +45,52 @@ class CheckpointError(ValueError):
     """The file is not a VPC CNI checkpoint ipamd can read; says why."""
 
 
+BACKFILL_NETWORK = "_migrated-from-cri"
+BACKFILL_IFNAME = "unknown"
+"""The key aws-node gave the pods it found through CRI when it first wrote a checkpoint (v1.7 and
+v1.8's migration phase 1; VPC CNI `pkg/ipamd/datastore/data_store.go`). Pods that lived through
+that migration keep it; their DEL arrives with the real key, and ipamd's DEL releases every
+allocation of the container ID, whatever its network and interface, as aws-node's falls back to it."""
+
+UNREADABLE = "?"
+"""The key field of an entry that cannot be one, in the held claim it becomes: no network name,
+container ID or interface name ipamd accepts contains it, so it matches no DEL or sandbox."""
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One pod's address as the checkpoint records it."""
 
     key: AllocationKey
     address: str
-    allocated_at: float
-    """Unix seconds (the file's nanoseconds); 0 when the file gave none."""
+    stamp_ns: int | None = None
+    """`allocationTimestamp` exactly as the file has it (Go int64 nanoseconds); None when it has
+    none (files before v1.12) or one that is not an int64."""
     namespace: str = ""
     name: str = ""
+
+    @property
+    def allocated_at(self) -> float:
+        """Unix seconds, for ordering and ages; 0 when the file gave no time."""
+        return self.stamp_ns / 1e9 if self.stamp_ns is not None and self.stamp_ns > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An entry that cannot be an allocation, and what of it can still be read: the address it
+    names (held by the takeover while the pod may run) and its key, with `UNREADABLE` for a field
+    that is not one."""
+
+    reason: str
+    key: AllocationKey
+    address: str | None
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     entries: tuple[Entry, ...]
-    skipped: tuple[str, ...]
-    """Why each entry that cannot be an allocation was left out."""
+    skipped: tuple[Skipped, ...]
+    """The entries that cannot be allocations, each with why."""
     writer: str
     """`ipamd` for a file ipamd wrote; "" for aws-node's."""
 
@@ -70,67 +99,132 @@ class Checkpoint:
         return self.writer != WRITER
 
 
+class _Object(list[tuple[str, object]]):
+    """A JSON object as its members in file order, so names resolve as Go's decoder resolves them."""
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _field(obj: _Object, name: str) -> object:
+    """The value Go's `encoding/json` decodes into the struct field tagged `name`: every member
+    whose name equals it, case-insensitively, sets the field, so the last in the file wins."""
+    fold = name.casefold()
+    value: object = None
+    for member, v in obj:
+        if member.casefold() == fold:
+            value = v
+    return value
+
+
 def parse(raw: bytes) -> Checkpoint:
-    """The checkpoint in `raw`; raises `CheckpointError` for a file that is not one."""
+    """The checkpoint in `raw`; raises `CheckpointError` for a file that is not one. Total: any
+    bytes either parse or raise `CheckpointError`."""
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, object_pairs_hook=_Object, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as err:
         raise CheckpointError(f"not JSON: {err}") from None
     except RecursionError:
         # Arrays or objects nested deeper than the interpreter recurses: no checkpoint is (Go's
         # decoder refuses them too, past 10,000 levels), and a traceback here is a crash loop.
         raise CheckpointError("not JSON ipamd reads: nested too deeply") from None
-    if not isinstance(doc, dict):
+    if not isinstance(doc, _Object):
         raise CheckpointError("not a JSON object")
-    if doc.get("version") != FORMAT_VERSION:
-        raise CheckpointError(f"version {doc.get('version')!r}, not {FORMAT_VERSION!r}")
-    items = doc.get("allocations")
+    version = _field(doc, "version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"version {_shown(version)}, not {FORMAT_VERSION!r}")
+    items = _field(doc, "allocations")
     if items is None:
         items = []  # aws-node writes `null` for a node without pods
-    if not isinstance(items, list):
+    if not isinstance(items, list) or isinstance(items, _Object):
         raise CheckpointError("`allocations` is not a list")
     entries: list[Entry] = []
-    skipped: list[str] = []
+    skipped: list[Skipped] = []
     for index, item in enumerate(items):
         try:
             entries.append(_entry(item))
         except (CheckpointError, WireError) as err:
-            skipped.append(f"allocations[{index}]: {err}")
-    writer = doc.get("writer")
+            skipped.append(_skipped(f"allocations[{index}]: {err}", item))
+    writer = _field(doc, "writer")
     return Checkpoint(tuple(entries), tuple(skipped), writer if isinstance(writer, str) else "")
 
 
+def _shown(value: object) -> str:
+    return repr(value)[:80] if isinstance(value, str | int | float | None) else type(value).__name__
+
+
 def _entry(item: object) -> Entry:
-    if not isinstance(item, dict):
+    if not isinstance(item, _Object):
         raise CheckpointError("not an object")
-    key = AllocationKey(
-        check_network(item.get("networkName"), "networkName"),
-        check_container_id(item.get("containerID"), "containerID"),
-        check_ifname(item.get("ifName"), "ifName"),
-    )
+    key = _key(item)
     parsed = _address(item)
-    stamp = item.get("allocationTimestamp")
-    allocated = stamp / 1e9 if isinstance(stamp, int) and not isinstance(stamp, bool) else 0.0
-    meta = item.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    stamp = _field(item, "allocationTimestamp")
+    meta = _field(item, "metadata")
+    meta = meta if isinstance(meta, _Object) else _Object()
     return Entry(
         key,
         str(parsed),
-        max(allocated, 0.0),
-        _text(meta.get("k8sPodNamespace")),
-        _text(meta.get("k8sPodName")),
+        _int64(stamp),
+        _text(_field(meta, "k8sPodNamespace")),
+        _text(_field(meta, "k8sPodName")),
     )
 
 
-def _address(item: dict[str, object]) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+def _key(item: _Object) -> AllocationKey:
+    network, ifname = _field(item, "networkName"), _field(item, "ifName")
+    container_id = check_container_id(_field(item, "containerID"), "containerID")
+    if network == BACKFILL_NETWORK and ifname == BACKFILL_IFNAME:
+        return AllocationKey(BACKFILL_NETWORK, container_id, BACKFILL_IFNAME)
+    return AllocationKey(
+        check_network(network, "networkName"), container_id, check_ifname(ifname, "ifName")
+    )
+
+
+def _skipped(reason: str, item: object) -> Skipped:
+    """What an entry that is not an allocation still says: its address and key, where readable."""
+    if not isinstance(item, _Object):
+        return Skipped(reason, AllocationKey(UNREADABLE, UNREADABLE, UNREADABLE), None)
+    try:
+        address: str | None = str(_address(item))
+    except CheckpointError:
+        address = None
+    fields = (
+        ("networkName", check_network),
+        ("containerID", check_container_id),
+        ("ifName", check_ifname),
+    )
+    parts: list[str] = []
+    for name, check in fields:
+        value = _field(item, name)
+        try:
+            parts.append(check(value, name))
+        except WireError:
+            backfill = (BACKFILL_NETWORK, BACKFILL_IFNAME)
+            parts.append(value if isinstance(value, str) and value in backfill else UNREADABLE)
+    return Skipped(reason, AllocationKey(*parts), address)
+
+
+def _int64(value: object) -> int | None:
+    """`value` as Go decodes an int64: an integer in range, else nothing."""
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and -INT64_MAX - 1 <= value <= INT64_MAX
+    ):
+        return value
+    return None
+
+
+def _address(item: _Object) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The entry's one address: `ipv4`, or `ipv6` as aws-node in IPv6 mode writes it."""
     for field, family in (("ipv4", ipaddress.IPv4Address), ("ipv6", ipaddress.IPv6Address)):
-        address = item.get(field)
+        address = _field(item, field)
         if isinstance(address, str) and address:
             try:
                 return family(address)
             except ValueError:
-                what = f"{field} {address!r} is not an IPv{field[-1]} address"
+                what = f"{field} {_shown(address)} is not an IPv{field[-1]} address"
                 raise CheckpointError(what) from None
     raise CheckpointError("no ipv4 or ipv6 address")
 
@@ -156,7 +250,7 @@ def entries_of(alloc: AllocationRecord) -> str:
                 "containerID": alloc.key.container_id,
                 "ifName": alloc.key.ifname,
                 ("ipv6" if ":" in address else "ipv4"): address,
-                "allocationTimestamp": min(max(int(alloc.created_at * 1e9), 0), INT64_MAX),
+                "allocationTimestamp": stamp_ns(alloc),
                 "metadata": {
                     "k8sPodNamespace": alloc.pod_namespace,
                     "k8sPodName": alloc.pod_name,
@@ -167,6 +261,14 @@ def entries_of(alloc: AllocationRecord) -> str:
         )
         for address in alloc.addresses
     )
+
+
+def stamp_ns(alloc: AllocationRecord) -> int:
+    """The allocation's time in the file: the one aws-node gave an adopted pod, exactly; else
+    ipamd's own, in nanoseconds within Go's int64."""
+    if alloc.stamp_ns is not None:
+        return alloc.stamp_ns
+    return min(max(int(alloc.created_at * 1e9), 0), INT64_MAX)
 
 
 def document(entries: Iterable[str]) -> bytes:

@@ -11,11 +11,13 @@ What each entry becomes (`plan_adoption`, pure):
   allocation owns it. Every entry is adopted whatever the runtime says: one whose sandbox is gone is
   released by the runtime leak GC like any other (two listings, past the grace period, with a delete
   intent and a cooldown), so a runtime that cannot be read at this moment releases nothing;
-- nothing, logged, when its address is not on this node per EC2 (never an allocation EC2 cannot
-  back), when its container has an active delete intent (invariant 3), or when two entries claim one
-  address, or one attachment two addresses: the one whose sandbox the runtime runs wins, else the
-  newest (as restore decides duplicate owners: an address is only handed out once free, so the older
-  claim's DEL went missing);
+- a quarantined claim that holds its address (`_holds`), logged, when its address is not on this
+  node per EC2 (never an allocation EC2 cannot back), when its container has an active delete intent
+  (invariant 3), when the entry is no allocation at all (a key ipamd cannot accept), or when two
+  entries claim one address, or one attachment two addresses: the one whose sandbox the runtime
+  runs wins, else the newest (as restore decides duplicate owners: an address is only handed out
+  once free, so the older claim's DEL went missing). The loser may still run, so its address is
+  not handed out until its DEL, or until the runtime leak GC sees its sandbox gone;
 - when ipamd's state already gives the address to another key (a node rolled back to aws-node and
   then forward again, with ipamd's old state file), the entry replaces that allocation only if the
   runtime runs the entry's sandbox and not the other's; otherwise ipamd's own claim stays.
@@ -32,10 +34,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from datastore.records import AllocationKey, AllocationRecord, CooldownRecord, Mutation
-from ipamd.awsnode.checkpoint import Checkpoint, CheckpointError, CheckpointFile, Entry, parse
+from datastore.records import (
+    AllocationKey,
+    AllocationRecord,
+    CooldownRecord,
+    Mutation,
+    QuarantineRecord,
+)
+from ipamd.awsnode.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointFile,
+    Entry,
+    Skipped,
+    parse,
+)
 from ipamd.engine.engine import Engine
 from ipamd.engine.state import V6_HOSTS, NodeState
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable
@@ -53,12 +68,14 @@ class Adoption:
     refused: tuple[str, ...] = ()
     """Why each entry left out was left out."""
     cooling: int = 0
+    held: tuple[str, ...] = ()
+    """The addresses the entries left out name: quarantined claims hold them (`_holds`)."""
 
 
 @dataclass(slots=True)
 class _Claims:
     by_address: dict[str, Entry] = field(default_factory=dict)
-    refused: list[str] = field(default_factory=list)
+    refused: list[Skipped] = field(default_factory=list)
 
 
 def plan_adoption(
@@ -84,23 +101,60 @@ def plan_adoption(
     for address, entry in claims.by_address.items():
         cidr = state.active_unit_of(address) if ":" in address else unit_of.get(address)
         if cidr is None:
-            refused.append(f"{_who(entry)}: {address} is on no ENI of this node per EC2")
+            refused.append(_refusal(entry, f"{address} is on no ENI of this node per EC2"))
             continue
         owner = state.owner_of(address)
         if owner == entry.key:
             continue  # already ipamd's, as the checkpoint says
         if state.allocation(entry.key) is not None:
-            refused.append(f"{_who(entry)}: ipamd holds another address for this attachment")
+            refused.append(_refusal(entry, "ipamd holds another address for this attachment"))
             continue
         if owner is not None:
             if not _entry_wins(owner, entry, live):
-                refused.append(f"{_who(entry)}: {address} is owned by {owner.container_id}")
+                refused.append(_refusal(entry, f"{address} is owned by {owner.container_id}"))
                 continue
             replaced.append(owner)
         records.append(_record(state, entry, cidr, now))
     mutation, cooling = _with_cooling(state, records, replaced, now, max_pods)
-    adoption = Adoption(tuple(r.key for r in records), tuple(replaced), tuple(refused), cooling)
-    return mutation, adoption
+    holds = _holds(state, refused, now)
+    adoption = Adoption(
+        tuple(r.key for r in records),
+        tuple(replaced),
+        tuple(r.reason for r in refused),
+        cooling,
+        tuple(sorted({a for q in holds for a in q.addresses})),
+    )
+    return replace(mutation, put_quarantine=holds), adoption
+
+
+def _refusal(entry: Entry, why: str) -> Skipped:
+    return Skipped(f"{_who(entry)}: {why}", entry.key, entry.address)
+
+
+def _holds(state: NodeState, refused: list[Skipped], now: float) -> tuple[QuarantineRecord, ...]:
+    """The entries left out, as quarantined claims that hold the addresses they name: aws-node
+    gave each to a pod that may still run, and the seeds' rule is to never hand out an address a
+    live owner may hold. A claim goes with its container's DEL, or when the runtime leak GC sees
+    its sandbox gone (then its addresses cool); one per key, merged with a claim already held."""
+    claims: dict[AllocationKey, tuple[list[str], list[str], float]] = {}
+    for r in refused:
+        if r.address is None:
+            continue  # nothing to hold: the entry names no address
+        if r.key not in claims:
+            held = state.quarantine().get(r.key)
+            claims[r.key] = (
+                list(held.addresses) if held else [],
+                [held.reason] if held else [],
+                held.quarantined_at if held else now,
+            )
+        addresses, reasons, _ = claims[r.key]
+        if r.address not in addresses:
+            addresses.append(r.address)
+        reasons.append(f"not adopted from aws-node's checkpoint: {r.reason}")
+    return tuple(
+        QuarantineRecord(key, tuple(addresses), "; ".join(dict.fromkeys(reasons)), at)
+        for key, (addresses, reasons, at) in claims.items()
+    )
 
 
 def _claims(
@@ -115,15 +169,17 @@ def _claims(
     for entry in checkpoint.entries:
         first_del = state.intents().get(entry.key.container_id)
         if first_del is not None and now < first_del + intent_ttl_s:
-            claims.refused.append(f"{_who(entry)}: its container was deleted (delete intent)")
+            claims.refused.append(_refusal(entry, "its container was deleted (delete intent)"))
             continue
         other = claims.by_address.get(entry.address)
         if other is None or _rank(entry, live) > _rank(other, live):
             if other is not None:
-                claims.refused.append(f"{_who(other)}: {entry.address} also claimed, newer or live")
+                claims.refused.append(
+                    _refusal(other, f"{entry.address} also claimed, newer or live")
+                )
             claims.by_address[entry.address] = entry
         else:
-            claims.refused.append(f"{_who(entry)}: {entry.address} also claimed, newer or live")
+            claims.refused.append(_refusal(entry, f"{entry.address} also claimed, newer or live"))
     # One address per attachment too: an attachment listed twice keeps its newer or live entry.
     best: dict[AllocationKey, Entry] = {}
     for entry in claims.by_address.values():
@@ -133,7 +189,7 @@ def _claims(
     for address, entry in list(claims.by_address.items()):
         if best[entry.key] is not entry:
             del claims.by_address[address]
-            claims.refused.append(f"{_who(entry)}: the attachment is listed twice ({address})")
+            claims.refused.append(_refusal(entry, f"the attachment is listed twice ({address})"))
     return claims
 
 
@@ -158,7 +214,10 @@ def _record(state: NodeState, entry: Entry, cidr: str, now: float) -> Allocation
         addresses=(entry.address,),
         unit_cidrs=(cidr,),
         eni_id=unit.eni_id,
-        created_at=entry.allocated_at or now,
+        # ipamd's clock orders and ages it (a time in the future would keep the leak GC from ever
+        # judging it); the file's own number is kept exactly for the checkpoint ipamd writes back.
+        created_at=min(entry.allocated_at, now) or now,
+        stamp_ns=entry.stamp_ns,
         pod_namespace=entry.namespace,
         pod_name=entry.name,
     )
@@ -226,11 +285,12 @@ class Takeover:
         for reason in adoption.refused:
             logger.warning("takeover.entry_refused path=%s reason=%s", self.file.path, reason)
         logger.info(
-            "takeover.adopted path=%s adopted=%d replaced=%d refused=%d cooling=%d",
+            "takeover.adopted path=%s adopted=%d replaced=%d refused=%d held=%d cooling=%d",
             self.file.path,
             len(adoption.adopted),
             len(adoption.replaced),
             len(adoption.refused),
+            len(adoption.held),
             adoption.cooling,
         )
         return adoption

@@ -20,10 +20,12 @@ from datastore.records import (
     Mutation,
     UnitRecord,
 )
-from ipamd.awsnode.checkpoint import CheckpointError, parse
+from ipamd.awsnode.checkpoint import CheckpointError, parse, render, stamp_ns
 from ipamd.awsnode.takeover import plan_adoption
+from ipamd.engine.allocator import pick_addresses
 from ipamd.engine.invariants import check_state
 from ipamd.engine.state import NodeState
+from tests.support import go_json
 
 EXAMPLES = int(os.environ.get("IPAMD_HYPOTHESIS_EXAMPLES", "200"))
 NOW = 1_800_000_000.0
@@ -130,6 +132,10 @@ def test_adopting_any_checkpoint_keeps_every_invariant(
         ),
         max_leaves=12,
     ).map(lambda doc: json.dumps(doc).encode())
+    | st.tuples(
+        st.sampled_from([b"[", b'{"a":', b'{"version":"vpc-cni-ipam/1","allocations":[']),
+        st.integers(1, 100_000),
+    ).map(lambda t: t[0] * t[1])
 )
 def test_any_bytes_parse_or_are_refused_as_not_a_checkpoint(raw: bytes) -> None:
     try:
@@ -137,3 +143,75 @@ def test_any_bytes_parse_or_are_refused_as_not_a_checkpoint(raw: bytes) -> None:
     except CheckpointError:
         return
     assert all(e.address for e in checkpoint.entries)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    items=st.lists(entries | st.integers() | st.text(max_size=4), max_size=12),
+    owned=owned_by_ipamd,
+    deleted=intents,
+    running=live,
+)
+def test_no_address_an_entry_names_is_left_free(
+    items: list[Any],
+    owned: dict[str, str],
+    deleted: dict[str, float],
+    running: frozenset[str] | None,
+) -> None:
+    """Adopted or not, every address the checkpoint names stays out of the next ADD's reach: owned
+    by its pod, or held by the quarantined claim the entry became."""
+    state = base_state(owned, deleted)
+    checkpoint = parse(json.dumps({"version": "vpc-cni-ipam/1", "allocations": items}).encode())
+    named = {e.address for e in checkpoint.entries}
+    named |= {s.address for s in checkpoint.skipped if s.address is not None}
+
+    mutation, _ = plan_adoption(state, checkpoint, running, NOW, TTL_S)
+    state.apply(mutation)
+
+    for address in named & set(ON_NODE):
+        assert state.owner_of(address) is not None or state.is_held(address), address
+    while (picked := pick_addresses(state, 1, NOW + 10 * COOLDOWN_S, COOLDOWN_S)) is not None:
+        eni_id, [(address, cidr)] = picked
+        assert address not in named, f"{address} handed out while an entry names it"
+        key = AllocationKey("new", f"n-{address}", "eth0")
+        state.apply(
+            Mutation(put_allocations=(AllocationRecord(key, (address,), (cidr,), eni_id, NOW),))
+        )
+
+
+records = st.builds(
+    AllocationRecord,
+    key=st.builds(
+        AllocationKey,
+        st.sampled_from(["aws-cni", "_migrated-from-cri", "k8s-pod-network"]),
+        st.text("0123456789abcdef", min_size=1, max_size=64),
+        st.sampled_from(["eth0", "unknown", "net1"]),
+    ),
+    addresses=st.sampled_from([*ON_NODE, "2600:1f14:abc:d00:1234::1"]).map(lambda a: (a,)),
+    unit_cidrs=st.just(("10.0.0.10/32",)),
+    eni_id=st.just("eni-0"),
+    created_at=st.floats(min_value=-1e20, max_value=1e20, allow_nan=False),
+    pod_namespace=st.text(max_size=20),
+    pod_name=st.text(max_size=40),
+    stamp_ns=st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(records, max_size=8, unique_by=lambda r: r.key))
+def test_every_file_ipamd_writes_decodes_with_gos_rules(allocs: list[AllocationRecord]) -> None:
+    """aws-node, rolled back onto the node, decodes the file into its own structs (one error and it
+    restores no pod): every entry comes back with its key, address and exact timestamp."""
+    raw = render(allocs)
+
+    decoded = go_json.decode(raw)
+
+    assert decoded.version == "vpc-cni-ipam/1"
+    by_key = {(e.network_name, e.container_id, e.if_name): e for e in decoded.allocations}
+    for alloc in allocs:
+        e = by_key[(alloc.key.network, alloc.key.container_id, alloc.key.ifname)]
+        assert (e.ipv6 or e.ipv4) == alloc.addresses[0]
+        assert e.allocation_timestamp == stamp_ns(alloc)
+        if alloc.stamp_ns is not None:
+            assert e.allocation_timestamp == alloc.stamp_ns
+        assert (e.namespace, e.name) == (alloc.pod_namespace, alloc.pod_name)

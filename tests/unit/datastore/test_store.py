@@ -107,7 +107,7 @@ def test_a_version_1_file_is_migrated_and_its_enis_wait_for_their_link_facts(
     finally:
         store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 def test_a_version_2_file_opens_with_its_units_unchanged_and_takes_ipv6_prefixes(
@@ -142,6 +142,6 @@ def test_a_version_2_file_opens_with_its_units_unchanged_and_takes_ipv6_prefixes
     finally:
         store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         with pytest.raises(sqlite3.IntegrityError):
             conn.execute("INSERT INTO units VALUES ('x', 'eni-1', 'ipv7', 'active', 1.0)")
