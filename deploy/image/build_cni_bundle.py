@@ -94,12 +94,13 @@ EXCLUDED = (
 like; never imported by the plugin."""
 START_IMPORTS_BUDGET = 19
 """How many modules importing the plugin may add to an interpreter's own start (without `site`, as
-the launcher runs it: `-S`, which saves every ADD and DEL the few milliseconds `site` takes). 17
-today: `ipamd`, `ipamd.cni` and its three modules, `ipamd.wire` and `ipamd.wire.codec`,
-`__future__`, the C modules `_json` and `_socket`, and `os` with what it brings (`os.path`,
-`posixpath`, `genericpath`, `stat`, `_stat`, `_collections_abc`), which `site` used to load and
-which are frozen into the interpreter. Each pure-Python module costs a few tenths of a millisecond
-of every ADD and DEL; a regrowth usually brings a heavy one in (below)."""
+the launcher runs it: `-S`, which saves every ADD and DEL the few milliseconds `site` takes). 18
+today: `ipamd`, `ipamd.cni` and its four modules (`logfile`, the plugin's log, among them),
+`ipamd.wire` and `ipamd.wire.codec`, `__future__`, the C modules `_json` and `_socket`, and `os`
+with what it brings (`os.path`, `posixpath`, `genericpath`, `stat`, `_stat`, `_collections_abc`),
+which `site` used to load and which are frozen into the interpreter. Each pure-Python module costs
+a few tenths of a millisecond of every ADD and DEL; a regrowth usually brings a heavy one in
+(below)."""
 HEAVY_MODULES = (
     # What the plugin once imported and replaced: http.client (email, ssl), socket (enum,
     # selectors), json (re), dataclasses (inspect), urllib.parse, typing, collections.abc.

@@ -27,6 +27,12 @@ anything else (`ptp`, ...) chains ipamd-cni as its IPAM plugin (`NetConf.interfa
 
 The daemon's socket: the `ipam` section's `socket`, else the `IPAMD_SOCKET` environment variable (for
 a runtime that cannot template the config, and for tests), else `/run/ipamd/ipamd.sock`.
+
+The plugin's log, VPC CNI's two keys of the plugin's conf (in either mode: the conf's top level is
+what the runtime hands the plugin): `pluginLogFile`, a path or `stderr` (no key: no log), and
+`pluginLogLevel` (`ipamd.cni.logfile.PluginLog`). They are read before anything is checked, so that
+a conf refused for another reason still names the log the refusal goes to, and a value of the wrong
+type only means no log: the log never fails a command.
 """
 
 from __future__ import annotations
@@ -85,6 +91,8 @@ class CniError(Exception):
         self.details = details
         self.version: str | None = None
         """The config's cniVersion once known: the error is answered in it."""
+        self.log = ("", "")
+        """The config's `pluginLogFile` and `pluginLogLevel` once it is decoded."""
 
 
 class InterfaceConf:
@@ -105,6 +113,7 @@ class NetConf:
     __slots__ = (
         "cni_version",
         "interface",
+        "log",
         "network",
         "prev_result",
         "socket",
@@ -119,6 +128,7 @@ class NetConf:
         prev_result: Mapping[str, object] | None,
         valid_attachments: tuple[Attachment, ...] | None,
         interface: InterfaceConf | None = None,
+        log: tuple[str, str] = ("", ""),
     ) -> None:
         self.cni_version = cni_version
         self.network = network
@@ -129,6 +139,8 @@ class NetConf:
         everything")."""
         self.interface = interface
         """Set when this plugin is the interface plugin (the conf's `type` is `ipamd-cni`)."""
+        self.log = log
+        """`pluginLogFile` and `pluginLogLevel`, "" for a key absent or not a string."""
 
 
 class Invocation:
@@ -169,20 +181,29 @@ def parse_conf(command: str, raw: bytes, environ: Mapping[str, str]) -> NetConf:
         conf = parse_object(raw)
     except WireError as err:
         raise CniError(ERR_DECODE, "cannot decode the network configuration", str(err)) from None
+    log = (_text(conf.get("pluginLogFile")), _text(conf.get("pluginLogLevel")))
     version = conf.get("cniVersion")
-    if not isinstance(version, str):
-        raise CniError(ERR_INVALID_CONFIG, "cniVersion must be a string")
-    if version not in SUPPORTED_CNI_VERSIONS:
-        raise CniError(
-            ERR_INCOMPATIBLE_VERSION,
-            f"cniVersion {version} is not supported",
-            f"supported: {', '.join(SUPPORTED_CNI_VERSIONS)}",
-        )
     try:
-        return _parse_versioned(command, version, conf, environ)
+        if not isinstance(version, str):
+            raise CniError(ERR_INVALID_CONFIG, "cniVersion must be a string")
+        if version not in SUPPORTED_CNI_VERSIONS:
+            raise CniError(
+                ERR_INCOMPATIBLE_VERSION,
+                f"cniVersion {version} is not supported",
+                f"supported: {', '.join(SUPPORTED_CNI_VERSIONS)}",
+            )
+        parsed = _parse_versioned(command, version, conf, environ)
     except CniError as err:
-        err.version = version
+        if isinstance(version, str) and version in SUPPORTED_CNI_VERSIONS:
+            err.version = version
+        err.log = log
         raise
+    parsed.log = log
+    return parsed
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _parse_versioned(

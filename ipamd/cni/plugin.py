@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call, segment
 from ipamd.cni.invocation import (
@@ -68,6 +69,7 @@ from ipamd.cni.invocation import (
     parse_invocation,
     read_command,
 )
+from ipamd.cni.logfile import STDERR, PluginLog, Tee
 from ipamd.wire import (
     CNI_VERSION,
     CODE_ALLOCATION_NOT_FOUND,
@@ -290,8 +292,16 @@ def _emit(out: IO[str], body: Mapping[str, object]) -> None:
     out.flush()
 
 
+_QUIET = ("CHECK", "STATUS")
+"""Commands the runtime repeats on its own schedule (STATUS with each of its status checks): their
+success is logged at debug, so that plugin.log holds the pods' ADDs and DELs."""
+
+
 def run(environ: Mapping[str, str], stdin: IO[bytes], stdout: IO[str], stderr: IO[str]) -> int:
+    started = time.monotonic()
     version = CNI_VERSION
+    log = PluginLog()
+    command = ""
     try:
         command = read_command(environ)
         if command == "VERSION":
@@ -302,23 +312,82 @@ def run(environ: Mapping[str, str], stdin: IO[bytes], stdout: IO[str], stderr: I
             return 0
         conf = parse_conf(command, stdin.read(), environ)
         version = conf.cni_version
+        log = PluginLog(*conf.log)
         commands = _COMMANDS
         if conf.interface is not None and command in _INTERFACE_COMMANDS:
             # Imported only here: the IPAM plugin's start stays as cheap as it was.
             from ipamd.cni import pod_plugin
 
             commands = pod_plugin.COMMANDS
-        result = commands[command](parse_invocation(command, conf, environ), stderr)
+        inv = parse_invocation(command, conf, environ)
+        if log.enabled("debug"):
+            log.event("debug", "cni.request", command=command, **_request(environ))
+        # What the commands warn about on stderr (a DEL ipamd did not confirm, a veth left behind)
+        # also goes to the log; not twice when the log is stderr itself.
+        warnings = stderr if log.path in ("", STDERR) else Tee(stderr, log)
+        result = commands[command](inv, warnings)
     except CniError as err:
         version = err.version or version
         error: dict[str, object] = {"cniVersion": version, "code": err.code, "msg": err.msg}
         if err.details:
             error["details"] = err.details
         _emit(stdout, error)
+        if not log.path:
+            log = PluginLog(*err.log)
+        _outcome(log, command, environ, started, None, err)
         return 1
     if result is not None:
         _emit(stdout, result)
+    _outcome(log, command, environ, started, result, None)
     return 0
+
+
+def _request(environ: Mapping[str, str]) -> dict[str, object]:
+    """The attachment the runtime names, as it named it (also when it is not valid)."""
+    fields: dict[str, object] = {}
+    for key, name in (
+        ("container_id", "CNI_CONTAINERID"),
+        ("ifname", "CNI_IFNAME"),
+        ("netns", "CNI_NETNS"),
+        ("args", "CNI_ARGS"),
+    ):
+        if environ.get(name):
+            fields[key] = environ[name][:512]
+    args = dict(item.partition("=")[::2] for item in environ.get("CNI_ARGS", "").split(";"))
+    if args.get("K8S_POD_NAME"):
+        fields["pod"] = f"{args.get('K8S_POD_NAMESPACE', '')}/{args['K8S_POD_NAME']}"[:512]
+    return fields
+
+
+def _outcome(
+    log: PluginLog,
+    command: str,
+    environ: Mapping[str, str],
+    started: float,
+    result: Mapping[str, object] | None,
+    error: CniError | None,
+) -> None:
+    """One line per command: what was asked, what came of it, how long it took."""
+    if error is None:
+        level = "debug" if command in _QUIET else "info"
+    else:
+        level = "warn" if command == "STATUS" else "error"
+    if not command or not log.enabled(level):
+        return
+    fields = _request(environ)
+    fields.pop("args", None)
+    if result is not None:
+        ips = result.get("ips")
+        if isinstance(ips, list):
+            fields["addresses"] = [ip.get("address") for ip in ips if isinstance(ip, dict)]
+    if error is not None:
+        fields["code"] = error.code
+        fields["error"] = error.msg
+        if error.details:
+            fields["details"] = error.details
+    fields["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+    name = f"cni.{command.lower()}" + ("_failed" if error is not None else "")
+    log.event(level, name, **fields)
 
 
 def main() -> int:

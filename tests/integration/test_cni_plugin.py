@@ -370,6 +370,78 @@ async def test_unknown_cni_args_are_ignored_with_ignore_unknown(daemon: Daemon) 
     assert run.code == 0, run
 
 
+# -- the plugin's log ------------------------------------------------------------------------------
+
+
+def logged(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_each_command_leaves_its_line_in_plugin_log(daemon: Daemon, tmp_path: Path) -> None:
+    path = tmp_path / "aws-routed-eni" / "plugin.log"
+    conf = daemon.conf(pluginLogFile=str(path), pluginLogLevel="INFO")
+    daemon.ready = True
+    added = await daemon.cni("ADD", conf, cid="c1")
+    assert added.code == 0, added
+    assert (await daemon.cni("STATUS", conf)).code == 0
+    assert (await daemon.cni("DEL", conf, cid="c1")).code == 0
+    refused = await daemon.cni("ADD", conf, cid="c1")  # its delete intent
+    assert_cni_error(refused, 3)
+    add, delete, failed = logged(path)  # STATUS is debug: the runtime repeats it on its own
+    assert list(add)[:5] == ["level", "ts", "logger", "caller", "msg"]
+    assert (add["level"], add["logger"]) == ("info", "ipamd-cni")
+    assert add["msg"].startswith("cni.add container_id=c1 ifname=eth0 ")
+    assert (add["container_id"], add["pod"]) == ("c1", "default/web-0")
+    assert add["addresses"] == [added.out["ips"][0]["address"]], "a list, as JSON"
+    assert isinstance(add["elapsed_ms"], float) and add["elapsed_ms"] > 0
+    assert (delete["level"], delete["msg"].split()[0]) == ("info", "cni.del")
+    assert (failed["level"], failed["code"], failed["container_id"]) == ("error", 3, "c1")
+    assert failed["error"] == refused.out["msg"] and "delete_intent" in failed["details"]
+
+
+async def test_at_debug_the_request_and_status_are_logged_too(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    path = tmp_path / "plugin.log"
+    conf = daemon.conf(pluginLogFile=str(path), pluginLogLevel="Debug")
+    daemon.ready = True
+    assert (await daemon.cni("STATUS", conf)).code == 0
+    assert (await daemon.cni("ADD", conf)).code == 0
+    assert [(x["level"], x["msg"].split()[0]) for x in logged(path)] == [
+        ("debug", "cni.request"),
+        ("debug", "cni.status"),
+        ("debug", "cni.request"),
+        ("info", "cni.add"),
+    ]
+
+
+async def test_a_del_ipamd_did_not_confirm_is_a_warning_in_the_log(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    path = tmp_path / "plugin.log"
+    conf = daemon.conf(pluginLogFile=str(path), pluginLogLevel="info")
+    conf["ipam"] = {"type": "ipamd-cni", "socket": str(daemon.socket.parent / "nobody.sock")}
+    deleted = await daemon.cni("DEL", conf)
+    assert (deleted.code, deleted.out) == (0, None)
+    assert "leak GC" in deleted.err, "standard error says it as before"
+    warning, done = logged(path)
+    assert warning["level"] == "warn" and "reported as done" in warning["msg"]
+    assert done["msg"].startswith("cni.del ")
+
+
+async def test_a_log_that_cannot_be_written_changes_no_answer(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    conf = daemon.conf(pluginLogFile=str(blocker / "plugin.log"), pluginLogLevel="debug")
+    added = await daemon.cni("ADD", conf)
+    assert added.code == 0 and added.err == "", added
+    assert (await daemon.cni("DEL", conf)).code == 0
+    without = await daemon.cni("ADD", daemon.conf(), cid="c2")
+    assert set(added.out) == set(without.out)
+
+
 # -- start-up -------------------------------------------------------------------------------------
 
 
