@@ -48,6 +48,8 @@ from tests.e2e.vpc.rules import (
     KernelRule,
     expected_rules,
 )
+from tests.support.vpc_cni_checkpoints import Pod, Shape
+from tests.support.vpc_cni_checkpoints import render as render_checkpoint
 
 NETWORK = "aws-cni"
 """aws-node's network name, which ipamd's conflist keeps."""
@@ -128,11 +130,23 @@ class AwsNode:
             pods.append(AwsPod(name, sandbox_id, address, index))
         return pods
 
-    def write_checkpoint(self, pods: Iterable[AwsPod]) -> Path:
-        """aws-node's checkpoint of `pods`, where ipamd reads it."""
+    def write_checkpoint(
+        self, pods: Iterable[AwsPod], shape: Shape | None = None, migrated: Iterable[str] = ()
+    ) -> Path:
+        """aws-node's checkpoint of `pods`, where ipamd reads it: as today's aws-node writes it, or
+        byte for byte as the release of `shape` did, the pods named in `migrated` keyed as its CRI
+        migration keyed them (`tests/support/vpc_cni_checkpoints.py`)."""
         path = checkpoint_path(self.node)
         path.parent.mkdir(parents=True, exist_ok=True)
         now = time.time_ns()
+        if shape is not None:
+            found = set(migrated)
+            old = [
+                Pod(p.sandbox_id, p.address, POD_NAMESPACE, p.name, now, p.name in found)
+                for p in pods
+            ]
+            path.write_bytes(render_checkpoint(shape, old))
+            return path
         _write_json(
             path,
             {
