@@ -15,7 +15,7 @@ Decisions (as `ipamd.runtime.cri` for the same reasons):
 
 from __future__ import annotations
 
-import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +52,21 @@ class GrpcPolicyAgent:
         self._stub: Any = None
 
     def present(self) -> bool:
-        return os.path.exists(self.socket_path)
+        """Whether an agent listens on the socket. A socket file nobody listens on is none: the
+        agent removes a stale socket when it starts, not when it stops, so aws-node's agent leaves
+        one behind when aws-node leaves the node. One non-blocking connect, closed at once (tens of
+        microseconds); a full backlog (EAGAIN) is a listener."""
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.setblocking(False)
+            probe.connect(self.socket_path)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False  # no file, not a socket, or nobody listening (ECONNREFUSED)
+        finally:
+            probe.close()
+        return True
 
     async def enforce(self, pod: PodRef, mode: str, interfaces: int) -> None:
         request = rpc.EnforceNpRequest(

@@ -1,8 +1,9 @@
 """When a pod's ADD and DEL involve the network-policy agent, and what a failed call undoes.
 
 NETWORK_POLICY_ENFORCING_MODE decides whether enforcement applies:
-- unset: only while the agent's socket exists (a cluster that never installed the agent loses
-  nothing, and one that did gets its pods enforced without a setting);
+- unset: only while an agent listens on its socket (a cluster that never installed the agent loses
+  nothing, and one that did gets its pods enforced without a setting; a socket file left by an
+  agent that stopped, as aws-node's does when aws-node leaves the node, counts as no agent);
 - `none`: never;
 - `standard` or `strict`: always, so an unreachable agent fails the pod's ADD rather than leaving
   it running without its policy.
@@ -74,7 +75,7 @@ class NetworkPolicy:
         """(call, outcome) → calls: `enforce` or `delete`; `ok`, `refused` or `unavailable`."""
 
     def applies(self) -> bool:
-        """Whether pods are enforced now (the mode, and with it unset, the agent's socket)."""
+        """Whether pods are enforced now (the mode, and with it unset, an agent on its socket)."""
         if self.configured_mode == NONE:
             return False
         if self.configured_mode == "":

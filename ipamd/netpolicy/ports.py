@@ -50,7 +50,8 @@ class PolicyAgent(Protocol):
     """aws-network-policy-agent's NPBackend. Every call has a deadline."""
 
     def present(self) -> bool:
-        """Whether the agent's socket exists (with the mode unset, ipamd calls it only then)."""
+        """Whether the agent listens on its socket (with the mode unset, ipamd calls it only then);
+        a socket file left by a stopped agent is no agent."""
         ...
 
     async def enforce(self, pod: PodRef, mode: str, interfaces: int) -> None:

@@ -4,6 +4,7 @@ and gRPC failures as typed errors, the deadline, and a fresh dial once an agent 
 from __future__ import annotations
 
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -94,3 +95,28 @@ async def test_an_agent_that_does_not_answer_is_given_up_on_at_the_deadline(
         finally:
             released.set()
             await client.close()
+
+
+def test_a_socket_nobody_listens_on_is_no_agent(socket_dir: Path) -> None:
+    """aws-node's agent removes a stale socket when it starts, not when it stops: after a takeover
+    its npa.sock stays, and with the mode unset ipamd must not call it on every ADD."""
+    path = socket_dir / "npa.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # the file stays; connecting to it is ECONNREFUSED
+    client = GrpcPolicyAgent(str(path), timeout_s=2.0)
+    assert path.is_socket() and not client.present()
+    path.unlink()
+    path.write_text("not a socket")
+    assert not client.present()
+    path.unlink()
+    path.mkdir()
+    assert not client.present()
+    path.rmdir()
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listening.bind(str(path))
+        listening.listen(1)
+        assert client.present()
+    finally:
+        listening.close()
