@@ -85,7 +85,7 @@ SETTINGS = {
     "IP_COOLDOWN_PERIOD": "0",
     "IPAMD_HOST_NETWORK": "off",
     "IPAMD_POOL_INTERVAL": "0.5",
-    "IPAMD_LOG_LEVEL": "warning",
+    "AWS_VPC_K8S_CNI_LOGLEVEL": "warn",
     # The introspection server's fixed port may be taken by another daemon on this machine.
     "DISABLE_INTROSPECTION": "true",
 }

@@ -42,7 +42,7 @@ SETTINGS = {
     "WARM_PREFIX_TARGET": "1",
     "IPAMD_MAX_PODS": "432",
     "IPAMD_HOST_NETWORK": "off",
-    "IPAMD_LOG_LEVEL": "warning",
+    "AWS_VPC_K8S_CNI_LOGLEVEL": "warn",
     "DISABLE_INTROSPECTION": "true",
 }
 

@@ -45,7 +45,9 @@ TUNING: Final[Mapping[str, str]] = {
     "IPAMD_EC2_CALL_TIMEOUT": "2",
     "IPAMD_DELETE_INTENT_TTL": "600",
     "IPAMD_LOG_FORMAT": "json",
-    "IPAMD_LOG_LEVEL": "info",
+    "AWS_VPC_K8S_CNI_LOGLEVEL": "info",
+    # The runner keeps the daemon's standard error; no file in the machine's /var/log.
+    "AWS_VPC_K8S_CNI_LOG_FILE": "stdout",
     # The daemon runs in the machine's own network namespace: it must not touch its routing.
     "IPAMD_HOST_NETWORK": "off",
 }

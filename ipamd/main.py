@@ -177,6 +177,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
                 str(Path(config.socket_path).parent / V4_EGRESS_DIR)
                 if config.enable_ipv6
                 else None,
+                plugin_log=(config.plugin_log_file, config.plugin_log_level),
             )
         except conflist.ConflistError as err:
             print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
@@ -389,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ipamd.node.embedded import cri_socket_path
 
         config = dataclasses.replace(config, cri_socket_path=str(cri_socket_path(config)))
-    configure_logging(config.log_format, config.log_level)
+    configure_logging(config.log_format, config.log_level, config.log_file)
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
     for name, value, why in vpc_cni.inert(os.environ):
         logger.info("config.inert %s=%s: nothing in ipamd changes: %s", name, value, why)

@@ -160,6 +160,8 @@ class VpcNode:
             IPAMD_CNI_CONFLIST_TEMPLATE=str(DEPLOYED_CONFLIST),
             IPAMD_HOST_NETWORK=host_network,
             IPAMD_LEAK_GRACE=str(LEAK_GRACE_S),
+            # The conflist tells the plugin, which containerd runs on this machine, where to log.
+            AWS_VPC_K8S_PLUGIN_LOG_FILE=str(self.workdir / "plugin.log"),
         )
         self.ipamd_env.update(extra)
 

@@ -185,6 +185,35 @@ def parse_optional_path(text: str) -> str | None:
     return text
 
 
+LOG_LEVEL = choice("debug", "info", "warn", "error", "fatal")
+"""VPC CNI's log levels (`AWS_VPC_K8S_CNI_LOGLEVEL`, `AWS_VPC_K8S_PLUGIN_LOG_LEVEL`), in any case;
+where VPC CNI takes any other text for debug, ipamd refuses it."""
+NO_LOG_FILE = ("stdout", "stderr")
+
+
+def _parse_log_file(text: str) -> str | None:
+    """`AWS_VPC_K8S_CNI_LOG_FILE`: a path, or `stdout` or `stderr` (any case, as VPC CNI reads them)
+    for no file: ipamd's log is on its standard error already, which the kubelet keeps."""
+    return None if text.lower() in NO_LOG_FILE else text
+
+
+LOG_FILE = Kind(_parse_log_file, lambda value: "stdout" if value is None else value)
+
+
+def _parse_plugin_log_file(text: str) -> str:
+    """`AWS_VPC_K8S_PLUGIN_LOG_FILE`: a path, or `stderr` (the runtime's log); not `stdout`, which
+    carries the plugin's answer (VPC CNI's entrypoint refuses it too)."""
+    if text.lower() == "stdout":
+        raise ValueError(
+            "must be a file path or stderr: the plugin's standard output is its answer to the "
+            "runtime"
+        )
+    return "stderr" if text.lower() == "stderr" else text
+
+
+PLUGIN_LOG_FILE = Kind(_parse_plugin_log_file)
+
+
 def parse_endpoint(text: str) -> str | None:
     if not text:
         return None

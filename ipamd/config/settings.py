@@ -34,6 +34,9 @@ from ipamd.config.kinds import (
     GRACE,
     INSTANCE_TYPE,
     INTERVAL,
+    LOG_FILE,
+    LOG_LEVEL,
+    PLUGIN_LOG_FILE,
     POD_SUBNET,
     REGION,
     SETTING_KEY,
@@ -56,10 +59,16 @@ from ipamd.config.kinds import (
 from ipamd.config.kubelet import DEFAULT_KUBELET_CONFIG, KUBELET_CONFIG, KubeletConfig
 from ipamd.config.rules import cross_field_problems
 
+DEFAULT_LOG_FILE = "/var/log/aws-routed-eni/ipamd.log"
+DEFAULT_PLUGIN_LOG_FILE = "/var/log/aws-routed-eni/plugin.log"
+RENAMED = {"IPAMD_LOG_LEVEL": "AWS_VPC_K8S_CNI_LOGLEVEL"}
+"""ipamd's variables that VPC CNI's now stand for: set, each is an error naming its successor,
+never a setting silently dropped."""
+
 LogFormat = Literal["auto", "json", "text"]
 HostNetworkMode = Literal["on", "off"]
 RandomizeSnat = Literal["prng", "hashrandom", "none"]
-LogLevel = Literal["debug", "info", "warning", "error"]
+LogLevel = Literal["debug", "info", "warn", "error", "fatal"]
 
 
 class ConfigError(ValueError):
@@ -221,11 +230,14 @@ class Config:
         "says which rule applied."))
     log_format: LogFormat = field(metadata=declare(
         "IPAMD_LOG_FORMAT", choice("auto", "json", "text"), "auto", "", "none (always JSON)",
-        "Log format: `json`, `text`, or `auto` (text on a terminal, JSON otherwise)."))
+        "Format of ipamd's log on its standard error: `json`, `text`, or `auto` (text on a "
+        "terminal, JSON otherwise). The log file (AWS_VPC_K8S_CNI_LOG_FILE) is always JSON."))
     log_level: LogLevel = field(metadata=declare(
-        "IPAMD_LOG_LEVEL", choice("debug", "info", "warning", "error"), "info", "",
-        "`AWS_VPC_K8S_CNI_LOGLEVEL` (default Debug)",
-        "Log level: debug, info, warning or error, in any case."))
+        "AWS_VPC_K8S_CNI_LOGLEVEL", LOG_LEVEL, "info", "",
+        "`AWS_VPC_K8S_CNI_LOGLEVEL` (default `DEBUG`)",
+        "Level of ipamd's log, on its standard error and in AWS_VPC_K8S_CNI_LOG_FILE: debug, "
+        "info, warn, error or fatal, in any case. At debug the AWS SDK's own lines stay at info "
+        "(they hold whole requests)."))
     prefix_fallback_to_ips: bool = field(metadata=declare(
         "IPAMD_PREFIX_FALLBACK_TO_IPS", BOOL, "false", "", "none (growth stops)",
         "Prefix mode: when the subnet has no free /28 left, grow with secondary IPs instead; once "
@@ -383,6 +395,27 @@ class Config:
         "Pods get IPv6 /128s from one /80 prefix on the primary ENI; needs ENABLE_IPv4=false and "
         "ENABLE_PREFIX_DELEGATION=true, and no custom networking; each pod also gets IPv4 egress "
         "through a second interface (IPv6 mode, below)."))
+    # The node's log files, where aws-node keeps its own (VPC CNI's names; last, with defaults).
+    log_file: str | None = field(default=DEFAULT_LOG_FILE, metadata=declare(
+        "AWS_VPC_K8S_CNI_LOG_FILE", LOG_FILE, DEFAULT_LOG_FILE, "",
+        "`AWS_VPC_K8S_CNI_LOG_FILE` (default `/host/var/log/aws-routed-eni/ipamd.log`, the same "
+        "node file through aws-node's `/host` mount)",
+        "ipamd's log file: the JSON lines of its standard error, rotated at 100 MB (five gzipped "
+        "backups, 30 days); `stdout` or `stderr`: no file. A file that cannot be opened is said "
+        "once on standard error and ipamd goes on.",
+        "./.run/aws-routed-eni/ipamd.log"))
+    plugin_log_file: str = field(default=DEFAULT_PLUGIN_LOG_FILE, metadata=declare(
+        "AWS_VPC_K8S_PLUGIN_LOG_FILE", PLUGIN_LOG_FILE, DEFAULT_PLUGIN_LOG_FILE, "",
+        "`AWS_VPC_K8S_PLUGIN_LOG_FILE`",
+        "ipamd-cni's log file, a path on the node (the runtime runs the plugin there), written "
+        "into the conflist as `pluginLogFile`, rotated as ipamd's; `stderr`: the runtime's log. "
+        "Not `stdout`, the plugin's answer.", "./.run/aws-routed-eni/plugin.log"))
+    plugin_log_level: LogLevel = field(default="info", metadata=declare(
+        "AWS_VPC_K8S_PLUGIN_LOG_LEVEL", LOG_LEVEL, "info", "",
+        "`AWS_VPC_K8S_PLUGIN_LOG_LEVEL` (default `DEBUG`)",
+        "Level of ipamd-cni's log, written into the conflist as `pluginLogLevel`: at info a line "
+        "per ADD, DEL and GC and per failure; at debug also each request and each CHECK and "
+        "STATUS."))
     # fmt: on
 
     @classmethod
@@ -394,6 +427,12 @@ class Config:
         values, texts, problems = parse_settings(SETTINGS, environ, embedded)
         problems += cross_field_problems(values, texts)
         problems += vpc_cni.problems(environ)
+        problems += [
+            f"{old}={environ[old]!r}: renamed {new}, VPC CNI's variable (levels debug, info, "
+            "warn, error, fatal)"
+            for old, new in RENAMED.items()
+            if environ.get(old)
+        ]
         if problems:
             raise ConfigError(problems)
         return cls(**values)

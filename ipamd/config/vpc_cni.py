@@ -6,8 +6,8 @@ The list is VPC CNI's README at v1.23.1 (aws/amazon-vpc-cni-k8s, `README.md`, "i
 variables" and the CNI plugin's), less the variables `ipamd.config.settings` implements with VPC
 CNI's meaning. Each variable here is one of:
 
-- **inert**: any value is accepted; it would change nothing ipamd does (a log destination of
-  aws-node's, a setting of the API client ipamd does not have). A set one is logged once at start
+- **inert**: any value is accepted; it would change nothing ipamd does (a setting of the API client
+  ipamd does not have, a knob of a feature ipamd lacks). A set one is logged once at start
   (`config.inert`).
 - **default only**: ipamd behaves as VPC CNI does at the variable's default. Another value, whose
   effect ipamd would drop, is a start-up error in the one error list, saying what ipamd does
@@ -151,24 +151,12 @@ VARIABLES: tuple[VpcCniVariable, ...] = (
         "writes it",
         boolean=True,
     ),
-    _inert("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", "ipamd's log level is IPAMD_LOG_LEVEL"),
-    _inert(
-        "AWS_VPC_K8S_CNI_LOG_FILE",
-        "/host/var/log/aws-routed-eni/ipamd.log",
-        "ipamd logs to its standard error (IPAMD_LOG_FORMAT), which the kubelet keeps",
-    ),
     _only(
         "AWS_VPC_K8S_CNI_VETHPREFIX",
         "eni",
         "the host veth prefix is the conflist's `vethPrefix` (IPAMD_CNI_CONFLIST_TEMPLATE); "
         "set it there",
     ),
-    _inert(
-        "AWS_VPC_K8S_PLUGIN_LOG_FILE",
-        "/var/log/aws-routed-eni/plugin.log",
-        "ipamd-cni writes no log file: its errors go to the runtime in its answer",
-    ),
-    _inert("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "DEBUG", "ipamd-cni writes no log file"),
     _inert("CLUSTER_ENDPOINT", "", f"{NOT_API}, so it needs no API server endpoint"),
     _only(
         "DISABLE_NETWORK_RESOURCE_PROVISIONING",

@@ -3,7 +3,10 @@ removed on a clean stop. The kubelet reads a conflist as "the network is ready",
 appear before ipamd can serve an ADD (VPC CNI's entrypoint does the same).
 
 The file is the template (`IPAMD_CNI_CONFLIST_TEMPLATE`) with every `ipamd-cni` plugin's socket set to
-this daemon's. A stop removes the file only if it still holds what this process wrote, so a newer
+this daemon's, and with VPC CNI's keys for the plugin's log, `pluginLogFile` and `pluginLogLevel`
+(`AWS_VPC_K8S_PLUGIN_LOG_FILE`, `AWS_VPC_K8S_PLUGIN_LOG_LEVEL`), as VPC CNI's entrypoint writes
+them into `10-aws.conflist`: the runtime runs the plugin on the node, and that is how it learns
+where to log. A stop removes the file only if it still holds what this process wrote, so a newer
 ipamd's file survives an older one's exit.
 """
 
@@ -25,12 +28,19 @@ class ConflistError(ValueError):
 
 
 def render(
-    template: Path, socket_path: str, mtu: int | None = None, v4_egress_dir: str | None = None
+    template: Path,
+    socket_path: str,
+    mtu: int | None = None,
+    v4_egress_dir: str | None = None,
+    *,
+    plugin_log: tuple[str, str] | None = None,
 ) -> bytes:
     """The template with every `ipamd-cni` plugin's socket set, and with `mtu` (POD_MTU) on each
     plugin that uses it (the interface plugin gives the pod's veth that MTU). `v4_egress_dir`
     (IPv6 mode): the interface plugin also gives each pod IPv4 egress (`v4Egress`: the pod's
-    interface, the range and host-local's data directory, this path)."""
+    interface, the range and host-local's data directory, this path). `plugin_log`: the plugin's
+    log file (a path, made absolute, or `stderr`) and level, as `pluginLogFile` and
+    `pluginLogLevel` of each plugin that uses ipamd-cni."""
     try:
         conf = json.loads(template.read_text())
     except (OSError, ValueError) as err:
@@ -49,6 +59,10 @@ def render(
         plugin["ipam"]["socket"] = os.path.abspath(socket_path)
         if mtu is not None:
             plugin["mtu"] = mtu
+        if plugin_log is not None:
+            path, level = plugin_log
+            plugin["pluginLogFile"] = path if path == "stderr" else os.path.abspath(path)
+            plugin["pluginLogLevel"] = level
         if v4_egress_dir is not None and plugin.get("type") == "ipamd-cni":
             plugin["v4Egress"] = {
                 "ifname": V4_EGRESS_IFNAME,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -198,6 +199,10 @@ def test_conflist_appears_once_ready_and_goes_on_a_clean_stop(tmp_path: Path) ->
             "socket": str(running.socket_path),
         }
         assert conf["plugins"][0]["mtu"] == 8500, "POD_MTU defaults to AWS_VPC_ENI_MTU"
+        assert conf["plugins"][0]["pluginLogFile"] == str(
+            tmp_path / ".run" / "aws-routed-eni" / "plugin.log"
+        ), "AWS_VPC_K8S_PLUGIN_LOG_FILE (embedded: under ./.run), made absolute"
+        assert conf["plugins"][0]["pluginLogLevel"] == "info"
         assert "v4Egress" not in conf["plugins"][0], "IPv4 pods need no IPv4 egress of their own"
         assert [p.name for p in conf_dir.iterdir()] == [TEMPLATE.name], "no temp file left"
         code, _ = _stop(running)
@@ -233,3 +238,62 @@ def test_no_conflist_while_the_state_file_is_unusable(tmp_path: Path) -> None:
         if running.process.poll() is None:
             running.process.kill()
             running.process.communicate()
+
+
+def test_the_log_file_holds_the_lines_of_standard_error(tmp_path: Path) -> None:
+    log_file = tmp_path / "aws-routed-eni" / "ipamd.log"
+    running = _start(
+        tmp_path,
+        AWS_VPC_K8S_CNI_LOG_FILE=str(log_file),
+        AWS_VPC_K8S_CNI_LOGLEVEL="Warn",
+        AWS_VPC_K8S_PLUGIN_LOG_LEVEL="error",
+    )
+    try:
+        assert running.wait_for("/readyz") == 200
+        code, stderr = _stop(running)
+        assert code == 0
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.communicate()
+    on_stderr = [line for line in stderr.splitlines() if line.startswith("{")]
+    assert log_file.read_text().splitlines() == on_stderr
+    assert {json.loads(line)["level"] for line in on_stderr} <= {"warn", "error", "fatal"}
+    assert "daemon.ready" not in log_file.read_text(), "info is below warn"
+
+
+def test_at_info_an_events_pairs_are_fields_of_their_own(tmp_path: Path) -> None:
+    running = _start(tmp_path, AWS_VPC_K8S_CNI_LOGLEVEL="INFO")
+    try:
+        assert running.wait_for("/readyz") == 200
+        assert _stop(running)[0] == 0
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.communicate()
+    log_file = tmp_path / ".run" / "aws-routed-eni" / "ipamd.log"  # the embedded default
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    (ready,) = [x for x in lines if x["msg"].startswith("daemon.ready ")]
+    assert ready["level"] == "info" and ready["instance_id"].startswith("i-")
+    assert re.fullmatch(r"\w+/\w+\.py:\d+", ready["caller"]), ready["caller"]
+    (effective,) = [x for x in lines if x["msg"].startswith("config.effective ")]
+    assert "AWS_VPC_K8S_CNI_LOG_FILE=./.run/aws-routed-eni/ipamd.log " in effective["msg"]
+
+
+def test_a_log_file_that_cannot_be_opened_is_said_once_and_ipamd_serves(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    running = _start(tmp_path, AWS_VPC_K8S_CNI_LOG_FILE=str(blocker / "ipamd.log"))
+    try:
+        assert running.wait_for("/readyz") == 200
+        code, stderr = _stop(running)
+        assert code == 0
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.communicate()
+    said = [json.loads(x) for x in stderr.splitlines() if "log.file_" in x]
+    assert [(x["level"], x["msg"].split()[0], x["path"]) for x in said] == [
+        ("warn", "log.file_unavailable", str(blocker / "ipamd.log"))
+    ]
+    assert "daemon.ready" in stderr

@@ -109,7 +109,8 @@ def test_a_state_directory_that_cannot_be_made_is_one_line(
     tmp_path: Path, started: list[EmbeddedDaemon]
 ) -> None:
     (tmp_path / "a-file").write_text("in the way")
-    daemon = start_daemon(tmp_path, state="a-file/state")
+    # No log file either (./.run/aws-routed-eni/ipamd.log embedded): the log is on stderr.
+    daemon = start_daemon(tmp_path, state="a-file/state", AWS_VPC_K8S_CNI_LOG_FILE="stdout")
     started.append(daemon)
     code, line = _refused(daemon)
     assert code == EXIT_CONFIG

@@ -136,7 +136,19 @@ def test_vpc_cni_knobs_are_parsed(env: str, text: str, field: str, expected: obj
         ),
         ("IPAMD_MAX_PODS", "110", "max_pods_override", 110),
         ("IPAMD_LOG_FORMAT", "JSON", "log_format", "json"),
-        ("IPAMD_LOG_LEVEL", "Debug", "log_level", "debug"),
+        ("AWS_VPC_K8S_CNI_LOGLEVEL", "Debug", "log_level", "debug"),
+        ("AWS_VPC_K8S_CNI_LOGLEVEL", "WARN", "log_level", "warn"),
+        (
+            "AWS_VPC_K8S_CNI_LOG_FILE",
+            "/var/log/ipamd/ipamd.log",
+            "log_file",
+            "/var/log/ipamd/ipamd.log",
+        ),
+        ("AWS_VPC_K8S_CNI_LOG_FILE", "stdout", "log_file", None),
+        ("AWS_VPC_K8S_CNI_LOG_FILE", "Stderr", "log_file", None),
+        ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/cni.log", "plugin_log_file", "/var/log/cni.log"),
+        ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "STDERR", "plugin_log_file", "stderr"),
+        ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Fatal", "plugin_log_level", "fatal"),
         ("IPAMD_PREFIX_FALLBACK_TO_IPS", "t", "prefix_fallback_to_ips", True),
         ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "0", "subnet_scarcity_threshold", 0),
         ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "500", "subnet_scarcity_threshold", 500),
@@ -188,7 +200,7 @@ def test_grace_windows_may_be_zero_but_intervals_may_not() -> None:
     assert all("> 0" in p for p in problems)
 
 
-def test_embedded_mode_changes_socket_state_and_host_network_defaults_only() -> None:
+def test_embedded_mode_changes_socket_state_log_and_host_network_defaults_only() -> None:
     plain = Config.from_env({})
     embedded = Config.from_env({}, embedded=True)
 
@@ -201,6 +213,14 @@ def test_embedded_mode_changes_socket_state_and_host_network_defaults_only() -> 
     assert plain.aws_node_checkpoint == "/var/run/aws-node/ipam.json"
     assert (plain.host_network, embedded.host_network) == ("on", "off"), "a laptop run never "
     "touches the host's routing"
+    assert (plain.log_file, plain.plugin_log_file) == (
+        "/var/log/aws-routed-eni/ipamd.log",
+        "/var/log/aws-routed-eni/plugin.log",
+    ), "where aws-node writes them"
+    assert (embedded.log_file, embedded.plugin_log_file) == (
+        "./.run/aws-routed-eni/ipamd.log",
+        "./.run/aws-routed-eni/plugin.log",
+    ), "nor the host's /var/log"
     rest = dataclasses.replace(
         embedded,
         socket_path=plain.socket_path,
@@ -209,6 +229,8 @@ def test_embedded_mode_changes_socket_state_and_host_network_defaults_only() -> 
         config_server_socket=plain.config_server_socket,
         network_policy_agent_socket=plain.network_policy_agent_socket,
         aws_node_checkpoint=plain.aws_node_checkpoint,
+        log_file=plain.log_file,
+        plugin_log_file=plain.plugin_log_file,
     )
     assert rest == plain
 
@@ -312,7 +334,14 @@ def test_all_bad_values_are_reported_in_one_error() -> None:
         ({"AWS_REGION": "US-EAST-1"}, "AWS_REGION='US-EAST-1': must be an AWS region"),
         ({"IPAMD_EMBEDDED_INSTANCE_TYPE": "large"}, "must be an EC2 instance type"),
         ({"IPAMD_LOG_FORMAT": "xml"}, "IPAMD_LOG_FORMAT='xml': must be one of auto, json, text"),
-        ({"IPAMD_LOG_LEVEL": "trace"}, "must be one of debug, info, warning, error"),
+        ({"AWS_VPC_K8S_CNI_LOGLEVEL": "trace"}, "must be one of debug, info, warn, error, fatal"),
+        ({"AWS_VPC_K8S_CNI_LOGLEVEL": "warning"}, "must be one of debug, info, warn, error, fatal"),
+        ({"AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "verbose"}, "must be one of debug, info, warn, error"),
+        ({"AWS_VPC_K8S_PLUGIN_LOG_FILE": "stdout"}, "the plugin's standard output is its answer"),
+        (
+            {"IPAMD_LOG_LEVEL": "info"},
+            "IPAMD_LOG_LEVEL='info': renamed AWS_VPC_K8S_CNI_LOGLEVEL, VPC CNI's variable",
+        ),
         ({"IPAMD_SOCKET": "/" + "s" * 200}, "must be a unix socket path of at most 107 bytes"),
         (
             {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "0"},
@@ -370,7 +399,9 @@ def test_describe_names_every_variable_and_round_trips() -> None:
         "ADDITIONAL_ENI_TAGS": '{"team": "net", "cost-centre": "42"}',
         "IPAMD_METRICS_ADDR": "[::1]:9100",
         "IPAMD_MAX_PODS": "58",
-        "IPAMD_LOG_LEVEL": "ERROR",
+        "AWS_VPC_K8S_CNI_LOGLEVEL": "ERROR",
+        "AWS_VPC_K8S_CNI_LOG_FILE": "STDOUT",
+        "AWS_VPC_K8S_PLUGIN_LOG_FILE": "stderr",
         "IPAMD_LEAK_GRACE": "0.01ms",
         "IPAMD_POOL_INTERVAL": "2.5",
         "IPAMD_ENI_GC_INTERVAL": "2h",
