@@ -3,23 +3,34 @@
 `status` prints the pool per ENI (free, assigned, cooling, held, releasing, lost; on an IPv6 node the /80
 and what FREE means there), `allocations`, `intents` and `enis` list what the daemon holds, `repair`
 shows what the daemon would fix from EC2's view and the runtime's sandboxes (`--apply` fixes it);
-`--json` prints the API's answer as is, for scripts, and errors as JSON too. Errors say what to do:
-the daemon not running, the socket not accessible, the state file unusable (`status` then exits 1
-instead of showing an empty pool). Times are shown in UTC, and output into a closed pipe
+`--json` prints the API's answer as is, for scripts, and errors as JSON too
+(`{"error": {"code", "reason"?, "message"}}`). Times are shown in UTC, and output into a closed pipe
 (`ipamctl allocations | head`) ends quietly.
+
+Exit status 0, or 1 when ipamd answered with an error or serves no pool (an unusable state file:
+`status` then shows no empty pool), or 2 when ipamd was not reached; the message then says what is at
+the socket's path, and `--json`'s `reason` names it: `no_such_file` (nothing there; after `make
+run`, the `--socket ./.run/ipamd.sock` to use), `not_a_socket` (a regular file, a directory),
+`not_running` (a socket nobody listens on: a daemon killed with SIGKILL leaves one),
+`permission_denied` (connect's EACCES or EPERM only), `not_ipamd` (something answers there that
+does not speak ipamd's API), `no_answer` (a timeout, a connection broken off).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import grp
 import json
 import os
+import pwd
+import stat
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ipamd.cni.client import BadAnswer, DaemonError, Unreachable, call
+from ipamd.cni.client import TIMEOUT_S, BadAnswer, DaemonError, Unreachable, call
 from ipamd.wire import (
     DEFAULT_SOCKET,
     PATH_ALLOCATIONS,
@@ -29,6 +40,8 @@ from ipamd.wire import (
     PATH_REPAIR,
 )
 
+REPAIR_TIMEOUT_S = 120.0
+"""Repair reads EC2 and the runtime before it answers."""
 STATES = ("free", "assigned", "cooling", "held", "releasing", "lost")
 PATHS = {
     "status": PATH_POOL,
@@ -150,6 +163,25 @@ def render_repair(answer: dict[str, Any]) -> str:
     return "\n".join([head, *(f"  {line}" for line in answer["actions"])])
 
 
+SHAPES = {
+    "status": ("counts", "enis"),
+    "allocations": ("allocations",),
+    "intents": ("intents",),
+    "enis": ("enis",),
+    "repair": ("applied", "actions"),
+}
+"""The fields each command's answer must have: another HTTP service's 200 is not taken for ipamd's."""
+
+
+def _shaped(command: str, answer: object) -> bool:
+    return isinstance(answer, dict) and all(k in answer for k in SHAPES[command])
+
+
+def _not_ipamd(args: argparse.Namespace, detail: str) -> int:
+    message = f"something answers at {args.socket}, but it is not ipamd: {detail}\n{NOT_IPAMD_HINT}"
+    return _fail(args, "unreachable", message, 2, "not_ipamd")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -160,12 +192,115 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _fail(args: argparse.Namespace, code: str, message: str, exit_code: int) -> int:
+def _fail(
+    args: argparse.Namespace, code: str, message: str, exit_code: int, reason: str | None = None
+) -> int:
     if args.json:
-        print(json.dumps({"error": {"code": code, "message": message}}, indent=2))
+        error = {"code": code, **({"reason": reason} if reason else {}), "message": message}
+        print(json.dumps({"error": error}, indent=2))
     else:
-        print(f"ipamctl: {message}", file=sys.stderr)
+        print("\n".join(f"ipamctl: {line}" for line in message.splitlines()), file=sys.stderr)
     return exit_code
+
+
+MAKE_RUN_SOCKET = "./.run/ipamd.sock"
+"""Where `make run` (`ipamd run --embedded`) serves, relative to the clone it runs in."""
+START_HINT = "is ipamd running? (`ipamd run`, or `make run` for the embedded cloud)"
+NOT_IPAMD_HINT = (
+    f"ipamd serves its IPAMD_SOCKET (default {DEFAULT_SOCKET}): give that path with --socket "
+    "or $IPAMD_SOCKET"
+)
+
+
+def _owner(st: os.stat_result) -> str:
+    """`user:group` of a file, by name where the system knows them."""
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return f"{user}:{group}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return "a special file"
+
+
+def diagnose(socket_path: str, err: Unreachable, timeout: float, command: str) -> tuple[str, str]:
+    """Why ipamd at `socket_path` was not reached, as (reason, message): nothing there, not a
+    socket, nobody listening, permission denied, or something there that does not answer as ipamd.
+    `command`: ipamctl's, for the command line it suggests."""
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        return "no_answer", (
+            f"{socket_path} did not answer within {timeout:g} s: ipamd is stuck or overloaded, "
+            f"or what listens there is not ipamd\n{NOT_IPAMD_HINT}"
+        )
+    if err.connected and isinstance(cause, OSError):
+        return "no_answer", (
+            f"the connection to {socket_path} broke off ({cause.strerror or cause}): ipamd "
+            "stopped while answering (run ipamctl again), or what listens there is not ipamd"
+        )
+    if err.connected:
+        return "not_ipamd", (
+            f"something answers at {socket_path}, but it is not ipamd: {cause}\n{NOT_IPAMD_HINT}"
+        )
+    return _not_connected(socket_path, cause, command)
+
+
+def _not_connected(socket_path: str, cause: Exception | None, command: str) -> tuple[str, str]:
+    """Why connect() failed, from its error and what is at the path now."""
+    code = cause.errno if isinstance(cause, OSError) else None
+    try:
+        st = os.stat(socket_path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "no_such_file", _no_such_file(socket_path, command)
+    except PermissionError:
+        return "permission_denied", (
+            f"permission denied: uid {os.getuid()} cannot reach {socket_path} (a directory on "
+            "its path is not searchable)\nrun ipamctl as root, or as the daemon's user"
+        )
+    except OSError as stat_err:
+        return "unreachable", f"cannot connect to {socket_path}: {stat_err.strerror}"
+    if code in (errno.ENOENT, errno.ENOTDIR):
+        return "no_such_file", _no_such_file(socket_path, command)
+    if not stat.S_ISSOCK(st.st_mode):
+        return (
+            "not_a_socket",
+            f"{socket_path} is {_kind(st.st_mode)}, not a socket\n{NOT_IPAMD_HINT}",
+        )
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission_denied", (
+            f"permission denied on {socket_path} (owner {_owner(st)}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}; ipamctl runs as uid {os.getuid()})\n"
+            "run ipamctl as root, or as a member of the socket's group"
+        )
+    if code == errno.ECONNREFUSED:
+        return "not_running", (
+            f"ipamd is not running: nothing listens on {socket_path}, a socket left behind by a "
+            "daemon that was killed (or one still starting)\n"
+            "start it (`ipamd run`, or `make run` for the embedded cloud), or see why it stopped "
+            "in its log"
+        )
+    detail = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+    return "unreachable", f"cannot connect to {socket_path}: {detail}"
+
+
+def _no_such_file(socket_path: str, command: str) -> str:
+    lines = [f"no such file: nothing at {socket_path}", START_HINT]
+    here = os.path.abspath(MAKE_RUN_SOCKET)
+    if os.path.abspath(socket_path) != here and os.path.exists(here):
+        lines.append(
+            f"`make run` serves {MAKE_RUN_SOCKET} here: ipamctl --socket {MAKE_RUN_SOCKET} {command}"
+        )
+    return "\n".join(lines)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -181,23 +316,22 @@ def _main(argv: Sequence[str] | None) -> int:
         "--apply", action="store_true", help="repair: make the changes (default: a dry run)"
     )
     args = parser.parse_args(argv)
+    timeout = REPAIR_TIMEOUT_S if args.command == "repair" else TIMEOUT_S
     try:
         if args.command == "repair":
             path = f"{PATH_REPAIR}?apply=true" if args.apply else PATH_REPAIR
-            answer = call(args.socket, "POST", path, {}, timeout=120)
+            answer = call(args.socket, "POST", path, {}, timeout=timeout)
         else:
-            answer = call(args.socket, "GET", PATHS[args.command])
+            answer = call(args.socket, "GET", PATHS[args.command], timeout=timeout)
     except Unreachable as err:
-        hint = (
-            "is ipamd running? (`ipamd run`, or `make run` for the embedded cloud)"
-            if not os.path.exists(args.socket)
-            else "the socket exists but cannot be reached: check its permissions (mode 0660)"
-        )
-        return _fail(args, "unreachable", f"{err}\nipamctl: {hint}", 2)
+        reason, message = diagnose(args.socket, err, timeout, args.command)
+        return _fail(args, "unreachable", message, 2, reason)
     except DaemonError as err:
         return _fail(args, err.body.code, str(err), 1)
     except BadAnswer as err:
-        return _fail(args, "bad_answer", str(err), 1)
+        return _not_ipamd(args, str(err))
+    if not _shaped(args.command, answer):
+        return _not_ipamd(args, f"an answer without {' and '.join(SHAPES[args.command])}")
     unusable = answer.get("state_unavailable") if isinstance(answer, dict) else None
     if unusable and not args.json:
         print(f"ipamctl: ipamd serves no pool: {unusable}", file=sys.stderr)

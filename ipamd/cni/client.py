@@ -36,7 +36,18 @@ _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 
 
 class Unreachable(Exception):
-    """No answer from the daemon: no socket, nobody listening, a dropped connection, a timeout."""
+    """No answer from the daemon: no socket, nobody listening, a dropped connection, a timeout.
+
+    `cause` is the failure itself (`OSError`, `TimeoutError`, or a broken answer); `connected` says
+    whether the connection was made, so that `ipamctl` can tell an absent or refused socket from
+    something that listens there and does not answer as ipamd."""
+
+    def __init__(
+        self, message: str, cause: Exception | None = None, connected: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.connected = connected
 
 
 class BadAnswer(Exception):
@@ -139,6 +150,8 @@ def _exchange(conn: _Connection, request: bytes) -> tuple[int, bytes]:
     conn.send(request)
     data = b""
     while (end := data.find(b"\r\n\r\n")) < 0:
+        if not b"HTTP/".startswith(data[:5]):  # another service's socket: say what it sent
+            raise _Garbled(f"not an HTTP answer: {data[:80]!r}")
         if len(data) > MAX_HEAD_BYTES:
             raise _Garbled(f"no end of the headers in {MAX_HEAD_BYTES} bytes")
         chunk = conn.recv()
@@ -171,12 +184,15 @@ def call(
     request = _request(method, path, None if body is None else dumps(body).encode())
     try:
         conn = _Connection(socket_path, timeout)
-        try:
-            status, raw = _exchange(conn, request)
-        finally:
-            conn.close()
+    except OSError as err:
+        raise Unreachable(f"ipamd at {socket_path}: {err or type(err).__name__}", err) from None
+    try:
+        status, raw = _exchange(conn, request)
     except (OSError, _Garbled) as err:
-        raise Unreachable(f"ipamd at {socket_path}: {err or type(err).__name__}") from None
+        message = f"ipamd at {socket_path}: {err or type(err).__name__}"
+        raise Unreachable(message, err, connected=True) from None
+    finally:
+        conn.close()
     try:
         answer = parse_answer(raw)
     except WireError:

@@ -1,0 +1,170 @@
+"""`ipamctl` as an operator meets it, a process against `ipamd run --embedded` as a process: what it
+says when it cannot reach ipamd (nothing there, not a socket, not running, permission denied,
+another service's socket), in text and in JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ipamd.wire import DEFAULT_SOCKET
+from tests.support.embedded_daemon import BIN, EmbeddedDaemon, clean_env, start_daemon
+
+IPAMCTL = str(BIN / "ipamctl")
+NOBODY = 65534
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory anyone may search: a socket path must fit in 107 bytes, and the
+    permission test runs ipamctl as another user."""
+    path = Path(tempfile.mkdtemp(prefix="ipamctl-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def ipamctl(
+    *args: str, cwd: Path | None = None, as_nobody: bool = False
+) -> subprocess.CompletedProcess[str]:
+    command = [IPAMCTL, *args]
+    if as_nobody:
+        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
+    return subprocess.run(
+        command, env=clean_env(), cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def error_of(*args: str, cwd: Path | None = None, as_nobody: bool = False) -> dict[str, str]:
+    """ipamctl's `--json` error: exit 2, the error on stdout, nothing on stderr."""
+    done = ipamctl("--json", *args, cwd=cwd, as_nobody=as_nobody)
+    assert done.returncode == 2 and done.stderr == "", (done.returncode, done.stdout, done.stderr)
+    error = json.loads(done.stdout)["error"]
+    assert isinstance(error, dict)
+    return error
+
+
+def test_each_connection_failure_is_named_for_what_it_is(
+    short_dir: Path, started: list[EmbeddedDaemon]
+) -> None:
+    if os.path.exists(DEFAULT_SOCKET):
+        pytest.skip(f"{DEFAULT_SOCKET} exists on this machine")
+    daemon = start_daemon(short_dir, socket_name=".run/ipamd.sock")
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+
+    # No socket at the default path, and `make run`'s in this directory: ipamctl names it.
+    missing = ipamctl("status", cwd=short_dir)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert f"ipamctl: no such file: nothing at {DEFAULT_SOCKET}" in missing.stderr
+    assert "is ipamd running?" in missing.stderr
+    assert "permission" not in missing.stderr
+    suggested = "ipamctl --socket ./.run/ipamd.sock status"
+    assert suggested in missing.stderr, missing.stderr
+    pasted = ipamctl(*suggested.split()[1:], cwd=short_dir)
+    assert pasted.returncode == 0 and "total" in pasted.stdout, pasted.stderr
+    assert error_of("status", cwd=short_dir)["reason"] == "no_such_file"
+
+    # The daemon's socket (0660, root's) for a user outside its group: permission denied.
+    sock = str(daemon.socket_path)
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        denied = ipamctl("--socket", sock, "status", as_nobody=True)
+        assert denied.returncode == 2
+        assert f"ipamctl: permission denied on {sock} (owner root:root, mode 0660" in denied.stderr
+        assert f"uid {NOBODY}" in denied.stderr
+        error = error_of("--socket", sock, "status", as_nobody=True)
+        assert error["code"] == "unreachable" and error["reason"] == "permission_denied"
+    elif os.geteuid() != 0:
+        daemon.socket_path.chmod(0)
+        denied = ipamctl("--socket", sock, "status")
+        daemon.socket_path.chmod(0o660)
+        assert denied.returncode == 2 and "permission denied on" in denied.stderr
+
+    # Killed with SIGKILL, the daemon leaves its socket behind: not running, not a permission.
+    daemon.kill9()
+    assert daemon.socket_path.is_socket()
+    stale = ipamctl("--socket", sock, "status")
+    assert stale.returncode == 2 and stale.stdout == ""
+    assert stale.stderr.startswith(f"ipamctl: ipamd is not running: nothing listens on {sock}")
+    assert "permission" not in stale.stderr
+    assert error_of("--socket", sock, "repair", "--apply")["reason"] == "not_running"
+
+    # A regular file or a directory at the path: not a socket.
+    regular = short_dir / "regular"
+    regular.write_text("")
+    (short_dir / "directory").mkdir()
+    for name, kind in (("regular", "a regular file"), ("directory", "a directory")):
+        path = str(short_dir / name)
+        done = ipamctl("--socket", path, "allocations")
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"ipamctl: {path} is {kind}, not a socket"), done.stderr
+        assert "permission" not in done.stderr
+        assert error_of("--socket", path, "status")["reason"] == "not_a_socket"
+
+
+class OtherService:
+    """Another service's unix socket: each connection gets `answer` once the request's head
+    arrived, then the connection closes."""
+
+    def __init__(self, path: Path, answer: bytes) -> None:
+        self.path = path
+        self._answer = answer
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(path))
+        self._listener.listen()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head and (chunk := conn.recv(4096)):
+                    head += chunk
+                conn.sendall(self._answer)
+
+    def close(self) -> None:
+        self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._thread.join(timeout=10)
+
+
+HTML = b"<html><body>Not Found</body></html>"
+OTHER_SERVICES = {
+    "an HTTP server's 404 page": (
+        b"HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(HTML) + HTML
+    ),
+    "an HTTP server's JSON of its own": (
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{"status":"ok"}'
+    ),
+    "a server that does not speak HTTP": b"-ERR unknown command 'GET'\r\n",
+}
+
+
+@pytest.mark.parametrize("answer", OTHER_SERVICES.values(), ids=OTHER_SERVICES.keys())
+def test_another_services_socket_answers_but_is_not_ipamd(short_dir: Path, answer: bytes) -> None:
+    other = OtherService(short_dir / "other.sock", answer)
+    try:
+        done = ipamctl("--socket", str(other.path), "status")
+        assert done.returncode == 2 and done.stdout == ""
+        assert f"at {other.path}" in done.stderr and "not ipamd" in done.stderr, done.stderr
+        assert "permission" not in done.stderr and "Traceback" not in done.stderr
+        error = error_of("--socket", str(other.path), "allocations")
+        assert error["code"] == "unreachable" and error["reason"] == "not_ipamd"
+        assert "not ipamd" in error["message"]
+    finally:
+        other.close()
