@@ -61,6 +61,8 @@ whether the socket is served before the first reconcile is the composition root'
 from __future__ import annotations
 
 import logging
+import socket
+import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -146,6 +148,8 @@ NETWORK_POLICY: web.AppKey[NetworkPolicy | None] = web.AppKey("network_policy")
 HOST_NETWORK = web.AppKey("host_network", bool)
 
 DEFAULT_INTENTS_LIMIT = 1000
+_UCRED = struct.Struct("3i")
+"""`struct ucred` of SO_PEERCRED: pid, uid, gid."""
 MAX_INTENTS_LIMIT = 100_000
 
 _HTTP_CODES = {
@@ -323,11 +327,37 @@ async def intents(request: web.Request) -> web.Response:
 
 async def run_repair(request: web.Request) -> web.Response:
     """`ipamctl repair`: a dry run unless `apply=true`; any other value is refused, never taken
-    for a dry run (or for an apply)."""
+    for a dry run (or for an apply). An apply is logged (`api.repair`) with what it changed and who
+    asked: the uid and pid of the process at the socket's other end."""
     apply = query(request, optional=("apply",)).get("apply", "false")
     if apply not in ("true", "false"):
         raise BadRequest(f"query parameter 'apply' must be true or false, not {apply!r}")
-    return _json(await request.app[REPAIR](apply == "true"))
+    answer = await request.app[REPAIR](apply == "true")
+    if apply == "true":
+        uid, pid = peer_credentials(request)
+        logger.info(
+            "api.repair applied=%s actions=%s uid=%s pid=%s",
+            answer.get("applied"),
+            answer.get("actions"),
+            uid,
+            pid,
+        )
+    return _json(answer)
+
+
+def peer_credentials(request: web.Request) -> tuple[int | None, int | None]:
+    """(uid, pid) of the process that made `request`, from its unix socket (SO_PEERCRED); (None,
+    None) where the kernel does not say."""
+    transport = request.transport
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None, None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    except (OSError, AttributeError):  # AttributeError: a system without SO_PEERCRED
+        return None, None
+    pid, uid, _gid = _UCRED.unpack(raw)
+    return uid, pid
 
 
 async def _no_repair(apply: bool) -> dict[str, object]:

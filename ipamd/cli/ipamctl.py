@@ -158,9 +158,22 @@ def render_list(answer: Any) -> str:
     return _table(rows)
 
 
-def render_repair(answer: dict[str, Any]) -> str:
-    head = "applied:" if answer["applied"] else "dry run (use --apply to make these changes):"
-    return "\n".join([head, *(f"  {line}" for line in answer["actions"])])
+NOTHING_TO_REPAIR = "nothing to repair"
+"""The one action of a repair that found nothing (`ipamd.reconcile.repair`)."""
+
+
+def render_repair(answer: dict[str, Any], apply: bool) -> str:
+    """A dry run's plan, what an apply did, or that an apply had nothing to do (never "dry run")."""
+    actions = [str(a) for a in answer["actions"]]
+    if answer["applied"]:
+        head = "applied:"
+    elif not apply:
+        head = "dry run (use --apply to make these changes):"
+    elif actions in ([], [NOTHING_TO_REPAIR]):
+        return f"{NOTHING_TO_REPAIR}; nothing changed"
+    else:
+        head = "nothing changed:"  # only what repair cannot fix
+    return "\n".join([head, *(f"  {line}" for line in actions)])
 
 
 SHAPES = {
@@ -341,7 +354,7 @@ def _main(argv: Sequence[str] | None) -> int:
     elif args.command == "status":
         print(render_status(answer))  # type: ignore[arg-type]
     elif args.command == "repair":
-        print(render_repair(answer))  # type: ignore[arg-type]
+        print(render_repair(answer, args.apply))  # type: ignore[arg-type]
     else:
         print(render_list(answer))
     return 1 if unusable else 0

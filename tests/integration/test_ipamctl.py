@@ -168,3 +168,56 @@ def test_another_services_socket_answers_but_is_not_ipamd(short_dir: Path, answe
         assert "not ipamd" in error["message"]
     finally:
         other.close()
+
+
+def _log_events(daemon: EmbeddedDaemon, event: str) -> list[dict[str, object]]:
+    """The daemon's JSON log records of `event` so far."""
+    records = [json.loads(line) for line in daemon.lines if line.startswith("{")]
+    return [r for r in records if str(r["msg"]).split(" ", 1)[0] == event]
+
+
+def test_repair_apply_is_logged_with_who_asked_and_an_idle_apply_is_no_dry_run(
+    short_dir: Path, started: list[EmbeddedDaemon]
+) -> None:
+    daemon = start_daemon(short_dir)
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    daemon.add("pod-stays")
+    daemon.add("pod-gone")
+    with (daemon.state_dir / "embedded-cri-gone").open("a") as gone:
+        gone.write("pod-gone\n")
+    sock = str(daemon.socket_path)
+    release = "release pod-gone (k8s-pod-network/eth0): no live sandbox"
+
+    dry = ipamctl("--socket", sock, "repair")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines() == [
+        "dry run (use --apply to make these changes):",
+        f"  {release}",
+    ]
+    assert _log_events(daemon, "api.repair") == [], "a dry run changes nothing: no line"
+
+    applying = subprocess.Popen(
+        [IPAMCTL, "--socket", sock, "repair", "--apply"],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = applying.communicate(timeout=60)
+    assert applying.returncode == 0, err
+    assert out.splitlines() == ["applied:", f"  {release}"]
+    daemon.wait_for_line(r'"msg": ?"api\.repair ')
+    (logged,) = _log_events(daemon, "api.repair")
+    assert logged["applied"] is True and logged["actions"] == [release], logged
+    assert logged["uid"] == os.getuid() and logged["pid"] == applying.pid, logged
+
+    idle = ipamctl("--socket", sock, "repair", "--apply")
+    assert idle.returncode == 0, idle.stderr
+    assert idle.stdout == "nothing to repair; nothing changed\n"
+    assert "dry run" not in idle.stdout
+    answer = json.loads(ipamctl("--socket", sock, "--json", "repair", "--apply").stdout)
+    assert answer == {"applied": False, "actions": ["nothing to repair"]}
+    daemon.wait_for_line(r'"msg": ?"api\.repair applied=False')
+    assert [r["applied"] for r in _log_events(daemon, "api.repair")][:2] == [True, False]
+    assert daemon.stop() == 0
