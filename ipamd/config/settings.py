@@ -151,6 +151,12 @@ class Config:
         "DISABLE_LEAKED_ENI_CLEANUP", BOOL, "false", "", "`DISABLE_LEAKED_ENI_CLEANUP`",
         "Turn off ENI GC (deleting detached ENIs that ipamd created: the cluster's when "
         "CLUSTER_NAME is set, else this instance's)."))
+    disable_network_resource_provisioning: bool = field(metadata=declare(
+        "DISABLE_NETWORK_RESOURCE_PROVISIONING", BOOL, "false", "",
+        "`DISABLE_NETWORK_RESOURCE_PROVISIONING` (reads IMDS; ipamd reads EC2)",
+        "`true`: ipamd never creates, attaches, assigns, releases, detaches or deletes an ENI or "
+        "address; it serves the ENIs and addresses EC2 lists on the node, adopting those added "
+        "later, and the warm targets and ENI GC do nothing (someone else provisions the node)."))
     eni_mtu: int = field(metadata=declare(
         "AWS_VPC_ENI_MTU", bounded(576, 9001), "9001", "bytes", "`AWS_VPC_ENI_MTU`",
         "MTU of every secondary ENI's link (host networking on)."))

@@ -159,12 +159,6 @@ VARIABLES: tuple[VpcCniVariable, ...] = (
     ),
     _inert("CLUSTER_ENDPOINT", "", f"{NOT_API}, so it needs no API server endpoint"),
     _only(
-        "DISABLE_NETWORK_RESOURCE_PROVISIONING",
-        "false",
-        "ipamd would still create, attach, assign and release ENIs and addresses on this node",
-        boolean=True,
-    ),
-    _only(
         "DISABLE_POD_V6",
         "false",
         "the pod's namespace keeps IPv6 as the kernel sets it up",

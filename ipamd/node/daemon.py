@@ -179,8 +179,11 @@ class Daemon:
             self.jobs.add(
                 Job("hostnet", self.datapath.reconcile, c.host_network_reconcile_interval_s, 1.0)
             )
-        if not c.disable_leaked_eni_cleanup and not c.enable_ipv6:
-            # IPv6 mode makes no ENIs, so it has none to leak (VPC CNI turns ENI GC off there too).
+        if not (
+            c.disable_leaked_eni_cleanup or c.enable_ipv6 or c.disable_network_resource_provisioning
+        ):
+            # IPv6 mode makes no ENIs, so it has none to leak, nor does a node provisioned by
+            # someone else (VPC CNI turns ENI GC off in both cases too).
             self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.eni_gc_interval_s, 60.0))
         if self.parts.subnet_free is not None:
             reading = self.parts.subnet_free

@@ -159,6 +159,7 @@ def pool_settings(config: Config) -> PoolSettings:
         release_grace_s=config.reconcile_grace_s,
         shrink_interval_s=config.shrink_interval_s,
         release_delay_s=config.release_delay_s,
+        provisioning=not config.disable_network_resource_provisioning,
     )
 
 

@@ -54,11 +54,12 @@ class Ipv6Pool(PoolManager):
         """The /80 in place before the node takes pods; raises `CloudError` or `StoreWriteFailed`
         for the daemon's start-up to retry."""
         if not self.has_prefix():
-            await self._ensure_prefix(self._ec2)
+            # Provisioning disabled: the /80 EC2 lists is taken, none is assigned.
+            await self._ensure_prefix(self._ec2, assign=self._settings.provisioning)
 
     async def run_once(self) -> PoolPlan:
         """One round: nothing while the /80 is there; otherwise EC2's /80 or a new one."""
-        if self.has_prefix():
+        if self.has_prefix() or not self._settings.provisioning:
             return NO_PLAN
         now, demand = self._clock.now(), self.pace.demand()
         if self.conditions.backing_off(now) or (not demand and self.conditions.held(now)):

@@ -209,6 +209,8 @@ class PoolManager:
         """One tick: plan and apply what the conditions allow. Returns the plan applied (empty if
         none): none while backing off, and none without pods waiting while background work is
         held."""
+        if not self._settings.provisioning:
+            return NO_PLAN  # the node's ENIs and addresses are provisioned by someone else
         await self.refresh_subnets()
         now, conditions = self._clock.now(), self.conditions
         if conditions.backing_off(now):

@@ -33,6 +33,10 @@ class PoolSettings:
     release_delay_s: float = 0.0
     """How long an ENI or unit stays spare without a break before it is freed
     (IPAMD_RELEASE_DELAY)."""
+    provisioning: bool = True
+    """False with DISABLE_NETWORK_RESOURCE_PROVISIONING=true: the pool never creates, attaches,
+    assigns or releases anything; it serves the ENIs and units EC2 lists on the node (someone else
+    provisions them), which the drift reconcile keeps adopting."""
 
 
 @dataclass(slots=True)

@@ -42,6 +42,7 @@ def test_defaults_from_an_empty_mapping() -> None:
         ec2_http_timeout_s=10,
         additional_eni_tags=(),
         disable_leaked_eni_cleanup=False,
+        disable_network_resource_provisioning=False,
         eni_mtu=9001,
         pod_mtu=None,
         external_snat=False,

@@ -81,6 +81,7 @@ def _implemented_samples(tmp_path: Path) -> dict[str, dict[str, str]]:
         "WARM_ENI_TARGET": {"WARM_ENI_TARGET": "2"},
         "WARM_IP_TARGET": {"WARM_IP_TARGET": "3"},
         "WARM_PREFIX_TARGET": {"WARM_PREFIX_TARGET": "2"},
+        "DISABLE_NETWORK_RESOURCE_PROVISIONING": {"DISABLE_NETWORK_RESOURCE_PROVISIONING": "true"},
     }
 
 
@@ -125,7 +126,6 @@ def test_the_migration_settings_an_operator_copies_are_refused_together() -> Non
     problems = _errors(
         {
             "ENABLE_POD_ENI": "true",
-            "DISABLE_NETWORK_RESOURCE_PROVISIONING": "true",
             "AWS_VPC_K8S_CNI_VETHPREFIX": "abc",
             "ENI_CONFIG_ANNOTATION_DEF": "x",
             "WARM_IP_TARGET": "-1",
@@ -134,7 +134,6 @@ def test_the_migration_settings_an_operator_copies_are_refused_together() -> Non
     named = sorted(p.split("=")[0] for p in problems)
     assert named == [
         "AWS_VPC_K8S_CNI_VETHPREFIX",
-        "DISABLE_NETWORK_RESOURCE_PROVISIONING",
         "ENABLE_POD_ENI",
         "ENI_CONFIG_ANNOTATION_DEF",
         "WARM_IP_TARGET",
