@@ -3,6 +3,7 @@ API maps it to; callers match on the type, never on the message."""
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
 from ipamd.wire import (
@@ -41,9 +42,15 @@ class DeleteIntentActive(IpamdError):
         self.first_del_at = first_del_at
         self.expires_at = expires_at
         super().__init__(
-            f"container {container_id} was deleted at {first_del_at:.3f}; "
-            f"ADD for it is refused until {expires_at:.3f}"
+            f"container {container_id} was deleted at {utc_text(first_del_at)}; "
+            f"ADD for it is refused until {utc_text(expires_at)}"
         )
+
+
+def utc_text(unix_time: float) -> str:
+    """A Unix time as people read it in a message: ISO 8601, UTC, to the second
+    (`2026-12-06T21:56:58Z`). The API's JSON fields stay numbers."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_time))
 
 
 class NoAddressAvailable(IpamdError):

@@ -4,8 +4,9 @@
 and what FREE means there), `allocations`, `intents` and `enis` list what the daemon holds, `repair`
 shows what the daemon would fix from EC2's view and the runtime's sandboxes (`--apply` fixes it);
 `--json` prints the API's answer as is, for scripts, and errors as JSON too
-(`{"error": {"code", "reason"?, "message"}}`). Times are shown in UTC, and output into a closed pipe
-(`ipamctl allocations | head`) ends quietly.
+(`{"error": {"code", "reason"?, "message"}}`). A table's columns are those of all its rows; times are
+shown as ISO 8601 in UTC (`2026-12-06T21:56:58Z`), and output into a closed pipe (`ipamctl
+allocations | head`) ends quietly.
 
 Exit status 0, or 1 when ipamd answered with an error or serves no pool (an unusable state file:
 `status` then shows no empty pool), or 2 when ipamd was not reached; the message then says what is at
@@ -26,11 +27,11 @@ import os
 import pwd
 import stat
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from ipamd.cni.client import TIMEOUT_S, BadAnswer, DaemonError, Unreachable, call
+from ipamd.errors import utc_text
 from ipamd.wire import (
     DEFAULT_SOCKET,
     PATH_ALLOCATIONS,
@@ -124,7 +125,7 @@ TIME_KEYS = frozenset({"created_at", "first_del_at", "quarantined_at", "taken_at
 def show_time(value: object) -> str:
     """A Unix time as UTC to the second (`2026-12-01T07:36:07Z`); anything else as it is."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value))
+        return utc_text(value)
     return str(value)
 
 
@@ -147,13 +148,17 @@ def render_list(answer: Any) -> str:
     )
     if not items:
         return "(none)"
-    if not isinstance(items[0], dict):
+    if not all(isinstance(i, dict) for i in items):
         return "\n".join(str(i) for i in items)
-    keys = [k for k in items[0] if not isinstance(items[0][k], (dict, list))]
-    if "ips" in items[0] or isinstance(items[0].get("addresses"), list):
+    # The columns of every row, in the order they first appear: a field that only some rows have
+    # (a pod's name, given by the runtime or not) is shown whichever row has it.
+    nested = {k for i in items for k, v in i.items() if isinstance(v, (dict, list))}
+    keys = list(dict.fromkeys(k for i in items for k in i if k not in nested))
+    if nested & {"ips", "addresses"}:
+        keys = [k for k in keys if k != "addresses"]
         keys.insert(min(3, len(keys)), "addresses")  # an allocation is mostly its address
-    if isinstance(items[0].get("pod"), dict):
-        keys.append("pod")
+    if "pod" in nested:
+        keys = [k for k in keys if k != "pod"] + ["pod"]
     rows = [[k.upper() for k in keys]] + [[_cell(k, i) for k in keys] for i in items]
     return _table(rows)
 

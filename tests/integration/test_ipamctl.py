@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ipamd.wire import DEFAULT_SOCKET
-from tests.support.embedded_daemon import BIN, EmbeddedDaemon, clean_env, start_daemon
+from tests.support.embedded_daemon import BIN, NETWORK, EmbeddedDaemon, clean_env, start_daemon
 
 IPAMCTL = str(BIN / "ipamctl")
 NOBODY = 65534
@@ -220,4 +221,74 @@ def test_repair_apply_is_logged_with_who_asked_and_an_idle_apply_is_no_dry_run(
     assert answer == {"applied": False, "actions": ["nothing to repair"]}
     daemon.wait_for_line(r'"msg": ?"api\.repair applied=False')
     assert [r["applied"] for r in _log_events(daemon, "api.repair")][:2] == [True, False]
+    assert daemon.stop() == 0
+
+
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+EPOCH_FLOAT = re.compile(r"\b\d{9,}\.\d+\b")
+
+
+def _plugin(daemon: EmbeddedDaemon, command: str, container: str) -> dict[str, object]:
+    """`ipamd-cni` as the runtime runs it for `container` (its pod: shop/<container>); its answer."""
+    conf = {
+        "cniVersion": "1.1.0",
+        "name": NETWORK,
+        "ipam": {"type": "ipamd-cni", "socket": str(daemon.socket_path)},
+    }
+    env = clean_env(
+        CNI_COMMAND=command,
+        CNI_CONTAINERID=container,
+        CNI_NETNS=f"/var/run/netns/{container}",
+        CNI_IFNAME="eth0",
+        CNI_PATH="/opt/cni/bin",
+        CNI_ARGS=f"IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME={container};K8S_POD_UID=u1",
+    )
+    done = subprocess.run(
+        [str(BIN / "ipamd-cni")],
+        input=json.dumps(conf),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    answer = json.loads(done.stdout) if done.stdout.strip() else {}
+    assert isinstance(answer, dict), done.stdout
+    assert done.returncode == (1 if "code" in answer else 0), (done.stdout, done.stderr)
+    return answer
+
+
+def test_allocations_columns_come_from_every_row_and_times_read_as_iso_8601(
+    short_dir: Path, started: list[EmbeddedDaemon]
+) -> None:
+    daemon = start_daemon(short_dir)
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    sock = str(daemon.socket_path)
+    daemon.add("c-no-pod")  # through the API without a pod: the first row has no POD
+    assert "ips" in _plugin(daemon, "ADD", "web-0")
+
+    shown = ipamctl("--socket", sock, "allocations")
+    assert shown.returncode == 0, shown.stderr
+    header, first, second = shown.stdout.splitlines()
+    assert header.split()[-1] == "POD" and "CREATED_AT" in header.split(), header
+    assert "c-no-pod" in first and "shop/" not in first
+    assert "web-0" in second and second.split()[-1] == "shop/web-0", second
+    assert re.search(ISO, first) and re.search(ISO, second)
+    assert not EPOCH_FLOAT.search(shown.stdout), shown.stdout
+
+    assert _plugin(daemon, "DEL", "web-0") == {}
+    refused = _plugin(daemon, "ADD", "web-0")
+    details = str(refused["details"])
+    deleted = re.search(rf"was deleted at ({ISO}); ADD for it is refused until ({ISO})$", details)
+    assert deleted is not None and "409 delete_intent" in details, refused
+    assert not EPOCH_FLOAT.search(json.dumps(refused)), refused
+
+    intents = ipamctl("--socket", sock, "intents")
+    assert intents.returncode == 0, intents.stderr
+    header, row = intents.stdout.splitlines()
+    assert header.split() == ["CONTAINER_ID", "FIRST_DEL_AT", "EXPIRES_AT"], header
+    assert row.split() == ["web-0", deleted.group(1), deleted.group(2)], (row, details)
+    listed = json.loads(ipamctl("--socket", sock, "--json", "intents").stdout)["intents"]
+    assert isinstance(listed[0]["first_del_at"], float), "the API's times stay numbers"
     assert daemon.stop() == 0
