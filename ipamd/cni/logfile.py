@@ -194,14 +194,19 @@ def _backup_time(name: str, stem: str, ext: str) -> float | None:
     if not (name.startswith(stem + "-") and name.endswith(ext)):
         return None
     stamp = name[len(stem) + 1 : len(name) - len(ext)]
-    whole, dot, millis = stamp.partition(".")
-    try:
-        import calendar
-
-        seconds = calendar.timegm(time.strptime(whole, _BACKUP_TIME))
-        return seconds + (int(millis) / 1000 if dot and millis.isdigit() else 0.0)
-    except ValueError:
+    # 2006-01-02T15-04-05.000, read by hand: strptime is not for a mill's thread.
+    parts = stamp[:10].split("-") + stamp[11:19].split("-")
+    if len(stamp) != 23 or stamp[10] != "T" or stamp[19] != "." or len(parts) != 6:
         return None
+    if not all(p.isdigit() for p in (*parts, stamp[20:])):
+        return None
+    year, month, day, hour, minute, second = (int(p) for p in parts)
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None
+    import calendar
+
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    return seconds + int(stamp[20:]) / 1000
 
 
 def mill(path: str, now: float | None = None) -> None:
@@ -247,7 +252,8 @@ def _compress(source: str, already: bool) -> None:
     temporary = f"{target}.{os.getpid()}.tmp"
     try:
         mode = os.stat(source).st_mode & 0o777
-        with open(source, "rb") as plain, gzip.open(temporary, "wb") as packed:
+        # Level 6, gzip's default and Go's, which lumberjack uses.
+        with open(source, "rb") as plain, gzip.open(temporary, "wb", compresslevel=6) as packed:
             shutil.copyfileobj(plain, packed, 1024 * 1024)
         os.chmod(temporary, mode)
         os.rename(temporary, target)

@@ -16,6 +16,7 @@ cannot be opened is said once on standard error and ipamd goes on without it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -171,8 +172,9 @@ class NodeLogFile(logging.Handler):
         super().__init__()
         self.path = path
         self.max_size = max_size
-        self._fd = logfile.open_append(path)  # raises OSError: configure_logging says so
-        self._size = os.fstat(self._fd).st_size
+        self._fd = -1
+        self._size = 0
+        self._open()  # raises OSError: configure_logging says so
         self._failed = False
         # At start too, for what a previous run left (lumberjack mills when it opens the file).
         self.milling = self.mill()
@@ -181,8 +183,12 @@ class NodeLogFile(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             data = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
-            if self._size and self._size + len(data) > self.max_size:
-                self.rotate()
+            if self._fd < 0:  # a rotation could not open the new file: again, now
+                self._open()
+            if self._size + len(data) > self.max_size:
+                self._size = os.fstat(self._fd).st_size  # the file may have been truncated
+                if self._size and self._size + len(data) > self.max_size:
+                    self.rotate()
             os.write(self._fd, data)
             self._size += len(data)
         except Exception:
@@ -192,12 +198,14 @@ class NodeLogFile(logging.Handler):
         """The full file renamed to its backup name, a new one opened, the backups milled."""
         os.close(self._fd)
         self._fd = -1
-        try:
+        with contextlib.suppress(OSError):  # renamed or removed by hand: a new file all the same
             os.rename(self.path, logfile.free_backup_name(self.path, time.time()))
-        finally:
-            self._fd = logfile.open_append(self.path)
-            self._size = os.fstat(self._fd).st_size
+        self._open()
         self.milling = self.mill()
+
+    def _open(self) -> None:
+        self._fd = logfile.open_append(self.path)
+        self._size = os.fstat(self._fd).st_size
 
     def mill(self) -> threading.Thread:
         thread = threading.Thread(

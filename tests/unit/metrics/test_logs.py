@@ -324,3 +324,43 @@ def test_the_file_rotates_by_size_and_keeps_five_gzipped_backups(tmp_path: Path)
     ns = [json.loads(x)["n"] for x in kept]
     assert ns == list(range(ns[0], 200)), "the newest lines, in order, none torn or lost"
     assert all(len(b) <= 2000 for b in kept)
+
+
+def test_a_file_removed_or_truncated_by_hand_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "ipamd.log"
+    handler = NodeLogFile(str(path), max_size=1000)
+    handler.setFormatter(JsonFormatter())
+    for n in range(4):
+        handler.handle(record("pool.tick n=%d", n))
+    os.truncate(path, 0)  # as `> ipamd.log` does
+    for n in range(4, 8):
+        handler.handle(record("pool.tick n=%d", n))
+    assert [p.name for p in tmp_path.iterdir()] == ["ipamd.log"], "no rotation of a small file"
+    path.unlink()  # lines go to the removed file until it is full, then a new one starts
+    for n in range(8, 40):
+        handler.handle(record("pool.tick n=%d", n))
+    handler.milling.join(timeout=30)
+    handler.close()
+    assert path.exists() and json.loads(path.read_text().splitlines()[-1])["n"] == 39
+    backups = [p for p in tmp_path.iterdir() if p.name != "ipamd.log"]
+    assert backups and all(p.name.endswith(".log.gz") for p in backups)
+    kept = [
+        json.loads(x)["n"] for p in backups for x in gzip.decompress(p.read_bytes()).splitlines()
+    ]
+    assert min(kept) > 8, "the removed file's lines were not backed up: it was gone"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ipamd-2024-05-01T12-00-00.log",
+        "ipamd-2024-13-01T12-00-00.000.log",
+        "ipamd-2024-05-01 12-00-00.000.log",
+        "ipamd-yesterday.log",
+        "ipamd-2024-05-01T12-00-00.000.log.zip",
+    ],
+)
+def test_names_that_are_no_backup_are_left_alone(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).write_text("keep\n")
+    logfile.mill(str(tmp_path / "ipamd.log"))
+    assert [p.name for p in tmp_path.iterdir()] == [name]
