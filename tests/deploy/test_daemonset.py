@@ -122,6 +122,7 @@ def test_host_paths_are_the_node_paths_ipamd_uses() -> None:
         "cni-conf": "/etc/cni/net.d",
         "containerd": "/run/containerd",
         "aws-node": "/var/run/aws-node",
+        "aws-routed-eni": "/var/log/aws-routed-eni",
         "kubelet-config": "/etc/kubernetes/kubelet",
     }
     ipamd = mounts(container("ipamd"))
@@ -166,6 +167,27 @@ def test_every_path_setting_points_into_its_mount() -> None:
     assert kubelet == {s.env: s.default for s in SETTINGS}["IPAMD_KUBELET_CONFIG"]
     installer = container("install-cni")
     assert env_value(installer, "IPAMD_CNI_BIN_DIR") == mounts(installer)["cni-bin"]["mountPath"]
+
+
+def test_the_logs_are_where_aws_node_writes_them() -> None:
+    """ipamd.log and plugin.log in the node's /var/log/aws-routed-eni, where the EKS log collector
+    and every runbook look: ipamd's through its mount, at the same path, the plugin's on the node
+    (the runtime runs it there), named by the conflist ipamd writes."""
+    ipamd = container("ipamd")
+    log_file = env_value(ipamd, "AWS_VPC_K8S_CNI_LOG_FILE")
+    mount = mounts(ipamd)["aws-routed-eni"]
+    assert log_file == "/var/log/aws-routed-eni/ipamd.log"
+    assert log_file.startswith(mount["mountPath"] + "/") and not mount.get("readOnly")
+    assert mount["mountPath"] == host_paths()["aws-routed-eni"]
+    config = Config.from_env(environment())
+    assert config.log_file == log_file
+    assert config.plugin_log_file == host_paths()["aws-routed-eni"] + "/plugin.log"
+    (plugin, _) = json.loads(
+        conflist_file.render(
+            CONFLIST, config.socket_path, plugin_log=(config.plugin_log_file, "info")
+        )
+    )["plugins"]
+    assert plugin["pluginLogFile"] == "/var/log/aws-routed-eni/plugin.log"
 
 
 def test_probes_get_readyz_and_healthz_on_the_socket() -> None:

@@ -7,7 +7,8 @@ runtime's socket. `install-cni` runs as the init container runs (its user, no ca
 root, the node's CNI bin directory mounted); the plugin it installs is then run on the node as the
 runtime runs it; then the `ipamd` container, with the DaemonSet's mounts and environment on that host
 network, must become ready by its own readiness probe, write its conflist, serve an ADD made through
-the installed plugin, and remove the conflist when stopped. Host networking is off in it
+the installed plugin, leave its JSON log lines in the node's /var/log/aws-routed-eni/ipamd.log and
+the plugin's in plugin.log beside it (where aws-node's are), and remove the conflist when stopped. Host networking is off in it
 (IPAMD_HOST_NETWORK=off, as the chaos runner runs the daemon): a node's routing is the end-to-end
 tests' business (tests/e2e), and the namespace has no ENIs to route anyway.
 
@@ -129,19 +130,32 @@ def run_plugin(tested: SmokeNode, command: str, conf: dict[str, Any], pod: str =
     )
 
 
-def plugin_conf(conflist: dict[str, Any], socket: Path) -> dict[str, Any]:
+def plugin_conf(
+    conflist: dict[str, Any], socket: Path, log_file: Path | None = None
+) -> dict[str, Any]:
     """The shipped plugin's network config as an interface plugin (`ptp`) hands it to its IPAM
-    plugin, its socket on the test's node. The plugin runs in this process's network namespace,
-    the machine's, so it runs as the IPAM plugin: making a pod's veth is tests/e2e's, in namespaces
-    of their own."""
+    plugin, its socket (and, when the conflist names one, its log file) on the test's node. The
+    plugin runs in this process's network namespace, the machine's, so it runs as the IPAM plugin:
+    making a pod's veth is tests/e2e's, in namespaces of their own."""
     (plugin,) = [p for p in conflist["plugins"] if p["type"] == "ipamd-cni"]
     ipam = dict(plugin["ipam"], socket=str(socket))
-    return {
+    conf = {
         "cniVersion": conflist["cniVersion"],
         "name": conflist["name"],
         "type": "ptp",
         "ipam": ipam,
     }
+    if log_file is not None:
+        conf |= {"pluginLogFile": str(log_file), "pluginLogLevel": plugin["pluginLogLevel"]}
+    return conf
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """A log file's lines, each one JSON object with VPC CNI's fields."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        assert list(line)[:5] == ["level", "ts", "logger", "caller", "msg"], line
+    return lines
 
 
 def test_install_cni_runs_as_the_init_container(node: SmokeNode, installed: Any) -> None:
@@ -312,7 +326,10 @@ async def test_the_ipamd_container_serves_an_add_through_the_installed_plugin(
     socket = env_of(container_spec("ipamd"))["IPAMD_SOCKET"]["value"]
     assert conflist["plugins"][0]["ipam"]["socket"] == socket, "the node's path of the socket"
     sandbox = await run_sandbox(node.on_node("/run/containerd/containerd.sock"))
-    conf = plugin_conf(conflist, node.on_node(socket))
+    # The plugin's log where aws-node's is: the conflist names the node's path, as VPC CNI's does.
+    plugin_log = conflist["plugins"][0]["pluginLogFile"]
+    assert plugin_log == "/var/log/aws-routed-eni/plugin.log"
+    conf = plugin_conf(conflist, node.on_node(socket), node.on_node(plugin_log))
     added = run_plugin(node, "ADD", conf, sandbox)
     assert added.returncode == 0, f"{added.stdout}{added.stderr}\n{logs(node, ipamd)}"
     address = json.loads(added.stdout)["ips"][0]["address"].partition("/")[0]
@@ -326,6 +343,18 @@ async def test_the_ipamd_container_serves_an_add_through_the_installed_plugin(
     deleted = run_plugin(node, "DEL", conf, sandbox)
     assert deleted.returncode == 0 and "reported as done" not in deleted.stderr, deleted.stderr
     assert sandbox not in json.dumps(ipamctl(node, ipamd, "allocations"))
+    add, delete = json_lines(node.on_node(plugin_log))
+    assert (add["msg"].split()[0], add["container_id"], add["addresses"]) == (
+        "cni.add",
+        sandbox,
+        [json.loads(added.stdout)["ips"][0]["address"]],
+    )
+    assert (delete["msg"].split()[0], delete["container_id"]) == ("cni.del", sandbox)
+    # ipamd's own, written through the DaemonSet's mount: what it said, with each event's fields.
+    logged = json_lines(node.on_node("/var/log/aws-routed-eni/ipamd.log"))
+    (ready,) = [x for x in logged if x["msg"].startswith("daemon.ready ")]
+    assert ready["level"] == "info" and ready["instance_id"].startswith("i-"), ready
+    assert any(x["msg"].startswith("cni.conflist_written ") for x in logged)
     FIGURES["ipamd_ready_s"] = round(ready_s, 1)
 
 
