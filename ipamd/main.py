@@ -218,7 +218,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         app = create_app(
             daemon.engine,
             ready=lambda: daemon.ready,
-            degraded=lambda: daemon.datapath.health.degraded() if daemon.datapath else (),
+            degraded=daemon.degraded,
             gc_grace_s=config.leak_grace_s,
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,

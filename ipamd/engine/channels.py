@@ -9,6 +9,8 @@ through a call that can be found.
   subnet catalogue closes (`close_subnets`, read as `closed_subnets`, `closed_enis`).
 - ADDs' demand (`starved_at`, `pool_wanted`): an ADD that finds no free address wakes the pool
   manager at once, which waits for it with `wait_for_demand` and takes it with `take_demand`.
+- Why the pool cannot grow (`explain_starvation`): the pool manager names a final failure, and an
+  ADD that finds no free address says it rather than "try again".
 
 `ipamd.engine.engine.Engine` is a `Channels`; the group commit there sets the demand and calls the
 listeners, here is only the state of the channels and their methods.
@@ -38,12 +40,18 @@ class Channels:
         self._closed_subnets: frozenset[str] = frozenset()
         self._demand = asyncio.Event()
         self._starved_at = float("-inf")
+        self._starvation_cause: Callable[[], str] = str
 
     def subscribe(self, listener: CommitListener) -> Callable[[], None]:
         """Call `listener` after each commit is applied (the mutation, the allocations it removed),
         in the order subscribed; it must not raise. Returns what unsubscribes it."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    def explain_starvation(self, cause: Callable[[], str]) -> None:
+        """`cause()` says why the pool cannot grow now ("" when it can); an ADD that finds no
+        free address adds it to its error (the pool manager's, set once)."""
+        self._starvation_cause = cause
 
     # -- what ADDs may not take, and what they lack ---------------------------------------------
 

@@ -165,10 +165,13 @@ class Engine(Channels):
                 with contextlib.suppress(*OTHER_REFUSALS):
                     decide(self._decided, self._clock.now())  # raises NoAddressAvailable
             return await self._mutate(decide)
-        except NoAddressAvailable:
+        except NoAddressAvailable as err:
             self._refusing = True
             self._starved_at = self._clock.now()
             self._demand.set()
+            cause = self._starvation_cause()
+            if cause:
+                raise NoAddressAvailable(f"{err}; {cause}") from None
             raise
 
     async def retract(self, record: AllocationRecord) -> bool:

@@ -118,6 +118,13 @@ class Daemon:
     def instance_id(self) -> str:
         return self.parts.node.instance.instance_id
 
+    def degraded(self) -> tuple[str, ...]:
+        """What works less than it should while ready, one reason each (`/readyz` names them): the
+        datapath's, and a pool that cannot grow because EC2 refuses it for good."""
+        reasons = tuple(self.datapath.health.degraded()) if self.datapath is not None else ()
+        blocked = self.pool.blocked_by()
+        return (*reasons, blocked) if blocked else reasons
+
     @property
     def node_ip(self) -> str:
         return self.parts.node.instance.private_ip

@@ -4,6 +4,7 @@ nothing here changes a part."""
 
 from __future__ import annotations
 
+from ipamd.errors import utc_text
 from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.node.daemon import Daemon
 from ipamd.policy.max_pods import address_family
@@ -34,6 +35,22 @@ def pool_report(daemon: Daemon) -> dict[str, object]:
             "scarce": pool.scarce,
             "prefix_fallback": pool.prefix_fallback,
         },
+        "last_failure": last_failure(daemon),
+    }
+
+
+def last_failure(daemon: Daemon) -> dict[str, object] | None:
+    """The pool's last failed round (None if none failed): EC2's words, when, whether it is final
+    (EC2 will refuse again until someone changes something) and still standing, and when the next
+    round may run."""
+    h = daemon.pool.health
+    if h.last_error_at is None:
+        return None
+    return {
+        "error": h.last_error,
+        "at": utc_text(h.last_error_at),
+        "blocking": bool(h.blocked),
+        "next_try_at": utc_text(h.next_try_at) if h.next_try_at is not None else None,
     }
 
 
@@ -79,6 +96,7 @@ def metric_sources(daemon: Daemon, policy: NetworkPolicy) -> Sources:
         pool_failures=lambda: daemon.pool.report().errors_by_code,
         subnet_free=lambda: daemon.pool.report().subnet_free,
         subnet_scarce=lambda: daemon.pool.report().scarce,
+        pool_blocked=daemon.pool.blocked_by,
         prefix_fallback=lambda: daemon.pool.report().prefix_fallback,
         hostnet_fixes=lambda: daemon.datapath.health.fixes if daemon.datapath else {},
         hostnet_add_failures=lambda: daemon.datapath.health.add_failures if daemon.datapath else 0,

@@ -43,7 +43,7 @@ from cloud.ports import (
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
-from ipamd.errors import StoreWriteFailed
+from ipamd.errors import StoreWriteFailed, utc_text
 from ipamd.policy.model import NodeLimits, NodeStats
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
@@ -97,6 +97,17 @@ class PoolManager:
         self._stats = StatsMemo()
         self._planned: PoolPlan | None = None
         self._planned_for: tuple[object, ...] = ()
+        engine.explain_starvation(self.blocked_by)
+
+    def blocked_by(self) -> str:
+        """Why the pool cannot grow now, for an ADD's error, `/readyz` and `ipamctl status`: the last
+        round's final failure with when it happened and when the next try is ("" when none)."""
+        h = self.health
+        if not h.blocked:
+            return ""
+        at = utc_text(h.last_error_at) if h.last_error_at is not None else "?"
+        then = f", next try at {utc_text(h.next_try_at)}" if h.next_try_at is not None else ""
+        return f"the pool cannot add addresses: EC2 refused it at {at} ({h.blocked}){then}"
 
     @property
     def new_enis(self) -> EniMaker:
@@ -220,6 +231,8 @@ class PoolManager:
         if not demand and conditions.held(now):
             return NO_PLAN
         plan = conditions.trim(self.plan(), now, demand)
+        if plan.is_empty():
+            self.health.blocked = ""  # nothing to ask of EC2: no failure stands in the way
         if not demand:
             await self._enis.bind_waiting(growing=bool(plan.assign or plan.new_enis))
         if not plan.new_enis:

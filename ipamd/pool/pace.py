@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 
 from cloud.backoff import backoff_delay_s
-from cloud.errors import CloudError, Throttled
+from cloud.errors import CloudError, NotFound, Rejected, Throttled
 from cloud.ports import CallPolicy
 from ipamd.clock import Clock
 from ipamd.engine.allocator import pick_addresses
@@ -164,6 +164,7 @@ class Pace:
         throttles, so it says nothing of the account)."""
         h = self._health
         h.consecutive_failures = 0
+        h.blocked = ""
         if not demand:
             h.throttle_streak = max(0, h.throttle_streak - 1)
 
@@ -175,12 +176,34 @@ class Pace:
         h.consecutive_failures += 1
         h.errors_by_code[err.code] = h.errors_by_code.get(err.code, 0) + 1
         self._demand_failed = demand
-        h.last_error = str(err)
+        now = self._clock.now()
+        h.last_error, h.last_error_at = str(err), now
+        h.blocked = str(err) if is_final(err) else ""
         cap = s.backoff_cap_s
         if isinstance(err, Throttled):
             self.throttle_seen()
             if demand:
                 cap = min(cap, self.demand_cap_s())
-        delay = backoff_delay_s(h.consecutive_failures, s.backoff_base_s, cap, self._rng)
-        self._conditions.back_off(self._clock.now() + delay)
+        if h.blocked:
+            # Asking again soon cannot help (a subnet that does not exist, a permission missing):
+            # the wait starts near the cap and keeps half of it, pods waiting or not.
+            attempt = h.consecutive_failures + FINAL_HEAD_START
+            delay = backoff_delay_s(attempt, s.backoff_base_s, cap, self._rng, floor=0.5)
+        else:
+            delay = backoff_delay_s(h.consecutive_failures, s.backoff_base_s, cap, self._rng)
+        self._conditions.back_off(now + delay)
+        h.next_try_at = now + delay
         return delay
+
+
+FINAL_HEAD_START = 5
+"""Doublings a final failure's backoff starts with: at the default 1 s base and 60 s cap, the
+first wait is 16-32 s and the next ones 30-60 s, where a passing failure starts at 0-1 s."""
+
+
+def is_final(err: CloudError | StoreWriteFailed) -> bool:
+    """Whether `err` is one EC2 will answer again until someone changes something: a resource that
+    does not exist (the ENIConfig's subnet, a security group) or a refusal (a permission, a bad
+    parameter). Capacity answers (address or attachment limits, a full subnet) are not: they pass
+    as pods go, and the pool has its own answers to them."""
+    return isinstance(err, NotFound | Rejected)

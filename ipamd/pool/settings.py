@@ -54,6 +54,14 @@ class PoolHealth:
     demand_rounds: int = 0
     """Rounds applied because an ADD was waiting."""
     last_error: str = ""
+    last_error_at: float | None = None
+    """When the last failed round failed (None: none has)."""
+    next_try_at: float | None = None
+    """When the round after the last failure may run (its backoff's end)."""
+    blocked: str = ""
+    """The last round's failure while it is final (`ipamd.pool.pace.is_final`: EC2 will refuse
+    again until someone changes something); "" once a round goes through. ADDs that find no
+    address say it, and so do `/readyz` and `ipamctl status`."""
     errors_by_code: dict[str, int] = field(default_factory=dict)
 
 

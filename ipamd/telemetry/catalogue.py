@@ -77,6 +77,9 @@ CATALOGUE: tuple[MetricSpec, ...] = _catalogue((
      "1 while subnet-scarcity mode holds the warm targets at their minimum"),
     ("ipamd_prefix_fallback", "gauge", "",
      "1 while prefix mode grows secondary IPs because no /28 was to be had"),
+    ("ipamd_pool_blocked", "gauge", "",
+     "1 while the pool cannot grow because EC2 refuses it for good (a subnet or group that does "
+     "not exist, a permission): ADDs, /readyz and ipamctl status name the error"),
     ("ipamd_enis_blocked", "gauge", "", "ENIs whose addresses are held back: link not set up yet"),
     ("ipamd_hostnet_rp_filter_strict", "gauge", "",
      "1 while the primary interface filters reverse paths strictly and ipamd marks inbound "

@@ -164,6 +164,7 @@ class Sources:
     subnet_free: Callable[[], int | None] = lambda: None
     """Free addresses in the node's subnets, as the pool last saw them; None: never read."""
     subnet_scarce: Callable[[], bool] = bool
+    pool_blocked: Callable[[], str] = str
     """Whether subnet-scarcity mode is on (`ipamd.policy.scarcity`)."""
     prefix_fallback: Callable[[], bool] = bool
     """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
@@ -247,6 +248,7 @@ DAEMON_METRICS = (
     "ipamd_subnet_free_addresses",
     "ipamd_subnet_scarce",
     "ipamd_prefix_fallback",
+    "ipamd_pool_blocked",
     "ipamd_hostnet_fixes_total",
     "ipamd_hostnet_add_failures_total",
     "ipamd_hostnet_rp_filter_strict",
@@ -290,6 +292,7 @@ class DaemonCollector(Collector):
             f.add("ipamd_subnet_free_addresses", free)
         f.add("ipamd_subnet_scarce", int(s.subnet_scarce()))
         f.add("ipamd_prefix_fallback", int(s.prefix_fallback()))
+        f.add("ipamd_pool_blocked", int(bool(s.pool_blocked())))
         for fn, n in sorted({**errors, **failed}.items()):
             f.add("awscni_ipamd_error_count", n, fn=fn)
         for fn, n in sorted(s.actions_in_progress().items()):
