@@ -194,6 +194,14 @@ def test_pods_get_distinct_addresses_from_the_pool_and_free_them(node: Node) -> 
         assert {bare(a) for a in in_netns} == {address}
         assert link_mtu(netns, "eth0") == POD_MTU, "the pod's interface takes POD_MTU"
         assert items[sandbox_id]["pod"] == {"namespace": "e2e", "name": name, "uid": f"uid-{name}"}
+    # containerd ran the plugin with the conflist ipamd wrote, which names its log (embedded:
+    # under the daemon's ./.run): a line per ADD, as aws-cni's plugin.log has.
+    plugin_log = node.ipamd.workdir / ".run" / "aws-routed-eni" / "plugin.log"
+    added = [json.loads(x) for x in plugin_log.read_text().splitlines()]
+    added = [x for x in added if x["msg"].startswith("cni.add ")]
+    assert {x["container_id"]: x["addresses"] for x in added} == {
+        sandbox_id: [f"{held[sandbox_id]}/32"] for sandbox_id in sandbox_ids
+    }
 
     def stop_then_remove(sandbox_id: str) -> None:
         node.containerd.client.stop_sandbox(sandbox_id)
