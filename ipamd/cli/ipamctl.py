@@ -9,7 +9,8 @@ shown as ISO 8601 in UTC (`2026-12-06T21:56:58Z`), and output into a closed pipe
 allocations | head`) ends quietly.
 
 Exit status 0, or 1 when ipamd answered with an error or serves no pool (an unusable state file:
-`status` then shows no empty pool), or 2 when ipamd was not reached; the message then says what is at
+`status` then shows no empty pool) or, for `status`, is not ready (the first line says why), or 2
+when ipamd was not reached; the message then says what is at
 the socket's path, and `--json`'s `reason` names it: `no_such_file` (nothing there; after `make
 run`, the `--socket ./.run/ipamd.sock` to use), `not_a_socket` (a regular file, a directory),
 `not_running` (a socket nobody listens on: a daemon killed with SIGKILL leaves one),
@@ -101,7 +102,7 @@ def render_status(pool: dict[str, Any]) -> str:
     prefixes = _ipv6_prefixes(pool)
     lines += prefixes
     if "targets" in pool:
-        knobs = "  ".join(f"{k}={v}" for k, v in pool["targets"].items())
+        knobs = _knobs(pool)
         limits = dict(pool["limits"])
         reason = limits.pop("max_pods_reason", None)
         kubelet = limits.pop("kubelet_config", None)
@@ -116,7 +117,49 @@ def render_status(pool: dict[str, Any]) -> str:
             lines.append(f"kubelet config: {kubelet}")
     if "subnets" in pool:
         lines.append("subnets: " + "  ".join(f"{k}={v}" for k, v in pool["subnets"].items()))
-    return "\n".join(lines)
+    lines += _pool_health(pool)
+    return "\n".join([*_readiness(pool), *lines])
+
+
+def _readiness(pool: dict[str, Any]) -> list[str]:
+    """The first lines: ready or not and why, and what works less than it should."""
+    if "ready" not in pool:
+        return []
+    head = ["ipamd: ready" if pool["ready"] else f"ipamd: NOT READY: {pool.get('not_ready')}"]
+    head += [f"degraded: {reason}" for reason in pool.get("degraded") or ()]
+    return [*head, ""]
+
+
+def _knobs(pool: dict[str, Any]) -> str:
+    """The warm targets, those the pool follows first, then those it ignores and why."""
+    targets: dict[str, Any] = pool["targets"]
+    force = pool.get("in_force")
+    if not isinstance(force, dict):
+        return "  ".join(f"{k}={v}" for k, v in targets.items())
+    used = "  ".join(f"{k}={targets.get(k)}" for k in force.get("targets", ()))
+    ignored = "; ".join(
+        f"{k}={targets.get(k)} ({why})" for k, why in force.get("ignored", {}).items()
+    )
+    return f"{used}  ignored: {ignored}" if ignored else used
+
+
+def _pool_health(pool: dict[str, Any]) -> list[str]:
+    """What the pool waits for: its last failure, and what it keeps spare before giving it back."""
+    lines: list[str] = []
+    failure = pool.get("last_failure")
+    if isinstance(failure, dict):
+        state = "blocking: the pool cannot grow" if failure.get("blocking") else "passed"
+        after = f"; next try at {failure['next_try_at']}" if failure.get("next_try_at") else ""
+        lines.append(
+            f"last pool failure at {failure.get('at')} ({state}{after}): {failure['error']}"
+        )
+    spare = pool.get("spare")
+    if isinstance(spare, dict) and spare.get("waiting"):
+        lines.append(
+            f"spare: {spare['waiting']} ENI(s) or unit(s) to give back, the first at "
+            f"{spare.get('release_at')} (IPAMD_RELEASE_DELAY, IPAMD_SHRINK_INTERVAL)"
+        )
+    return lines
 
 
 TIME_KEYS = frozenset({"created_at", "first_del_at", "quarantined_at", "taken_at", "expires_at"})
@@ -354,12 +397,20 @@ def _main(argv: Sequence[str] | None) -> int:
     if unusable and not args.json:
         print(f"ipamctl: ipamd serves no pool: {unusable}", file=sys.stderr)
         return 1
+    _print(args, answer)
+    # A node that is not ready exits 1 from `status`, for scripts and probes.
+    not_ready = (
+        args.command == "status" and isinstance(answer, dict) and answer.get("ready") is False
+    )
+    return 1 if unusable or not_ready else 0
+
+
+def _print(args: argparse.Namespace, answer: Any) -> None:
     if args.json:
         print(json.dumps(answer, indent=2))
     elif args.command == "status":
-        print(render_status(answer))  # type: ignore[arg-type]
+        print(render_status(answer))
     elif args.command == "repair":
-        print(render_repair(answer, args.apply))  # type: ignore[arg-type]
+        print(render_repair(answer, args.apply))
     else:
         print(render_list(answer))
-    return 1 if unusable else 0

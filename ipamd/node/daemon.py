@@ -31,7 +31,7 @@ from ipamd.awsnode.takeover import Takeover
 from ipamd.clock import Clock
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
-from ipamd.errors import StoreWriteFailed
+from ipamd.errors import StoreWriteFailed, utc_text
 from ipamd.hostnet.aws_snat import AwsNodeSnat
 from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.datapath_values import DatapathSettings
@@ -82,6 +82,9 @@ class Daemon:
     restart_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once repair rebuilt the state file: the daemon exits so its supervisor starts it afresh."""
     ready: bool = False
+    not_ready: str = "starting"
+    """Why the daemon is not ready ("" once it is): starting, the state file, or the last start-up
+    attempt's error with when the next one is (`ipamctl status`)."""
     start_retry_cap_s: float = START_RETRY_CAP_S
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rng: random.Random = field(default_factory=random.Random)
@@ -138,8 +141,10 @@ class Daemon:
         state disk refusing a write (full, read-only) is waited out with backoff, not-ready
         meanwhile, rather than ending the process: a restart would only meet the same."""
         if self.engine.unavailable is not None:
+            self.not_ready = f"the state file is unusable: {self.engine.unavailable}"
             logger.error("daemon.not_ready reason=%s", self.engine.unavailable)
             return
+        self._warn_unreachable_targets()
         # Full jitter: a fleet restarted together does not retry together. One attempt per call
         # (the parts call EC2 through its background view): a throttled read waits here, where
         # the tries are spaced, not in the adapter's retries.
@@ -150,8 +155,37 @@ class Daemon:
                 return
             except (CloudError, StoreWriteFailed, HostNetError) as err:
                 wait = backoff.delay_s(attempt)
+                now = self.clock.now()
+                self.not_ready = (
+                    f"start-up attempt {attempt} failed at {utc_text(now)}: {err}; "
+                    f"next attempt at {utc_text(now + wait)}"
+                )
                 logger.warning("daemon.start_failed error=%s retry_in_s=%.1f", err, wait)
                 await self.sleep(wait)
+
+    def _warn_unreachable_targets(self) -> None:
+        """Say once, at start, when a warm target asks more than the node can ever hold: the pool
+        stops at the node's max pods and at what its ENIs can carry, so the target is never met."""
+        settings, targets = self.engine.settings, self.parts.targets
+        bounds = [b for b in (settings.max_pods, settings.max_addresses) if b is not None]
+        if not bounds or self.config.enable_ipv6:
+            return
+        capacity = min(bounds)
+        for name, value in (
+            ("MINIMUM_IP_TARGET", targets.minimum_ip_target),
+            ("WARM_IP_TARGET", targets.warm_ip_target),
+        ):
+            if value > capacity:
+                logger.warning(
+                    "config.target_exceeds_capacity %s=%d capacity=%d max_pods=%s "
+                    "max_addresses=%s: the pool holds at most %d addresses on this node",
+                    name,
+                    value,
+                    capacity,
+                    settings.max_pods,
+                    settings.max_addresses,
+                    capacity,
+                )
 
     async def _start_once(self) -> None:
         if await self.engine.claim_instance(self.instance_id):
@@ -174,7 +208,7 @@ class Daemon:
             # Before ready (and so before the conflist): every live pod's rules are back, and none
             # of a pod gone while ipamd was down is left.
             await self.datapath.reconcile()
-        self.ready = True
+        self.ready, self.not_ready = True, ""
         logger.info("daemon.ready instance_id=%s", self.instance_id)
 
     def schedule(self) -> None:

@@ -36,7 +36,40 @@ def pool_report(daemon: Daemon) -> dict[str, object]:
             "prefix_fallback": pool.prefix_fallback,
         },
         "last_failure": last_failure(daemon),
+        "ready": daemon.ready,
+        "not_ready": daemon.not_ready or None,
+        "degraded": list(daemon.degraded()),
+        "in_force": in_force(daemon),
+        "spare": spare(daemon),
     }
+
+
+def in_force(daemon: Daemon) -> dict[str, object]:
+    """Which warm targets the pool follows, and which it ignores and why (VPC CNI's rules: either
+    IP target > 0 overrides the ENI and prefix targets; the other mode's target has no effect)."""
+    if daemon.config.enable_ipv6:
+        return {"goal": "ipv6", "targets": [], "ignored": {}}
+    targets, strategy = daemon.parts.targets, daemon.pool.report().strategy
+    goal = strategy.goal_for(targets, daemon.parts.node.limits).name
+    ignored: dict[str, str] = {}
+    if goal == "warm_ip":
+        used = ["WARM_IP_TARGET", "MINIMUM_IP_TARGET"]
+        why = "WARM_IP_TARGET or MINIMUM_IP_TARGET is set, which overrides it"
+        ignored = {"WARM_ENI_TARGET": why, "WARM_PREFIX_TARGET": why}
+    elif goal == "warm_prefix":
+        used = ["WARM_PREFIX_TARGET"]
+        ignored = {"WARM_ENI_TARGET": "prefix mode follows WARM_PREFIX_TARGET"}
+    else:
+        used = ["WARM_ENI_TARGET"]
+        ignored = {"WARM_PREFIX_TARGET": "it applies in prefix mode only"}
+    return {"goal": goal, "targets": used, "ignored": ignored}
+
+
+def spare(daemon: Daemon) -> dict[str, object]:
+    """What the pool would give back and keeps for now (IPAMD_RELEASE_DELAY, the shrink
+    interval), and when the first of it may go."""
+    waiting, at = daemon.pool.conditions.spare()
+    return {"waiting": waiting, "release_at": utc_text(at) if at is not None else None}
 
 
 def last_failure(daemon: Daemon) -> dict[str, object] | None:

@@ -150,6 +150,15 @@ class Conditions:
             return plan
         return replace(plan, release_enis=enis, release_units=cidrs)
 
+    def spare(self) -> tuple[int, float | None]:
+        """What the last round's plan would give back and keeps for the release delay (ENIs and
+        units), and the earliest time one of them may go (None: nothing waits)."""
+        if not self._spare_since:
+            return 0, None
+        at = min(self._spare_since.values()) + max(self._settings.release_delay_s, 0.0)
+        at = max(at, self.last_shrink_at + self._settings.shrink_interval_s)
+        return len(self._spare_since), at
+
     # -- what happened -------------------------------------------------------------------------
 
     def back_off(self, until: float) -> None:

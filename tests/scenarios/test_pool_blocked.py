@@ -16,11 +16,13 @@ import pytest
 
 from cloud.fakes import FakeEc2
 from datastore.records import AllocationKey
+from ipamd.api import views
+from ipamd.cli.ipamctl import render_status
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import PodRef
-from ipamd.node.report import last_failure
+from ipamd.node.report import last_failure, pool_report
 from tests.support.daemons import fake_daemon
 
 MISSING = "subnet-0123456789abcdef0"
@@ -82,5 +84,31 @@ async def test_a_final_refusal_is_named_and_not_asked_again_every_few_seconds(
         await daemon.pool.run_once()
         assert daemon.degraded() == ()
         assert daemon.pool.blocked_by() == ""
+    finally:
+        await daemon.close()
+
+
+async def test_a_daemon_retrying_its_start_says_why_it_is_not_ready(
+    world: tuple[FakeClock, FakeEc2, Config],
+) -> None:
+    """What `ipamctl status` prints (the API's `GET /v1/pool`, rendered by ipamctl) while start-up
+    retries: not ready, the attempt's error and when the next one is."""
+    clock, ec2, config = world
+    shown: list[str] = []
+
+    async def sleep(_seconds: float) -> None:
+        body = views.pool(daemon.engine.snapshot())
+        body.update(pool_report(daemon))
+        shown.append(render_status(body))
+
+    daemon = await fake_daemon(config, ec2, clock, _no_sleep)
+    daemon.sleep = sleep
+    ec2.fail_next("describe_enis", after_acting=False)
+    try:
+        await daemon.start()
+        first = shown[0].splitlines()[0]
+        assert first.startswith("ipamd: NOT READY: start-up attempt 1 failed at "), first
+        assert "describe_enis: ReadTimeout" in first and "next attempt at " in first
+        assert daemon.ready and daemon.not_ready == ""
     finally:
         await daemon.close()
