@@ -129,3 +129,48 @@ def test_spare_addresses_say_when_they_go(tmp_path: Path, started: list[Embedded
     pool = json.loads(ipamctl(daemon, "--json", "status").stdout)
     assert pool["spare"]["waiting"] >= 1 and pool["spare"]["release_at"].endswith("Z")
     assert pool["in_force"]["targets"] == ["WARM_IP_TARGET", "MINIMUM_IP_TARGET"]
+
+
+def test_the_no_ip_runbook_followed_step_by_step(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    """docs/operations.md, "A pod has no IP address", case 2, as an operator follows it."""
+    eniconfigs = _eniconfigs(tmp_path)
+    env = {
+        "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true",
+        "IPAMD_ENI_CONFIG_FILE": str(eniconfigs),
+    }
+    daemon = start_daemon(tmp_path, **env)
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    key = {"container_id": "d" * 64, "ifname": "eth0", "network": NETWORK}
+
+    def refused_with_cause() -> bool:
+        status, body = daemon.call("POST", "/v1/allocations", key)
+        assert status == 503 and body.get("code") == "no_address", (status, body)
+        return "the pool cannot add addresses" in str(body.get("message"))
+
+    _until(refused_with_cause)  # the pod's event: CNI code 11 with the cause
+
+    # Start with `ipamctl status`: its first lines say which case it is.
+    lines = ipamctl(daemon, "status").stdout.splitlines()
+    assert lines[0] == "ipamd: ready"
+    assert lines[1].startswith("degraded: the pool cannot add addresses: EC2 refused it at ")
+    assert "InvalidSubnetID.NotFound" in lines[1] and "next try at " in lines[1]
+
+    # InvalidSubnetID.NotFound: correct the ENIConfig and restart ipamd's pod.
+    enis = json.loads(ipamctl(daemon, "--json", "enis").stdout)["enis"]
+    subnet = next(e["subnet_id"] for e in enis if e["is_primary"])
+    zones = json.loads(eniconfigs.read_text())
+    eniconfigs.write_text(json.dumps({zone: {"subnet": subnet} for zone in zones}))
+    assert daemon.stop() == 0
+    daemon = start_daemon(tmp_path, **env)
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+
+    # The degraded line is gone and the pod gets its address.
+    assert daemon.add(key["container_id"])
+    status = ipamctl(daemon, "status")
+    assert status.returncode == 0
+    assert status.stdout.splitlines()[0] == "ipamd: ready"
+    assert "degraded:" not in status.stdout
