@@ -212,8 +212,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         logger.info(
             "pool.max_pods %s", " ".join(f"{k}={v!r}" for k, v in max_pods_report(daemon).items())
         )
-        if node is not None:
-            node.serve_sandboxes(daemon.engine)
+        pods = _pods(daemon) if node is None else node.runtime_pods(daemon.engine, _pods(daemon))
         policy, config_server = await _network_policy(config, daemon, imds, stack)
         app = create_app(
             daemon.engine,
@@ -223,7 +222,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,
             pool_settings=lambda: pool_report(daemon),
-            pods=_pods(daemon),
+            pods=pods,
             repair=lambda apply: repair(daemon, apply),
             network_policy=policy,
             host_network=daemon.datapath is not None,

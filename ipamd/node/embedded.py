@@ -4,22 +4,31 @@ importer), kept apart so that a production start never loads moto.
 It owns what makes a laptop run a node that survives a restart: the embedded cloud kept in the state
 directory (`embedded-cloud.json`, see `cloud.embedded.cloud_keeper`: restored on the next start with the
 same instance, ENIs, MACs and addresses, so the daemon's restore finds its own instance and quarantines
-nothing), the IMDS simulator, the embedded container runtime (`ipamd.runtime.embedded_cri`) whose
-sandboxes are the allocations ipamd holds less the *gone file*, and the hints printed once ready.
+nothing), the IMDS simulator, the embedded container runtime (`ipamd.runtime.embedded_runtime`), and
+the hints printed once ready.
+
+The runtime's sandboxes are the pods the node's ADDs started: each ADD ipamd answers is told to it
+with the pod's addresses, and each DEL (`RuntimePods`), as a real runtime learns its pods' IPs from
+its CNI ADD. It keeps them in a record of its own beside its socket (`.run/ipamd-cri/sandboxes.json`),
+apart from ipamd's state directory as containerd's is, so a lost state file is rebuilt from EC2 and
+the runtime with every pod (docs/operations.md's runbook, rehearsed on this node), less those named
+in the *gone file*: pods that vanished behind ipamd's back.
 
 It must not touch the machine's network (the host datapath stays off under `--embedded` unless
-IPAMD_HOST_NETWORK says otherwise, and that is `main`'s call), and it reads the engine's state only to
-list sandboxes, never changes it.
+IPAMD_HOST_NETWORK says otherwise, and that is `main`'s call), and it reads the engine's state only
+once, to give a runtime with no record yet the pods ipamd holds; it never changes it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ipaddress
 import os
 import secrets
 import sys
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -29,14 +38,19 @@ from cloud.embedded.cloud_keeper import CLOUD_FILE, start_kept_world
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import World
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, LayoutError, SubnetSpec
+from datastore.records import AllocationKey, AllocationRecord
+from ipamd.api.app import PodAddresses
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable, StateUnusable, os_reason
-from ipamd.runtime.embedded_cri import CriSandbox, EmbeddedCri, to_ns
+from ipamd.model import PodRef
+from ipamd.runtime.embedded_cri import CriSandbox, to_ns
+from ipamd.runtime.embedded_runtime import RECORD_FILE, EmbeddedCri, SandboxRecordError
 from ipamd.wire.unix_socket import MAX_SOCKET_PATH, SocketPathError
 
 GONE_FILE: Final = "embedded-cri-gone"
-"""In the state directory: sandbox IDs, one a line, that the embedded runtime no longer lists."""
+"""In the state directory: sandbox IDs, one a line, of pods that vanished behind ipamd's back; the
+embedded runtime forgets them."""
 
 
 @dataclass
@@ -61,10 +75,16 @@ class EmbeddedNode:
             "the cloud and the runtime; `--apply` rebuilds it, and ipamd exits to be started again."
         )
 
-    def serve_sandboxes(self, engine: Engine) -> None:
-        """From now on the embedded runtime lists the engine's allocations as live sandboxes."""
-        if self.runtime is not None:
-            self.runtime.source = lambda: live_sandboxes(engine)
+    def runtime_pods(self, engine: Engine, pods: PodAddresses) -> PodAddresses:
+        """ADD and DEL as the API serves them, told to the embedded runtime (`RuntimePods`). A
+        runtime with no record yet (a node made before it kept one) first records the pods ipamd
+        holds, so that a restart keeps them."""
+        runtime = self.runtime
+        if runtime is None:
+            return pods
+        if not runtime.kept and engine.unavailable is None:
+            runtime.adopt(held_sandboxes(engine))
+        return RuntimePods(pods, runtime)
 
 
 async def start_embedded(
@@ -144,6 +164,12 @@ def cri_socket_path(config: Config) -> Path:
     return api.with_name(f"{api.stem}-cri.sock")
 
 
+def runtime_record_path(cri_socket: Path) -> Path:
+    """The embedded runtime's record of its sandboxes, in a directory of its own beside its socket
+    and named after it (`ipamd-cri.sock` → `ipamd-cri/sandboxes.json`)."""
+    return cri_socket.with_suffix("") / RECORD_FILE
+
+
 async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> EmbeddedCri:
     path = Path(config.cri_socket_path)  # `main` set it to `cri_socket_path()`
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
@@ -151,7 +177,10 @@ async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> Em
             f"the embedded runtime's socket {path} is longer than {MAX_SOCKET_PATH} bytes "
             "(IPAMD_SOCKET: use a shorter path, or set IPAMD_CRI_SOCKET)"
         )
-    runtime = EmbeddedCri(path, state_dir / GONE_FILE)
+    try:
+        runtime = EmbeddedCri(path, runtime_record_path(path), state_dir / GONE_FILE)
+    except SandboxRecordError as err:
+        raise StateUnusable(f"{err}; move it aside to start the runtime without its pods") from err
     try:
         await runtime.start()
     except SocketPathError as err:
@@ -164,9 +193,9 @@ async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> Em
     return runtime
 
 
-def live_sandboxes(engine: Engine) -> list[CriSandbox]:
+def held_sandboxes(engine: Engine) -> list[CriSandbox]:
     """One sandbox per container ID that holds an allocation (a pod with two interfaces is one
-    sandbox), created when its first allocation was."""
+    sandbox), created when its first allocation was: what a runtime with no record yet adopts."""
     found: dict[str, CriSandbox] = {}
     for alloc in engine.state.allocations().values():
         cid = alloc.key.container_id
@@ -181,6 +210,46 @@ def live_sandboxes(engine: Engine) -> list[CriSandbox]:
             addresses=(*(had.addresses if had else ()), *alloc.addresses),
         )
     return list(found.values())
+
+
+class RuntimePods:
+    """ADD and DEL as the API serves them on the embedded node, told to its runtime: a sandbox is
+    recorded with the addresses its ADD was answered with, and forgotten once its DEL was sent,
+    whatever ipamd answered (the plugin reports a DEL ipamd could not do as done, and the runtime
+    tears the pod down). One container's ADDs and DELs take turns, so the runtime hears them in the
+    order ipamd answered them."""
+
+    def __init__(self, inner: PodAddresses, runtime: EmbeddedCri) -> None:
+        self._inner = inner
+        self._runtime = runtime
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord:
+        async with self._turn(key.container_id):
+            record = await self._inner.add(key, pod)
+            self._runtime.started(key.container_id, record.addresses, record.created_at, pod)
+            return record
+
+    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
+        async with self._turn(key.container_id):
+            try:
+                return await self._inner.release(key)
+            finally:
+                self._runtime.remove(key.container_id)
+
+    @asynccontextmanager
+    async def _turn(self, container_id: str) -> AsyncIterator[None]:
+        lock, users = self._turns.get(container_id, (asyncio.Lock(), 0))
+        self._turns[container_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._turns[container_id]
+            if users == 1:
+                del self._turns[container_id]
+            else:
+                self._turns[container_id] = (lock, users - 1)
 
 
 def how_to_try(config: Config, node: EmbeddedNode) -> str:

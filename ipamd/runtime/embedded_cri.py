@@ -1,20 +1,13 @@
 """One CRI v1 RuntimeService on a unix socket, answering from pod sandboxes held in memory: the
-container runtime of `ipamd run --embedded` (`EmbeddedCri`), and of the benches, the chaos runner and
-the tests (`CriServer`).
+container runtime of the benches, the chaos runner and the tests (`CriServer`), and the base of
+`ipamd run --embedded`'s (`ipamd.runtime.embedded_runtime.EmbeddedCri`, which keeps its sandboxes in
+a record of its own).
 
 It speaks the same generated protocol as `ipamd.runtime.cri`: Version, ListPodSandbox (with CRI's
 filter: ID, state, labels) and PodSandboxStatus (the pod's addresses, which repair rebuilds a lost
 state file from). A `CriServer` holds the sandboxes its owner adds, stops and removes (`add`, `stop`,
 `remove`), and serves the lifecycle calls kubelet makes (RunPodSandbox, StopPodSandbox,
 RemovePodSandbox) on the same list.
-
-`EmbeddedCri` lists instead whatever its `source` gives — `ipamd.node.embedded` passes the allocations
-ipamd holds, one sandbox per container ID — less every sandbox ID written in the *gone file* (one ID a
-line, e.g. `echo demo-1a2b >> .run/state/embedded-cri-gone`): a pod that disappeared behind ipamd's
-back, whose DEL never came. Two listings later, and once older than IPAMD_LEAK_GRACE, leak GC
-releases it; `ipamctl repair` shows it at once. Until `source` is set its listings answer
-UNAVAILABLE, which proves nothing to ipamd; it answers the lifecycle calls UNIMPLEMENTED, never
-writes the gone file and never changes ipamd's state: it only reads.
 
 The server runs in its owner's event loop (grpc.aio). Before it binds, a stale socket (nobody answers
 on it) is replaced and a live one or a non-socket refused (`ipamd.wire.unix_socket.clear_stale`).
@@ -251,38 +244,6 @@ class CriServer:
         )
         sandbox.runtime_handler = request.runtime_handler
         return sandbox_id
-
-
-SandboxSource = Callable[[], Iterable[CriSandbox]]
-
-
-class EmbeddedCri(CriServer):
-    """The runtime of `ipamd run --embedded`: lists `source()` less the gone file."""
-
-    lifecycle = False
-
-    def __init__(self, socket_path: Path, gone_file: Path) -> None:
-        super().__init__(socket_path)
-        self.gone_file = gone_file
-        self.source: SandboxSource | None = None
-        """Set once the daemon is built; until then every listing answers UNAVAILABLE."""
-
-    def gone(self) -> frozenset[str]:
-        """The sandbox IDs in the gone file (none if it is missing or unreadable)."""
-        try:
-            text = self.gone_file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return frozenset()
-        return frozenset(line.strip() for line in text.splitlines() if line.strip())
-
-    def listing(self) -> list[CriSandbox] | None:
-        if self.source is None:
-            return None
-        gone = self.gone()
-        return [s for s in self.source() if s.sandbox_id not in gone]
-
-    def status_of(self, sandbox_id: str) -> CriSandbox | None:
-        return next((s for s in self.listing() or () if s.sandbox_id == sandbox_id), None)
 
 
 class _Servicer(cri_grpc.RuntimeServiceServicer):

@@ -107,6 +107,31 @@ def test_embedded_runtime_lists_the_pods_and_leak_gc_releases_a_vanished_one(
     assert daemon.stop() == 0
 
 
+def test_the_runtime_keeps_its_pods_in_its_own_record_across_restarts(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    first = start_daemon(tmp_path)
+    started.append(first)
+    first.wait_for("/readyz")
+    first.add("pod-kept")
+    first.add("pod-deleted")
+    status, _ = first.call("DELETE", "/v1/allocations/pod-deleted/eth0?network=k8s-pod-network")
+    assert status == 200
+    record = tmp_path / "ipamd-cri" / "sandboxes.json"
+    kept = json.loads(record.read_text())
+    assert [s["id"] for s in kept["sandboxes"]] == ["pod-kept"]
+    assert first.stop() == 0
+
+    # A node made before the runtime kept a record: it adopts the pods ipamd holds, once.
+    record.unlink()
+    second = start_daemon(tmp_path)
+    started.append(second)
+    second.wait_for("/readyz")
+    assert _sandbox_ids(f"unix://{tmp_path / 'ipamd-cri.sock'}") == {"pod-kept"}
+    assert json.loads(record.read_text()) == kept
+    assert second.stop() == 0
+
+
 def _holders(daemon: EmbeddedDaemon) -> set[str]:
     status, body = daemon.call("GET", "/v1/allocations")
     assert status == 200
