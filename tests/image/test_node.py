@@ -8,9 +8,10 @@ root, the node's CNI bin directory mounted); the plugin it installs is then run 
 runtime runs it; then the `ipamd` container, with the DaemonSet's mounts and environment on that host
 network, must become ready by its own readiness probe, write its conflist, serve an ADD made through
 the installed plugin, leave its JSON log lines in the node's /var/log/aws-routed-eni/ipamd.log and
-the plugin's in plugin.log beside it (where aws-node's are), and remove the conflist when stopped. Host networking is off in it
-(IPAMD_HOST_NETWORK=off, as the chaos runner runs the daemon): a node's routing is the end-to-end
-tests' business (tests/e2e), and the namespace has no ENIs to route anyway.
+the plugin's in plugin.log beside it (where aws-node's are), and remove the conflist when stopped.
+Host networking is off in it (IPAMD_HOST_NETWORK=off, as the chaos runner runs the daemon): a node's
+routing is the end-to-end tests' business (tests/e2e), and the namespace has no ENIs to route
+anyway.
 
 The one departure from a node: the conflist's socket path is on the node's `/`, which here is a
 directory, so the test rewrites that path under it before running the plugin (the path itself is
