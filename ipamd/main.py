@@ -63,6 +63,7 @@ from ipamd.telemetry.endpoint import ListenFailed, latency_middleware, serve_met
 from ipamd.telemetry.introspection import serve_introspection
 from ipamd.telemetry.logs import configure_logging
 from ipamd.telemetry.metrics import Recorders
+from ipamd.version import installed
 from ipamd.wire.pod import V4_EGRESS_DIR
 from ipamd.wire.unix_socket import SocketPathError
 
@@ -79,6 +80,7 @@ EXIT_RESTART = 75  # EX_TEMPFAIL: the supervisor (kubelet) starts ipamd again on
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ipamd", description="Node IP-address daemon")
+    parser.add_argument("--version", action="version", version=f"ipamd {installed()}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument(

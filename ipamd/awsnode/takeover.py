@@ -204,7 +204,7 @@ def _entry_wins(owner: AllocationKey, entry: Entry, live: Collection[str] | None
 
 def _who(entry: Entry) -> str:
     pod = f" ({entry.namespace}/{entry.name})" if entry.name else ""
-    return f"{entry.key.container_id[:12]}{pod}"
+    return f"{entry.key.container_id}{pod}"
 
 
 def _record(state: NodeState, entry: Entry, cidr: str, now: float) -> AllocationRecord:

@@ -33,6 +33,7 @@ from typing import Any
 
 from ipamd.cni.client import TIMEOUT_S, BadAnswer, DaemonError, Unreachable, call
 from ipamd.errors import utc_text
+from ipamd.version import installed
 from ipamd.wire import (
     DEFAULT_SOCKET,
     PATH_ALLOCATIONS,
@@ -116,9 +117,16 @@ def render_status(pool: dict[str, Any]) -> str:
         if kubelet:
             lines.append(f"kubelet config: {kubelet}")
     if "subnets" in pool:
-        lines.append("subnets: " + "  ".join(f"{k}={v}" for k, v in pool["subnets"].items()))
+        lines.append(
+            "subnets: " + "  ".join(f"{k}={_shown(v)}" for k, v in pool["subnets"].items())
+        )
     lines += _pool_health(pool)
     return "\n".join([*_readiness(pool), *lines])
+
+
+def _shown(value: object) -> str:
+    """A value as a person reads it: `not read yet` for one the daemon has not learnt."""
+    return "not read yet" if value is None else str(value)
 
 
 def _readiness(pool: dict[str, Any]) -> list[str]:
@@ -372,6 +380,7 @@ def _main(argv: Sequence[str] | None) -> int:
         help=f"the daemon's socket (default: $IPAMD_SOCKET or {DEFAULT_SOCKET})",
     )
     parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    parser.add_argument("--version", action="version", version=f"ipamctl {installed()}")
     parser.add_argument("command", choices=(*PATHS, "repair"))
     parser.add_argument(
         "--apply", action="store_true", help="repair: make the changes (default: a dry run)"

@@ -192,7 +192,9 @@ def _entry_problems(name: object, spec: object) -> list[str]:
     if unknown:
         problems.append(f"unknown fields {unknown} (a spec has subnet and securityGroups)")
     subnet = spec.get("subnet")
-    if not isinstance(subnet, str) or not _SUBNET.fullmatch(subnet):
+    if subnet is None:
+        problems.append("needs a subnet: a subnet ID, like subnet-0123456789abcdef0")
+    elif not isinstance(subnet, str) or not _SUBNET.fullmatch(subnet):
         problems.append(
             f"subnet {subnet!r} must be a subnet ID: subnet- and 8 or 17 hex digits, like "
             "subnet-0123456789abcdef0"

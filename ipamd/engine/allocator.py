@@ -73,9 +73,10 @@ def plan_assign(
             "node's ENIs can hold: none will come until a pod is deleted"
         )
     if picked is None:
+        wanted = "no free address" if count == 1 else f"no {count} free addresses on one ENI"
         raise NoAddressAvailable(
-            f"no {count} free address(es) on one ENI right now; the pool manager adds more if "
-            "the node's ENI and address limits allow"
+            f"{wanted} right now; the pool manager adds more if the node's ENI and address "
+            "limits allow"
         )
     eni_id, pairs = picked
     record = AllocationRecord(

@@ -61,6 +61,11 @@ class DriftReport:
     def changed(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
 
+    def drifted(self) -> bool:
+        """Whether the inventory changed (binding an ENI to the instance is housekeeping: every
+        restart after ipamd attached ENIs without finishing does it)."""
+        return any(getattr(self, n) for n in self.__slots__ if n != "enis_bound_to_instance")
+
 
 class Ec2Drift:
     def __init__(
@@ -113,8 +118,10 @@ class Ec2Drift:
         await self._gone_enis(listed, report)
         if report.changed() and first_sight:
             logger.info("reconcile.adopted report=%s", report)
-        elif report.changed():
+        elif report.drifted():
             logger.warning("reconcile.drift report=%s", report)
+        elif report.changed():
+            logger.info("reconcile.bound enis=%s", report.enis_bound_to_instance)
         return report
 
     async def _bind_to_instance(self, eni: NetworkInterface, report: DriftReport) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import CollectorRegistry, Histogram, Summary, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -31,6 +30,7 @@ from ipamd.errors import MaxPodsReached, NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
 from ipamd.telemetry.catalogue import CATALOGUE, SPECS, MetricSpec
 from ipamd.telemetry.totals import total_addresses
+from ipamd.version import installed
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """What `exposition` writes: the classic text format, as VPC CNI's Go client serves it."""
@@ -257,19 +257,12 @@ DAEMON_METRICS = (
 )
 
 
-def _ipamd_version() -> str:
-    try:
-        return version("ipamd")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
-
-
 class DaemonCollector(Collector):
     """Counters the daemon's parts keep (jobs, pool manager, leak GC, datapath), read as they are."""
 
     def __init__(self, sources: Sources) -> None:
         self._sources = sources
-        self._version = _ipamd_version()
+        self._version = installed()
 
     def collect(self) -> Iterator[Metric]:
         s = self._sources

@@ -45,6 +45,7 @@ What each scenario replays, and which tests prove it: docs/failure-scenarios.md.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import time
@@ -336,7 +337,7 @@ class KilledBeforeDeleteOnTermination:
 
 
 async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Deterministic replay of what the scenario above found (it counts such rounds): the pool
     creates and attaches an ENI for new pods, and the process dies before the attachment gets
@@ -366,8 +367,13 @@ async def test_s08_kill_after_attach_leaves_no_eni_that_outlives_the_instance(
             node.clock.advance(worker.JUMP_S)
             await node.reopen()
             drift = node.drift
-            report = await drift.run_once()
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="ipamd.reconcile.ec2_drift"):
+                report = await drift.run_once()
             assert len(report.enis_bound_to_instance) == 1, f"the ENI is bound: {report}"
+            # Routine after such a restart: said at info, never as a drift warning.
+            said = [(r.levelno, r.getMessage().split()[0]) for r in caplog.records]
+            assert said == [(logging.INFO, "reconcile.bound")], said
             (bound,) = report.enis_bound_to_instance
             assert bound in node.engine.state.enis(), "recorded before the kill, with its units"
             assert node.engine.state.units_on(bound), "its addresses could be handed out at once"

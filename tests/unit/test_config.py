@@ -340,9 +340,10 @@ def test_all_bad_values_are_reported_in_one_error() -> None:
         ({"AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "verbose"}, "must be one of debug, info, warn, error"),
         ({"AWS_VPC_K8S_PLUGIN_LOG_FILE": "stdout"}, "the plugin's standard output is its answer"),
         (
-            {"IPAMD_LOG_LEVEL": "info"},
-            "IPAMD_LOG_LEVEL='info': renamed AWS_VPC_K8S_CNI_LOGLEVEL, VPC CNI's variable",
+            {"IPAMD_LOG_LEVEL": "info", "AWS_VPC_K8S_CNI_LOGLEVEL": "debug"},
+            "IPAMD_LOG_LEVEL='info': renamed AWS_VPC_K8S_CNI_LOGLEVEL, which is set too",
         ),
+        ({"IPAMD_LOG_LEVEL": "loud"}, "AWS_VPC_K8S_CNI_LOGLEVEL='loud': must be one of debug"),
         ({"IPAMD_SOCKET": "/" + "s" * 200}, "must be a unix socket path of at most 107 bytes"),
         (
             {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "0"},
@@ -574,3 +575,10 @@ def test_address_family_problems_come_with_every_other_problem() -> None:
     ]
     assert "ENABLE_PREFIX_DELEGATION=true" in problems[3]
     assert "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG='true'" in problems[4]
+
+
+@pytest.mark.parametrize(
+    ("old", "level"), [("debug", "debug"), ("warning", "warn"), ("ERROR", "error")]
+)
+def test_the_old_log_level_variable_is_still_read_as_its_successor(old: str, level: str) -> None:
+    assert Config.from_env({"IPAMD_LOG_LEVEL": old}).log_level == level

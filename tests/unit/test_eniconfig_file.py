@@ -128,7 +128,7 @@ def test_either_zone_label_is_accepted(label: str) -> None:
         ),
         ({"us-west-2a": SUBNET_A}, "entry 'us-west-2a': needs a spec"),
         ({"US West 2a": {"subnet": SUBNET_A}}, "entry 'US West 2a': name 'US West 2a' must be"),
-        ({"us-west-2a": {}}, "entry 'us-west-2a': subnet None must be a subnet ID"),
+        ({"us-west-2a": {}}, "entry 'us-west-2a': needs a subnet: a subnet ID"),
         ({"us-west-2a": {"subnet": "subnet-xyz"}}, "subnet 'subnet-xyz' must be a subnet ID"),
         ({"us-west-2a": {"subnet": "subnet-0A1B2C3D"}}, "must be a subnet ID: subnet- and 8 or 17"),
         ({"us-west-2a": {"subnet": SG_1}}, f"subnet {SG_1!r} must be a subnet ID"),
