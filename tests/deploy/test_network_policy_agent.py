@@ -122,7 +122,7 @@ def test_the_component_only_adds_the_agent_and_its_volumes(tmp_path: Path) -> No
     assert [c["name"] for c in spec["containers"]] == ["ipamd", AGENT]
     spec["containers"].pop()
     added = [v["name"] for v in spec["volumes"][len(base_pod_spec()["volumes"]) :]]
-    assert added == ["bpf-pin-path", "log-dir", "network-policy-agent-token"]
+    assert added == ["bpf-pin-path", "network-policy-agent-token"]
     del spec["volumes"][-len(added) :]
     assert ds == daemonset()
 
