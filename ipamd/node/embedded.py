@@ -177,10 +177,7 @@ async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> Em
             f"the embedded runtime's socket {path} is longer than {MAX_SOCKET_PATH} bytes "
             "(IPAMD_SOCKET: use a shorter path, or set IPAMD_CRI_SOCKET)"
         )
-    try:
-        runtime = EmbeddedCri(path, runtime_record_path(path), state_dir / GONE_FILE)
-    except SandboxRecordError as err:
-        raise StateUnusable(f"{err}; move it aside to start the runtime without its pods") from err
+    runtime = EmbeddedCri(path, runtime_record_path(path), state_dir / GONE_FILE)
     try:
         await runtime.start()
     except SocketPathError as err:
@@ -190,6 +187,10 @@ async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> Em
             f"cannot serve the embedded runtime on {path} (beside IPAMD_SOCKET): {os_reason(err)}"
         ) from err
     stack.push_async_callback(runtime.close)
+    try:
+        runtime.load()  # once bound: a socket path in the way is IPAMD_SOCKET's refusal, above
+    except SandboxRecordError as err:
+        raise StateUnusable(f"{err}; move it aside to start the runtime without its pods") from err
     return runtime
 
 

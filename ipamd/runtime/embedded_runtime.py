@@ -11,11 +11,11 @@ Two listings later, and once older than IPAMD_LEAK_GRACE, leak GC releases its a
 repair` shows that at once. The runtime never reads ipamd's state, never writes the gone file, and
 answers the lifecycle calls UNIMPLEMENTED: its pods are started by ADD, not by RunPodSandbox.
 
-The record (`sandboxes.json`, in the runtime's directory beside its socket) is read once, when the
-runtime is made, and replaced whole on each change (`datastore.atomic`: temp file, fsync, rename), so
-a kill at any instant leaves the old record or the new. A record that cannot be read stops the start
-(`SandboxRecordError`) rather than losing its pods; a change that cannot be saved is logged and kept
-in memory, listed until the runtime stops.
+The record (`sandboxes.json`, in the runtime's directory beside its socket) is read once, by `load`
+once the socket is bound (every call answers UNAVAILABLE until then), and replaced whole on each
+change (`datastore.atomic`: temp file, fsync, rename), so a kill at any instant leaves the old record
+or the new. A record that cannot be read stops the start (`SandboxRecordError`) rather than losing
+its pods; a change that cannot be saved is logged and kept in memory, listed until the runtime stops.
 """
 
 from __future__ import annotations
@@ -47,15 +47,20 @@ class EmbeddedCri(CriServer):
     lifecycle = False
 
     def __init__(self, socket_path: Path, record_file: Path, gone_file: Path) -> None:
-        """Reads the record; raises `SandboxRecordError`."""
         super().__init__(socket_path)
         self.record_file = record_file
         self.gone_file = gone_file
-        kept = load_record(record_file)
+        self.kept = False
+        """Whether `load` found a record; False for a new node, or for one made before the runtime
+        kept a record."""
+        self._loaded = False
+
+    def load(self) -> None:
+        """Read the record, once, before anything is told; raises `SandboxRecordError`."""
+        kept = load_record(self.record_file)
         self.kept = kept is not None
-        """Whether the record existed when the runtime was made; False for a new node, or for one
-        made before the runtime kept a record."""
         self.sandboxes.update(kept or {})
+        self._loaded = True
 
     # -- what the embedded node tells it ----------------------------------------------------------
 
@@ -64,6 +69,7 @@ class EmbeddedCri(CriServer):
     ) -> None:
         """An ADD gave the sandbox `addresses` (another interface's ADD adds to them); a sandbox
         not yet recorded is made, created at `created_at` (seconds since the epoch)."""
+        self._loaded_first()
         had = self.sandboxes.get(sandbox_id)
         if had is None:
             pod = pod or PodRef()
@@ -84,6 +90,7 @@ class EmbeddedCri(CriServer):
 
     def adopt(self, sandboxes: Iterable[CriSandbox]) -> None:
         """Record the sandboxes not recorded yet, in one save."""
+        self._loaded_first()
         new = [s for s in sandboxes if s.sandbox_id not in self.sandboxes]
         if new:
             self.sandboxes.update((s.sandbox_id, s) for s in new)
@@ -91,6 +98,7 @@ class EmbeddedCri(CriServer):
 
     def remove(self, sandbox_id: str) -> None:
         """The sandbox is gone (its DEL came). Idempotent."""
+        self._loaded_first()
         if self.sandboxes.pop(sandbox_id, None) is not None:
             self._save()
 
@@ -104,7 +112,9 @@ class EmbeddedCri(CriServer):
             return frozenset()
         return frozenset(line.strip() for line in text.splitlines() if line.strip())
 
-    def listing(self) -> list[CriSandbox]:
+    def listing(self) -> list[CriSandbox] | None:
+        if not self._loaded:
+            return None
         vanished = self.gone() & self.sandboxes.keys()
         if vanished:
             for sandbox_id in vanished:
@@ -114,8 +124,14 @@ class EmbeddedCri(CriServer):
         return list(self.sandboxes.values())
 
     def status_of(self, sandbox_id: str) -> CriSandbox | None:
-        self.listing()
+        if self.listing() is None:
+            return None
         return self.sandboxes.get(sandbox_id)
+
+    def _loaded_first(self) -> None:
+        """A change before `load` would be saved over the record: refused."""
+        if not self._loaded:
+            raise RuntimeError("the runtime's record is changed only once it was loaded")
 
     def _save(self) -> None:
         data = record_bytes(self.sandboxes.values())

@@ -132,6 +132,23 @@ def test_the_runtime_keeps_its_pods_in_its_own_record_across_restarts(
     assert second.stop() == 0
 
 
+def test_a_runtime_record_that_cannot_be_read_stops_the_start_naming_it(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    record = tmp_path / "ipamd-cri" / "sandboxes.json"
+    record.parent.mkdir()
+    record.write_text("not json")
+    daemon = start_daemon(tmp_path)
+    started.append(daemon)
+    assert daemon.wait() == 3
+    assert "Traceback" not in "\n".join(daemon.lines)
+    [line] = [s for s in daemon.plain_lines if not s.startswith("ipamd: embedded cloud")]
+    assert line.startswith(f"ipamd: the embedded runtime's record {record} is unusable: "), line
+    assert line.endswith("; move it aside to start the runtime without its pods"), line
+    assert record.read_text() == "not json", "left as it was"
+    assert not (tmp_path / "ipamd-cri.sock").exists()
+
+
 def _holders(daemon: EmbeddedDaemon) -> set[str]:
     status, body = daemon.call("GET", "/v1/allocations")
     assert status == 200

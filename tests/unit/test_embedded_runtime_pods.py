@@ -15,9 +15,17 @@ from datastore.records import AllocationKey, AllocationRecord
 from ipamd.errors import StateUnavailable
 from ipamd.model import PodRef
 from ipamd.node.embedded import RuntimePods, runtime_record_path
+from ipamd.runtime.embedded_cri import CriSandbox
 from ipamd.runtime.embedded_runtime import EmbeddedCri
 
 KEY = AllocationKey("k8s-pod-network", "pod-a", "eth0")
+
+
+def listed(rt: EmbeddedCri) -> list[CriSandbox]:
+    """What the runtime lists (it is loaded: a list, never UNAVAILABLE's None)."""
+    found = rt.listing()
+    assert found is not None
+    return found
 
 
 class Inner:
@@ -44,7 +52,9 @@ class Inner:
 def runtime() -> Iterator[EmbeddedCri]:
     where = Path(tempfile.mkdtemp(prefix="ipamd-rp-"))
     socket = where / "ipamd-cri.sock"
-    yield EmbeddedCri(socket, runtime_record_path(socket), where / "gone")
+    made = EmbeddedCri(socket, runtime_record_path(socket), where / "gone")
+    made.load()
+    yield made
     shutil.rmtree(where, ignore_errors=True)
 
 
@@ -59,14 +69,14 @@ async def test_an_answered_add_is_recorded_with_its_addresses_and_a_del_forgets_
 ) -> None:
     pods = RuntimePods(Inner(), runtime)
     await pods.add(KEY, PodRef("shop", "web-0", "uid-a"))
-    [sandbox] = runtime.listing()
+    [sandbox] = listed(runtime)
     assert (sandbox.sandbox_id, sandbox.addresses, sandbox.name) == (
         "pod-a",
         ("10.0.1.5",),
         "web-0",
     )
     await pods.release(AllocationKey("other-network", "pod-a", "eth1"))
-    assert runtime.listing() == [], "a DEL ends the container, whatever its network or ifname"
+    assert listed(runtime) == [], "a DEL ends the container, whatever its network or ifname"
 
 
 async def test_a_del_sent_during_the_add_is_heard_after_it(runtime: EmbeddedCri) -> None:
@@ -78,7 +88,7 @@ async def test_a_del_sent_during_the_add_is_heard_after_it(runtime: EmbeddedCri)
     deleting = asyncio.create_task(pods.release(KEY))
     inner.add_may_answer.set()
     await asyncio.gather(adding, deleting)
-    assert runtime.listing() == [], "the DEL came last: no sandbox is left behind"
+    assert listed(runtime) == [], "the DEL came last: no sandbox is left behind"
     assert pods._turns == {}
 
 
@@ -89,4 +99,4 @@ async def test_a_del_ipamd_could_not_do_still_ends_the_pod(runtime: EmbeddedCri)
     inner.release_fails = True
     with pytest.raises(StateUnavailable):
         await pods.release(KEY)
-    assert runtime.listing() == []
+    assert listed(runtime) == []

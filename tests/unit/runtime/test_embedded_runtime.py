@@ -24,8 +24,16 @@ from ipamd.runtime.embedded_runtime import (
     load_record,
     record_bytes,
 )
+from ipamd.runtime.ports import RuntimeUnavailable
 
 CREATED = 1_700_000_000.25
+
+
+def listed(rt: EmbeddedCri) -> list[CriSandbox]:
+    """What the runtime lists (it is loaded: a list, never UNAVAILABLE's None)."""
+    found = rt.listing()
+    assert found is not None
+    return found
 
 
 @pytest.fixture
@@ -36,15 +44,18 @@ def run_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def runtime(run_dir: Path) -> EmbeddedCri:
-    return EmbeddedCri(
+def runtime(run_dir: Path, *, load: bool = True) -> EmbeddedCri:
+    made = EmbeddedCri(
         run_dir / "cri.sock", run_dir / "cri" / "sandboxes.json", run_dir / "state" / "gone"
     )
+    if load:
+        made.load()
+    return made
 
 
 def test_a_new_runtime_has_no_record_until_an_add(run_dir: Path) -> None:
     first = runtime(run_dir)
-    assert not first.kept and first.listing() == []
+    assert not first.kept and listed(first) == []
     assert not (run_dir / "cri").exists(), "nothing written before a change"
 
     first.started("pod-a", ("10.0.1.5",), CREATED, PodRef("shop", "web-0", "uid-a"))
@@ -54,7 +65,7 @@ def test_a_new_runtime_has_no_record_until_an_add(run_dir: Path) -> None:
 
     again = runtime(run_dir)
     assert again.kept
-    [sandbox] = again.listing()
+    [sandbox] = listed(again)
     assert sandbox == CriSandbox(
         sandbox_id="pod-a",
         created_at_ns=1_700_000_000_250_000_000,
@@ -72,7 +83,7 @@ def test_a_second_interface_adds_its_addresses_and_a_repeated_add_changes_nothin
     rt.started("pod-a", ("10.0.1.5",), CREATED, None)
     rt.started("pod-a", ("10.0.1.5",), CREATED + 9, PodRef("late", "late", "late"))
     rt.started("pod-a", ("10.0.2.7",), CREATED + 9, None)
-    [sandbox] = runtime(run_dir).listing()
+    [sandbox] = listed(runtime(run_dir))
     assert sandbox.addresses == ("10.0.1.5", "10.0.2.7")
     assert (sandbox.namespace, sandbox.name, sandbox.uid) == ("", "", "")
     assert sandbox.created_at_ns == 1_700_000_000_250_000_000, "created at its first ADD"
@@ -84,8 +95,8 @@ def test_a_del_forgets_the_sandbox_for_good(run_dir: Path) -> None:
     rt.started("pod-b", ("10.0.1.6",), CREATED, None)
     rt.remove("pod-a")
     rt.remove("pod-a")  # a retried DEL
-    assert [s.sandbox_id for s in rt.listing()] == ["pod-b"]
-    assert [s.sandbox_id for s in runtime(run_dir).listing()] == ["pod-b"]
+    assert [s.sandbox_id for s in listed(rt)] == ["pod-b"]
+    assert [s.sandbox_id for s in listed(runtime(run_dir))] == ["pod-b"]
 
 
 def test_the_gone_file_makes_a_pod_vanish_from_the_record(run_dir: Path) -> None:
@@ -94,16 +105,23 @@ def test_the_gone_file_makes_a_pod_vanish_from_the_record(run_dir: Path) -> None
     rt.started("pod-b", ("10.0.1.6",), CREATED, None)
     (run_dir / "state").mkdir()
     (run_dir / "state" / "gone").write_text("pod-b\n\n  \nnever-started\n")
-    assert [s.sandbox_id for s in rt.listing()] == ["pod-a"]
+    assert [s.sandbox_id for s in listed(rt)] == ["pod-a"]
     assert rt.status_of("pod-b") is None
     (run_dir / "state" / "gone").unlink()
-    assert [s.sandbox_id for s in runtime(run_dir).listing()] == ["pod-a"], "forgotten, not hidden"
+    assert [s.sandbox_id for s in listed(runtime(run_dir))] == ["pod-a"], "forgotten, not hidden"
 
 
-async def test_the_calls_answer_from_the_record(run_dir: Path) -> None:
-    rt = runtime(run_dir)
-    rt.started("pod-a", ("10.0.1.5", "10.0.1.9"), CREATED, PodRef("shop", "web-0", "uid-a"))
+async def test_the_calls_answer_from_the_record_once_it_is_loaded(run_dir: Path) -> None:
+    runtime(run_dir).started("pod-a", ("10.0.1.5", "10.0.1.9"), CREATED, PodRef("s", "web-0", "u"))
+    rt = runtime(run_dir, load=False)
     async with rt, GrpcCriRuntime(rt.endpoint, timeout_s=5.0) as client:
+        with pytest.raises(RuntimeUnavailable, match="starting"):
+            await client.list_sandboxes()
+        with pytest.raises(RuntimeUnavailable, match="starting"):
+            await client.sandbox_addresses("pod-a")
+        with pytest.raises(RuntimeError, match="loaded"):
+            rt.started("pod-b", ("10.0.1.6",), CREATED, None)
+        rt.load()
         [listed] = await client.list_sandboxes()
         assert (listed.sandbox_id, listed.state, listed.name) == ("pod-a", "ready", "web-0")
         assert await client.sandbox_addresses("pod-a") == ("10.0.1.5", "10.0.1.9")
@@ -118,8 +136,8 @@ def test_adopt_records_only_what_is_not_recorded_yet(run_dir: Path) -> None:
             CriSandbox("pod-b", 2, addresses=("10.0.1.6",)),
         ]
     )
-    listed = {s.sandbox_id: s.addresses for s in runtime(run_dir).listing()}
-    assert listed == {"pod-a": ("10.0.1.5",), "pod-b": ("10.0.1.6",)}
+    kept = {s.sandbox_id: s.addresses for s in listed(runtime(run_dir))}
+    assert kept == {"pod-a": ("10.0.1.5",), "pod-b": ("10.0.1.6",)}
 
 
 def test_a_change_that_cannot_be_saved_is_logged_and_kept_in_memory(
@@ -129,7 +147,7 @@ def test_a_change_that_cannot_be_saved_is_logged_and_kept_in_memory(
     (run_dir / "cri").write_text("a file where the runtime's directory goes")
     with caplog.at_level(logging.WARNING, logger="ipamd.runtime.embedded_runtime"):
         rt.started("pod-a", ("10.0.1.5",), CREATED, None)
-    assert [s.sandbox_id for s in rt.listing()] == ["pod-a"]
+    assert [s.sandbox_id for s in listed(rt)] == ["pod-a"]
     assert any(r.getMessage().startswith("cri.record_unsaved path=") for r in caplog.records)
 
 
