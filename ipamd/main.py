@@ -1,14 +1,16 @@
-"""`ipamd`: the entry point and composition root — the only place that builds concrete adapters.
+"""`ipamd run`: the composition root — the only place that builds concrete adapters.
 
 `ipamd run` reads the configuration (the only hand-over of `os.environ`), builds the EC2 adapter, the
 IMDS client, the CRI client and the network-policy agent's client, hands them to `ipamd.node.daemon`,
 serves the local API and the agent's config server on their unix sockets and runs the pool manager
 and the reconcile schedule in one task group until SIGTERM or SIGINT: then it stops taking work,
-lets in-flight requests finish, and exits 0. `ipamd run --embedded` does
-the same on an embedded cloud: moto with ipamd's extension served on loopback, one VPC, subnet and
-instance, an IMDS simulator and a container runtime of its own — no AWS account needed; its cloud is
-kept in the state directory, so running it again is a restart of the same node
-(`ipamd.node.embedded`).
+lets in-flight requests finish, and exits 0 (`daemon.stopped reason=signal`). A signal before ready
+(start-up retrying EC2, say) stops the start in order, with the same 0 and log line; one before this
+module is even imported is the console script's (`ipamd.launch`): one line, and 0 too.
+`ipamd run --embedded` does the same on an embedded cloud: moto with ipamd's extension served on
+loopback, one VPC, subnet and instance, an IMDS simulator and a container runtime of its own — no
+AWS account needed; its cloud is kept in the state directory, so running it again is a restart of
+the same node (`ipamd.node.embedded`).
 
 Start-up takes the state directory's lock before anything opens a file in it (a second ipamd on the
 same directory exits at once, naming the first one's PID). A start-up step the machine refuses is one
@@ -166,24 +168,49 @@ def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Pat
 
 async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) -> int:
     """Run the daemon until stopped; returns the exit code. Raises `StartupError` for a start-up
-    step the machine refused. `own_runtime`: embedded, serve a container runtime of its own."""
+    step the machine refused. `own_runtime`: embedded, serve a container runtime of its own.
+
+    SIGTERM and SIGINT are this loop's from its first step on. One that comes before ready (the
+    start-up waiting out EC2, say) cancels the start where it waits, whatever it made is closed in
+    order, and the exit is a stop's, 0 with `daemon.stopped`, as after ready."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    serving = asyncio.Event()
+    run = asyncio.create_task(
+        _serve(config, embedded, stop, serving, own_runtime=own_runtime), name="serve"
+    )
+    signalled = asyncio.create_task(stop.wait(), name="signals")
+    try:
+        await asyncio.wait({run, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+    if run.done() or serving.is_set():
+        return await run  # from ready on, `_run_until_stopped` answers the signal itself
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        return await run
+    logger.info("daemon.stopped reason=signal while=starting")
+    return 0
+
+
+async def _serve(
+    config: Config,
+    embedded: bool,
+    stop: asyncio.Event,
+    serving: asyncio.Event,
+    *,
+    own_runtime: bool,
+) -> int:
+    """`serve`'s start-up and run; sets `serving` once started, from which on it answers `stop`."""
     started = time.monotonic()
     clock = SystemClock()
-    conflist_bytes = None
-    if config.cni_conflist_template is not None:
-        try:
-            conflist_bytes = conflist.render(
-                Path(config.cni_conflist_template),
-                config.socket_path,
-                config.pod_mtu or config.eni_mtu,
-                str(Path(config.socket_path).parent / V4_EGRESS_DIR)
-                if config.enable_ipv6
-                else None,
-                plugin_log=(config.plugin_log_file, config.plugin_log_level),
-            )
-        except conflist.ConflistError as err:
-            print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
-            return EXIT_CONFIG
+    try:
+        conflist_bytes = _render_conflist(config)
+    except conflist.ConflistError as err:
+        print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
+        return EXIT_CONFIG
     async with AsyncExitStack() as stack:
         # Before anything opens a file in the state directory (the state file, the embedded
         # cloud's): a second ipamd on it must touch neither.
@@ -238,6 +265,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             print(f"ipamd: {err}", file=sys.stderr)
             return EXIT_CONFIG
         await _start_timed(daemon, recorders, started)
+        serving.set()  # no await from here to `_run_until_stopped`, which answers `stop`
         freeze_start_up()
         if daemon.engine.unavailable is not None:
             print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
@@ -248,10 +276,23 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             hints = node.how_to_try(config) if daemon.ready else node.how_to_repair(config)
             print(hints, file=sys.stderr)
         try:
-            return await _run_until_stopped(daemon, config_server)
+            return await _run_until_stopped(daemon, config_server, stop)
         finally:
             if written is not None:
                 conflist.remove(written, "stopped", only_if=conflist_bytes)
+
+
+def _render_conflist(config: Config) -> bytes | None:
+    """The conflist ipamd writes once ready (None: it writes none). Raises `ConflistError`."""
+    if config.cni_conflist_template is None:
+        return None
+    return conflist.render(
+        Path(config.cni_conflist_template),
+        config.socket_path,
+        config.pod_mtu or config.eni_mtu,
+        str(Path(config.socket_path).parent / V4_EGRESS_DIR) if config.enable_ipv6 else None,
+        plugin_log=(config.plugin_log_file, config.plugin_log_level),
+    )
 
 
 async def _network_policy(
@@ -330,11 +371,9 @@ def _pods(daemon: Daemon) -> PodAddresses:
     return pods if daemon.keeper is None else CheckpointedPods(pods, daemon.keeper)
 
 
-async def _run_until_stopped(daemon: Daemon, config_server: ConfigServer) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+async def _run_until_stopped(
+    daemon: Daemon, config_server: ConfigServer, stop: asyncio.Event
+) -> int:
     serving = daemon.engine.unavailable is None  # fail closed: no pool work on an untrusted state
     if serving:
         daemon.schedule()

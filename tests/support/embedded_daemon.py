@@ -147,10 +147,17 @@ def start_daemon(
         "INTROSPECTION_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
     }
     env = clean_env(**{**settings, **extra})
+    return spawn(["run", "--embedded"], env, tmp_path, socket_path, state_dir)
+
+
+def spawn(
+    args: list[str], env: dict[str, str], cwd: Path, socket_path: Path, state_dir: Path
+) -> EmbeddedDaemon:
+    """`ipamd <args>` in `cwd` with exactly `env`, its stderr read as it comes."""
     process = subprocess.Popen(
-        [str(BIN / "ipamd"), "run", "--embedded"],
+        [str(BIN / "ipamd"), *args],
         env=env,
-        cwd=tmp_path,
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
