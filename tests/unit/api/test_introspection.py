@@ -15,7 +15,14 @@ async def test_pool_counts_per_state_node_wide_and_per_eni(api: Api) -> None:
     answer = await api.call("GET", "/v1/pool")
     assert answer.status == 200
     body = answer.body
-    assert body["counts"] == {"free": 3, "assigned": 2, "cooling": 1, "held": 0, "releasing": 0, "lost": 0}
+    assert body["counts"] == {
+        "free": 3,
+        "assigned": 2,
+        "cooling": 1,
+        "held": 0,
+        "releasing": 0,
+        "lost": 0,
+    }
     assert (body["allocations"], body["intents"], body["quarantined"]) == (2, 1, 0)
     enis = body["enis"]
     assert isinstance(enis, list) and [e["eni_id"] for e in enis] == ["eni-0000", "eni-0001"]

@@ -41,7 +41,14 @@ async def v6_api(api: Api) -> Api:
 async def test_pool_counts_the_pods_and_names_the_80(v6_api: Api) -> None:
     body = (await v6_api.call("GET", "/v1/pool")).body
     free = MAX_PODS - 2
-    assert body["counts"] == {"free": free, "assigned": 2, "cooling": 1, "held": 0, "releasing": 0, "lost": 0}
+    assert body["counts"] == {
+        "free": free,
+        "assigned": 2,
+        "cooling": 1,
+        "held": 0,
+        "releasing": 0,
+        "lost": 0,
+    }
     [eni] = body["enis"]
     assert eni["is_primary"] is True and eni["ipv6_prefixes"] == [PREFIX]
     assert eni["counts"] == body["counts"]
