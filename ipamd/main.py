@@ -51,6 +51,7 @@ from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointedPods
 from ipamd.clock import SystemClock
 from ipamd.config import vpc_cni
+from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config, ConfigError
 from ipamd.errors import SettingUnusable, StartupError, StateUnusable, os_reason
 from ipamd.netpolicy.agent import GrpcPolicyAgent
@@ -61,7 +62,12 @@ from ipamd.node.daemon import Daemon, HostNetAdapters, build_daemon, repair
 from ipamd.node.report import max_pods_report, metric_sources, pool_report
 from ipamd.node.startup import lock_state_dir
 from ipamd.runtime.cri import GrpcCriRuntime
-from ipamd.telemetry.endpoint import ListenFailed, latency_middleware, serve_metrics
+from ipamd.telemetry.endpoint import (
+    ListenFailed,
+    latency_middleware,
+    listening_on,
+    serve_metrics,
+)
 from ipamd.telemetry.introspection import serve_introspection
 from ipamd.telemetry.logs import configure_logging
 from ipamd.telemetry.metrics import Recorders
@@ -78,6 +84,9 @@ EXIT_CONFIG = 2  # also a setting this machine refuses: a port in use, a path th
 EXIT_STATE = 3  # the state directory is another ipamd's, or its embedded cloud cannot be rebuilt
 EXIT_FAILED = 1
 EXIT_RESTART = 75  # EX_TEMPFAIL: the supervisor (kubelet) starts ipamd again on the rebuilt state
+
+METRICS_ADDR = "IPAMD_METRICS_ADDR"
+INTROSPECTION_ADDR = "INTROSPECTION_BIND_ADDRESS"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -166,9 +175,17 @@ def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Pat
     return conflist.write(target.parent, target.name, data)
 
 
-async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) -> int:
+async def serve(
+    config: Config,
+    embedded: bool,
+    *,
+    own_runtime: bool = False,
+    free_ports: frozenset[str] = frozenset(),
+) -> int:
     """Run the daemon until stopped; returns the exit code. Raises `StartupError` for a start-up
     step the machine refused. `own_runtime`: embedded, serve a container runtime of its own.
+    `free_ports`: the TCP endpoints' settings (METRICS_ADDR, INTROSPECTION_ADDR) whose port, when
+    taken, gives way to a free one.
 
     SIGTERM and SIGINT are this loop's from its first step on. One that comes before ready (the
     start-up waiting out EC2, say) cancels the start where it waits, whatever it made is closed in
@@ -179,7 +196,8 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         loop.add_signal_handler(signum, stop.set)
     serving = asyncio.Event()
     run = asyncio.create_task(
-        _serve(config, embedded, stop, serving, own_runtime=own_runtime), name="serve"
+        _serve(config, embedded, stop, serving, own_runtime=own_runtime, free_ports=free_ports),
+        name="serve",
     )
     signalled = asyncio.create_task(stop.wait(), name="signals")
     try:
@@ -202,6 +220,7 @@ async def _serve(
     serving: asyncio.Event,
     *,
     own_runtime: bool,
+    free_ports: frozenset[str],
 ) -> int:
     """`serve`'s start-up and run; sets `serving` once started, from which on it answers `stop`."""
     started = time.monotonic()
@@ -260,7 +279,9 @@ async def _serve(
         runner = await _serve_api(app, config.socket_path)
         stack.push_async_callback(runner.cleanup)
         try:
-            await _serve_observability(config, daemon, policy, recorders, stack)
+            listening = await _serve_observability(
+                config, daemon, policy, recorders, stack, free_ports
+            )
         except ListenFailed as err:
             print(f"ipamd: {err}", file=sys.stderr)
             return EXIT_CONFIG
@@ -273,7 +294,9 @@ async def _serve(
         if written is not None:
             conflist.remove_aws_node(written)  # only now: it sorts first and aws-node is gone
         if node is not None:  # the hints only once ready; else the line above says why
-            hints = node.how_to_try(config) if daemon.ready else node.how_to_repair(config)
+            hints = (
+                node.how_to_try(config, listening) if daemon.ready else node.how_to_repair(config)
+            )
             print(hints, file=sys.stderr)
         try:
             return await _run_until_stopped(daemon, config_server, stop)
@@ -328,22 +351,35 @@ async def _serve_observability(
     policy: NetworkPolicy,
     recorders: Recorders,
     stack: AsyncExitStack,
-) -> None:
-    """Metrics and introspection on their TCP addresses, each unless disabled; raises `ListenFailed`
-    (a port in use) for `serve` to report in one line."""
+    free_ports: frozenset[str],
+) -> dict[str, HostPort]:
+    """Metrics and introspection on their TCP addresses, each unless disabled, a setting of
+    `free_ports` on a free port if its own is taken; returns where each listens, by setting. Raises
+    `ListenFailed` (a port in use) for `serve` to report in one line."""
     daemon.engine.subscribe(lambda m, _: recorders.note_commit(daemon.engine.state, m))
+    listening: dict[str, HostPort] = {}
     if not config.disable_metrics:
         metrics = await serve_metrics(
-            recorders, metric_sources(daemon, policy), config.metrics_addr
+            recorders,
+            metric_sources(daemon, policy),
+            config.metrics_addr,
+            or_free_port=METRICS_ADDR in free_ports,
         )
         stack.push_async_callback(metrics.cleanup)
+        listening[METRICS_ADDR] = listening_on(metrics)
     if not config.disable_introspection:
         settings = config.describe()
         addr = config.introspection_bind_address
         introspection = await serve_introspection(
-            daemon.engine, settings, addr, max_pods_report(daemon)
+            daemon.engine,
+            settings,
+            addr,
+            max_pods_report(daemon),
+            or_free_port=INTROSPECTION_ADDR in free_ports,
         )
         stack.push_async_callback(introspection.cleanup)
+        listening[INTROSPECTION_ADDR] = listening_on(introspection)
+    return listening
 
 
 async def _start_timed(daemon: Daemon, recorders: Recorders, process_started: float) -> None:
@@ -434,9 +470,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
     for name, value, why in vpc_cni.inert(os.environ):
         logger.info("config.inert %s=%s: nothing in ipamd changes: %s", name, value, why)
+    # Embedded, a metrics or introspection port nobody set gives way to a free one when taken (a
+    # second clone's `make run`); an address set explicitly is served on, or refused.
+    free_ports = frozenset(
+        s for s in (METRICS_ADDR, INTROSPECTION_ADDR) if args.embedded and not os.environ.get(s)
+    )
     with contextlib.suppress(KeyboardInterrupt):
         try:
-            return asyncio.run(serve(config, args.embedded, own_runtime=own_runtime))
+            return asyncio.run(
+                serve(config, args.embedded, own_runtime=own_runtime, free_ports=free_ports)
+            )
         except StartupError as err:
             print(f"ipamd: {err}", file=sys.stderr)
             return _exit_code(err)

@@ -27,7 +27,7 @@ import ipaddress
 import os
 import secrets
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ from cloud.embedded.world import World
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, LayoutError, SubnetSpec
 from datastore.records import AllocationKey, AllocationRecord
 from ipamd.api.app import PodAddresses
+from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable, StateUnusable, os_reason
@@ -62,8 +63,8 @@ class EmbeddedNode:
     """None when IPAMD_CRI_SOCKET names a runtime of the user's own."""
     restored: bool
 
-    def how_to_try(self, config: Config) -> str:
-        return how_to_try(config, self)
+    def how_to_try(self, config: Config, listening: Mapping[str, HostPort]) -> str:
+        return how_to_try(config, self, listening)
 
     def how_to_repair(self, config: Config) -> str:
         """For a node that is not ready (an unusable state file): the exact repair command."""
@@ -253,10 +254,11 @@ class RuntimePods:
                 self._turns[container_id] = (lock, users - 1)
 
 
-def how_to_try(config: Config, node: EmbeddedNode) -> str:
+def how_to_try(config: Config, node: EmbeddedNode, listening: Mapping[str, HostPort]) -> str:
     """Commands a new user can paste once ready: absolute paths, the scripts next to this
     interpreter, and a container ID of this run's own (a second run on the same state directory
-    would otherwise meet the first run's pod, or its delete intent)."""
+    would otherwise meet the first run's pod, or its delete intent); then where the metrics and
+    introspection endpoints listen (`listening`, by setting), saying so when a port was taken."""
     bin_dir = os.path.dirname(sys.executable)
     sock = os.path.abspath(config.socket_path)
     container = f"demo-{secrets.token_hex(3)}"
@@ -287,8 +289,33 @@ def how_to_try(config: Config, node: EmbeddedNode) -> str:
             f"two listings (IPAMD_LEAK_GC_INTERVAL, {config.leak_gc_interval_s:g} s)",
             f"  The embedded runtime (CRI) is at {node.runtime.endpoint}.",
         ]
+    lines += _endpoints(config, listening)
     lines.append(
         f"  Ctrl-C stops ipamd; running it again on {node.state_dir} is a restart of this node "
         f"({node.world.instance_id}: same ENIs, addresses and pods)."
     )
     return "\n".join(lines)
+
+
+def _endpoints(config: Config, listening: Mapping[str, HostPort]) -> list[str]:
+    """A line per TCP endpoint served: its URL, and the port it wanted if that one was taken."""
+    lines = []
+    for name, setting, path, wanted in (
+        ("Metrics", "IPAMD_METRICS_ADDR", "/metrics", config.metrics_addr),
+        (
+            "Introspection",
+            "INTROSPECTION_BIND_ADDRESS",
+            "/v1/enis",
+            config.introspection_bind_address,
+        ),
+    ):
+        bound = listening.get(setting)
+        if bound is None:
+            continue
+        moved = (
+            ""
+            if bound.port == wanted.port
+            else f" (port {wanted.port} was taken; {setting} sets it)"
+        )
+        lines.append(f"  {name}: http://{bound}{path}{moved}")
+    return lines

@@ -237,7 +237,10 @@ async def serve_introspection(
     settings: Mapping[str, str],
     addr: HostPort,
     max_pods: Mapping[str, object] | None = None,
+    *,
+    or_free_port: bool = False,
 ) -> web.AppRunner:
-    """Serve the endpoint on `addr`; raises `ipamd.telemetry.endpoint.ListenFailed` if it cannot listen."""
+    """Serve the endpoint on `addr` (`or_free_port`: see `serve_tcp`); raises
+    `ipamd.telemetry.endpoint.ListenFailed` if it cannot listen."""
     app = create_introspection_app(engine, settings, max_pods)
-    return await serve_tcp(app, addr, "INTROSPECTION_BIND_ADDRESS")
+    return await serve_tcp(app, addr, "INTROSPECTION_BIND_ADDRESS", or_free_port=or_free_port)

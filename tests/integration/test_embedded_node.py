@@ -10,6 +10,7 @@ import json
 import re
 import stat
 import subprocess
+import urllib.request
 from pathlib import Path
 
 from datastore.store import STATE_FILE_NAME
@@ -255,3 +256,61 @@ def test_an_unusable_state_file_prints_no_ready_hints_but_the_repair_command(
     assert daemon.stop() == 0
     assert not any(line.startswith("ipamd: ready") for line in daemon.plain_lines)
     assert state.read_bytes() == b"not a database" * 100
+
+
+def _endpoint(daemon: EmbeddedDaemon, name: str) -> tuple[int, str]:
+    """The port of the banner's `name` line (Metrics, Introspection), and the line."""
+    found = daemon.wait_for_line(rf"^  {name}: http://127\.0\.0\.1:(\d+)/\S+( .*)?$")
+    return int(found.group(1)), found.group(0)
+
+
+def _http_get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+        assert answer.status == 200
+        return str(answer.read().decode())
+
+
+def _assigned(metrics: str) -> float:
+    found = re.search(r"^awscni_assigned_ip_addresses (\S+)$", metrics, re.MULTILINE)
+    assert found is not None, metrics[:2000]
+    return float(found.group(1))
+
+
+def test_a_second_embedded_node_on_the_machine_serves_on_free_ports(
+    tmp_path: Path, started: list[EmbeddedDaemon]
+) -> None:
+    """Two clones' `make run`: neither sets the metrics or introspection address (61678, 61679).
+    The second finds them taken (by the first, or by anyone), listens on free ports instead and
+    says so in its banner; each serves its own node's metrics on its port."""
+    daemons = []
+    for clone in ("one", "two"):
+        (tmp_path / clone).mkdir()
+        daemon = start_daemon(
+            tmp_path / clone, IPAMD_METRICS_ADDR="", INTROSPECTION_BIND_ADDRESS=""
+        )
+        started.append(daemon)
+        daemon.wait_for("/readyz")
+        daemons.append(daemon)
+    first, second = daemons
+
+    metrics, line = _endpoint(second, "Metrics")
+    assert metrics != 61678
+    assert line.endswith(" (port 61678 was taken; IPAMD_METRICS_ADDR sets it)"), line
+    introspection, line = _endpoint(second, "Introspection")
+    assert introspection != 61679
+    assert line.endswith(" (port 61679 was taken; INTROSPECTION_BIND_ADDRESS sets it)"), line
+    ports = {
+        "first metrics": _endpoint(first, "Metrics")[0],
+        "first introspection": _endpoint(first, "Introspection")[0],
+        "second metrics": metrics,
+        "second introspection": introspection,
+    }
+    assert len(set(ports.values())) == 4, ports
+
+    second.add("pod-on-two")  # only the second node has a pod: each endpoint is its own node's
+    assert _assigned(_http_get(ports["second metrics"], "/metrics")) == 1
+    assert _assigned(_http_get(ports["first metrics"], "/metrics")) == 0
+    enis = json.loads(_http_get(ports["second introspection"], "/v1/enis"))
+    assert enis["AssignedIPs"] == 1, enis
+    assert json.loads(_http_get(ports["first introspection"], "/v1/enis"))["AssignedIPs"] == 0
+    assert first.stop() == 0 and second.stop() == 0

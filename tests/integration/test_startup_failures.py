@@ -69,16 +69,21 @@ def test_a_second_daemon_on_the_same_state_directory_exits_and_touches_nothing(
     assert first.stop() == 0
 
 
-def test_a_metrics_port_in_use_is_one_line(tmp_path: Path, started: list[EmbeddedDaemon]) -> None:
+@pytest.mark.parametrize("setting", ["IPAMD_METRICS_ADDR", "INTROSPECTION_BIND_ADDRESS"])
+def test_a_port_set_explicitly_and_in_use_is_one_line(
+    tmp_path: Path, started: list[EmbeddedDaemon], setting: str
+) -> None:
+    """Even embedded, where a default port that is taken gives way to a free one
+    (`test_embedded_node`): an address someone chose is served on, or refused."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        daemon = start_daemon(tmp_path, IPAMD_METRICS_ADDR=f"127.0.0.1:{port}")
+        daemon = start_daemon(tmp_path, **{setting: f"127.0.0.1:{port}"})
         started.append(daemon)
         code, line = _refused_after_banner(daemon)
     assert code == EXIT_CONFIG
-    assert f"127.0.0.1:{port}" in line and "IPAMD_METRICS_ADDR" in line, line
+    assert f"127.0.0.1:{port}" in line and setting in line, line
 
 
 def _refused_after_banner(daemon: EmbeddedDaemon) -> tuple[int, str]:
