@@ -54,6 +54,8 @@ from ipamd.config import vpc_cni
 from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config, ConfigError
 from ipamd.errors import SettingUnusable, StartupError, StateUnusable, os_reason
+from ipamd.kube import agent as kube_agent
+from ipamd.kube.agent import KubeNode, KubeUnavailable
 from ipamd.netpolicy.agent import GrpcPolicyAgent
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
@@ -61,6 +63,7 @@ from ipamd.node import conflist
 from ipamd.node.daemon import Daemon, HostNetAdapters, build_daemon, repair
 from ipamd.node.report import max_pods_report, metric_sources, pool_report
 from ipamd.node.startup import lock_state_dir
+from ipamd.policy.eni_config import EniConfig
 from ipamd.runtime.cri import GrpcCriRuntime
 from ipamd.telemetry.endpoint import (
     ListenFailed,
@@ -242,7 +245,7 @@ async def _serve(
         stack.push_async_callback(imds.close)
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
-        hostnet = await _hostnet(config, imds, stack)
+        hostnet, kube = await _hostnet(config, imds, stack), await _kube(config, embedded, stack)
         try:
             daemon = await build_daemon(
                 config,
@@ -253,6 +256,7 @@ async def _serve(
                 clock=clock,
                 hostnet=hostnet,
                 checkpoint=CheckpointFile(Path(config.aws_node_checkpoint)),
+                eni_config=await _eni_config(config, kube),
             )
         except CloudError as err:
             raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err
@@ -260,7 +264,7 @@ async def _serve(
         logger.info(
             "pool.max_pods %s", " ".join(f"{k}={v!r}" for k, v in max_pods_report(daemon).items())
         )
-        pods = _pods(daemon) if node is None else node.runtime_pods(daemon.engine, _pods(daemon))
+        pods = _served_pods(daemon, node, kube)
         policy, config_server = await _network_policy(config, daemon, imds, stack)
         app = create_app(
             daemon.engine,
@@ -293,6 +297,7 @@ async def _serve(
         written = _publish_conflist(config, daemon, conflist_bytes)
         if written is not None:
             conflist.remove_aws_node(written)  # only now: it sorts first and aws-node is gone
+        _untaint_when_ready(daemon, kube, stack)
         if node is not None:  # the hints only once ready; else the line above says why
             hints = (
                 node.how_to_try(config, listening) if daemon.ready else node.how_to_repair(config)
@@ -303,6 +308,42 @@ async def _serve(
         finally:
             if written is not None:
                 conflist.remove(written, "stopped", only_if=conflist_bytes)
+
+
+async def _kube(config: Config, embedded: bool, stack: AsyncExitStack) -> KubeNode | None:
+    """This node's link to the Kubernetes API (None: not used), its node read within the
+    start-up wait. Raises `SettingUnusable` when IPAMD_KUBERNETES=on cannot be honoured."""
+    kube = await kube_agent.connect(config, os.environ, embedded=embedded)
+    if kube is not None:
+        stack.push_async_callback(kube.close)
+        await kube.wait_for_node()
+    return kube
+
+
+def _served_pods(daemon: Daemon, node: EmbeddedNode | None, kube: KubeNode | None) -> PodAddresses:
+    """ADD and DEL as the API serves them (`_pods`), through the embedded runtime's record and
+    ANNOTATE_POD_IP's writes where those are on."""
+    pods = _pods(daemon) if node is None else node.runtime_pods(daemon.engine, _pods(daemon))
+    return pods if kube is None else kube.annotating(pods)
+
+
+def _untaint_when_ready(daemon: Daemon, kube: KubeNode | None, stack: AsyncExitStack) -> None:
+    """Once ADDs are served the node may take pods: IPAMD_STARTUP_TAINT goes, in the
+    background, retried until it is gone."""
+    if kube is not None and daemon.ready:
+        untaint = asyncio.create_task(kube.remove_startup_taint(), name="startup-taint")
+        stack.callback(untaint.cancel)
+
+
+async def _eni_config(config: Config, kube: KubeNode | None) -> EniConfig | None:
+    """Custom networking's ENIConfig from the API (None: the file's, or none is used)."""
+    if kube is None or not kube.reachable or not config.custom_networking:
+        return None
+    try:
+        return await kube.eni_config()
+    except KubeUnavailable as err:
+        logger.warning("kube.eniconfig_unread error=%s: IPAMD_ENI_CONFIG_FILE's is used", err)
+        return None
 
 
 def _render_conflist(config: Config) -> bytes | None:

@@ -27,6 +27,8 @@ from typing import Any
 MAX_SECURITY_GROUPS = 16
 """EC2's hard limit of security groups per network interface (the default quota is 5)."""
 
+DEFAULT_ENICONFIG_KEY = "k8s.amazonaws.com/eniConfig"
+"""VPC CNI's default ENI_CONFIG_LABEL_DEF and ENI_CONFIG_ANNOTATION_DEF."""
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 """The node labels whose value is the node's zone: the only ENI_CONFIG_LABEL_DEF ipamd can follow,
 since the zone is all it knows of the node's labels (from EC2, without the Kubernetes API)."""
@@ -81,13 +83,16 @@ def read_eni_config_file(path: str) -> EniConfigFile | None:
     return EniConfigFile(path, parse_eni_configs(text))
 
 
-def parse_zone_label(text: str) -> str:
-    """ENI_CONFIG_LABEL_DEF: one of `ZONE_LABELS`."""
-    if text not in ZONE_LABELS:
-        raise ValueError(
-            f"must be {' or '.join(ZONE_LABELS)}: without the Kubernetes API ipamd knows no node "
-            "label but the zone, so it finds the node's ENIConfig by its zone name only"
-        )
+_LABEL_KEY = re.compile(
+    r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
+def parse_label_key(text: str) -> str:
+    """ENI_CONFIG_LABEL_DEF and ENI_CONFIG_ANNOTATION_DEF: a label or annotation key (an optional
+    DNS-subdomain prefix and `/`, then a name of at most 63 characters)."""
+    if not _LABEL_KEY.fullmatch(text):
+        raise ValueError("must be a label key: [prefix/]name, like k8s.amazonaws.com/eniConfig")
     return text
 
 

@@ -359,3 +359,49 @@ def render_settings_table(settings: Iterable[Setting]) -> str:
             default += f" (embedded: `{s.embedded_default}`)"
         rows.append((f"`{s.env}`", default, s.unit, s.doc, s.vpc_cni))
     return "".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |\n" for row in rows)
+
+
+_TAINT = re.compile(
+    r"^([A-Za-z0-9][-A-Za-z0-9_./]*)(?:=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    @classmethod
+    def parse(cls, text: str) -> Taint:
+        """`key[=value]:Effect`, as `kubectl taint` writes it; ValueError otherwise."""
+        found = _TAINT.match(text.strip())
+        if found is None:
+            raise ValueError(
+                f"{text!r} is no taint: key[=value]:Effect, Effect one of NoSchedule, "
+                "PreferNoSchedule, NoExecute"
+            )
+        return cls(found.group(1), found.group(2) or "", found.group(3))
+
+    def __str__(self) -> str:
+        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+
+    def matches(self, taint: object) -> bool:
+        return (
+            isinstance(taint, dict)
+            and taint.get("key") == self.key
+            and (taint.get("value") or "") == self.value
+            and taint.get("effect") == self.effect
+        )
+
+
+def _node_name(text: str) -> str:
+    if text and not re.fullmatch(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?", text):
+        raise ValueError("must be a Kubernetes node name (lower-case letters, digits, '-', '.')")
+    return text
+
+
+NODE_NAME = Kind(_node_name)
+"""MY_NODE_NAME: a Kubernetes node name (an RFC 1123 subdomain), or "" when unknown."""
+TAINT = Kind(lambda text: str(Taint.parse(text)) if text else "")
+"""IPAMD_STARTUP_TAINT: `key[=value]:Effect`, or "" for none."""

@@ -12,11 +12,12 @@ def cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) ->
     broken is one line."""
     problems: list[str] = []
     no_file = "eni_config_file" in values and values["eni_config_file"] is None
-    if values.get("custom_networking") is True and no_file:
+    if values.get("custom_networking") is True and no_file and values.get("kubernetes") == "off":
         text = texts["AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"]
         problems.append(
             f"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG={text!r}: needs IPAMD_ENI_CONFIG_FILE, the "
-            "ENIConfigs of the node's zones (ipamd reads none from the Kubernetes API)"
+            "ENIConfigs of the node's zones, with IPAMD_KUBERNETES=off (no ENIConfig resource "
+            "can be read)"
         )
     if values.get("cni_conf_dir") and not values.get("cni_conflist_template"):
         problems.append(

@@ -21,9 +21,10 @@ from typing import Literal
 
 from ipamd.config import vpc_cni
 from ipamd.config.eniconfig import (
+    DEFAULT_ENICONFIG_KEY,
     ZONE_LABELS,
     EniConfigFile,
-    parse_zone_label,
+    parse_label_key,
     read_eni_config_file,
     show_eni_config_file,
 )
@@ -36,11 +37,13 @@ from ipamd.config.kinds import (
     INTERVAL,
     LOG_FILE,
     LOG_LEVEL,
+    NODE_NAME,
     PLUGIN_LOG_FILE,
     POD_SUBNET,
     REGION,
     SETTING_KEY,
     SOCKET,
+    TAINT,
     HostPort,
     Kind,
     Setting,
@@ -194,10 +197,18 @@ class Config:
         "of the node's zone, from IPAMD_ENI_CONFIG_FILE (required), and the primary ENI carries "
         "no pods (max pods counts one ENI fewer)."))
     eni_config_label: str = field(metadata=declare(
-        "ENI_CONFIG_LABEL_DEF", Kind(parse_zone_label), ZONE_LABELS[0], "",
-        "`ENI_CONFIG_LABEL_DEF` (default `k8s.amazonaws.com/eniConfig`, any node label)",
-        "The node label whose value names the node's ENIConfig: only the zone, "
-        f"`{ZONE_LABELS[0]}` or `{ZONE_LABELS[1]}`, since ipamd reads no node labels."))
+        "ENI_CONFIG_LABEL_DEF", Kind(parse_label_key), DEFAULT_ENICONFIG_KEY, "",
+        "`ENI_CONFIG_LABEL_DEF`",
+        "The node label whose value names the node's ENIConfig (after the label "
+        "`vpc.amazonaws.com/externalEniConfig` and the annotation ENI_CONFIG_ANNOTATION_DEF; "
+        "else `default`), read from the Kubernetes API. Without it (IPAMD_ENI_CONFIG_FILE), "
+        f"the node's ENIConfig is the one named after its zone, and only the default or "
+        f"`{ZONE_LABELS[0]}` / `{ZONE_LABELS[1]}` are accepted."))
+    eni_config_annotation: str = field(metadata=declare(
+        "ENI_CONFIG_ANNOTATION_DEF", Kind(parse_label_key), DEFAULT_ENICONFIG_KEY, "",
+        "`ENI_CONFIG_ANNOTATION_DEF`",
+        "The node annotation whose value names the node's ENIConfig, before ENI_CONFIG_LABEL_DEF "
+        "(Kubernetes API only)."))
 
     # ipamd's own settings.
     socket_path: str = field(metadata=declare(
@@ -423,6 +434,26 @@ class Config:
         "Level of ipamd-cni's log, written into the conflist as `pluginLogLevel`: at info a line "
         "per ADD, DEL and GC and per failure; at debug also each request and each CHECK and "
         "STATUS."))
+    # The Kubernetes API: this node's objects only (docs/operations.md, "The Kubernetes API").
+    kubernetes: str = field(default="auto", metadata=declare(
+        "IPAMD_KUBERNETES", choice("auto", "on", "off"), "auto", "", "none (always on)",
+        "Read this node's objects from the Kubernetes API server: `on` (start-up waits up to 30 s "
+        "for it, then goes on without), `off`, or `auto`: on when a kubeconfig (KUBECONFIG) or the "
+        "pod's service-account token is there. `--embedded`: only with KUBECONFIG."))
+    node_name: str = field(default="", metadata=declare(
+        "MY_NODE_NAME", NODE_NAME, "", "", "`MY_NODE_NAME`",
+        "This node's name in Kubernetes (the DaemonSet sets it from `spec.nodeName`); needed when "
+        "the Kubernetes API is on."))
+    startup_taint: str = field(default="", metadata=declare(
+        "IPAMD_STARTUP_TAINT", TAINT, "", "", "none (aws-node removes no taint)",
+        "A taint (`key[=value]:Effect`, e.g. `ipamd.k8s.aws/agent-not-ready:NoSchedule`) that "
+        "ipamd removes from its own Node once it is ready to serve ADDs; no other taint is ever "
+        "touched. Needs the Kubernetes API."))
+    annotate_pod_ip: bool = field(default=False, metadata=declare(
+        "ANNOTATE_POD_IP", BOOL, "false", "", "`ANNOTATE_POD_IP`",
+        "Annotate each pod with `vpc.amazonaws.com/pod-ips` (its first address) on ADD, and clear "
+        "it on DEL, so the network-policy controller knows the pod's address before the kubelet "
+        "reports it. Needs the Kubernetes API; a failed write is logged, never fails the ADD."))
     # fmt: on
 
     @classmethod

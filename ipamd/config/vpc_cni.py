@@ -127,12 +127,6 @@ rest are `VARIABLES`."""
 
 VARIABLES: tuple[VpcCniVariable, ...] = (
     _only(
-        "ANNOTATE_POD_IP",
-        "false",
-        f"pods get no vpc.amazonaws.com/pod-ips annotation: {NOT_API}",
-        boolean=True,
-    ),
-    _only(
         "AWS_EXTERNAL_SERVICE_CIDRS",
         "",
         "traffic to these CIDRs is not routed by the primary ENI: pods reach them by their own "
@@ -214,11 +208,6 @@ VARIABLES: tuple[VpcCniVariable, ...] = (
         "false",
         "IPv4 pods get no IPv6 egress",
         boolean=True,
-    ),
-    _only(
-        "ENI_CONFIG_ANNOTATION_DEF",
-        "k8s.amazonaws.com/eniConfig",
-        f"the ENIConfig is chosen by the node's zone (ENI_CONFIG_LABEL_DEF): {NOT_API}",
     ),
     _only(
         "HOST_CNI_BIN_PATH",

@@ -46,6 +46,7 @@ from ipamd.node.engine_parts import (
     open_parts,
     rebuild_drift,
 )
+from ipamd.policy.eni_config import EniConfig
 from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
@@ -305,11 +306,13 @@ async def build_daemon(
     hostnet: HostNetAdapters | None = None,
     checkpoint: CheckpointFile | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    eni_config: EniConfig | None = None,
 ) -> Daemon:
     """Read this instance from IMDS and EC2, open the state and build every part on the adapters
     `main` made; nothing runs until `start()` and the task group. (`open_engine` and `rng` let a
     simulation on virtual time build the same parts.) `checkpoint`: aws-node's checkpoint file, to
-    take the node over from and keep for a rollback (None: neither). Raises `CloudError` when EC2
+    take the node over from and keep for a rollback (None: neither). `eni_config`: custom
+    networking's ENIConfig as the Kubernetes API gives it (None: the file's). Raises `CloudError` when EC2
     refuses this instance for good; an error worth retrying is waited out."""
     identity = await imds.identity()
     node = await _describe_when_answered(ec2, identity.instance_id, rng or random.Random(), sleep)
@@ -323,6 +326,7 @@ async def build_daemon(
         open_engine=open_engine,
         rng=rng,
         catalog=ec2,
+        eni_config=eni_config,
     )
     datapath = (
         _datapath(

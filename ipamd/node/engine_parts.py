@@ -31,6 +31,7 @@ from cloud.models import ListedKind
 from cloud.ports import CallPolicy, Ec2Api, Ec2Catalog, Imds, Instance
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
+from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, ZONE_LABELS
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -128,14 +129,38 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
     if not config.custom_networking:
         return None
     file, zone = config.eni_config_file, node.instance.availability_zone
+    if file is None:
+        raise SettingUnusable(
+            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true: no ENIConfig could be read from the "
+            "Kubernetes API, and there is no IPAMD_ENI_CONFIG_FILE"
+        )
+    by_name = [
+        f"{env}={value!r}"
+        for env, value, default in (
+            (
+                "ENI_CONFIG_LABEL_DEF",
+                config.eni_config_label,
+                (DEFAULT_ENICONFIG_KEY, *ZONE_LABELS),
+            ),
+            ("ENI_CONFIG_ANNOTATION_DEF", config.eni_config_annotation, (DEFAULT_ENICONFIG_KEY,)),
+        )
+        if value not in default
+    ]
+    if by_name:
+        # The file is keyed by zone: a node label or annotation needs the API to be read.
+        raise SettingUnusable(
+            f"{', '.join(by_name)}: the node's labels and annotations are read from the Kubernetes "
+            "API only (IPAMD_KUBERNETES); from IPAMD_ENI_CONFIG_FILE the node's ENIConfig is the "
+            "one named after its zone"
+        )
     path = file.path if file else ""
     spec = file.find(zone) if file and zone else None
     if spec is None:
         names = ", ".join(file.names) if file else ""
         raise SettingUnusable(
             f"IPAMD_ENI_CONFIG_FILE={path!r} has no ENIConfig for this node's zone {zone!r} "
-            f"(it has {names}): custom networking needs one per zone, named after it "
-            f"({config.eni_config_label})"
+            f"(it has {names}): custom networking needs one per zone, named after it (without "
+            "the Kubernetes API, a node's ENIConfig is the file's entry for its zone)"
         )
     if enis_for_pods(PoolTargets.from_config(config), node.limits) == 0:
         raise SettingUnusable(

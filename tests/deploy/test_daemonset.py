@@ -210,7 +210,7 @@ def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     ipamd = container("ipamd")
     (source,) = ipamd["envFrom"]
     data: dict[str, str] = dict(find("ConfigMap", source["configMapRef"]["name"])["data"])
-    downward = {"HOST_IP": "10.0.1.17"}
+    downward = {"HOST_IP": "10.0.1.17", "MY_NODE_NAME": "ip-10-0-1-17.us-west-2.compute.internal"}
     for name, entry in env_of(ipamd).items():
         if "value" in entry:
             data[name] = re.sub(r"\$\((\w+)\)", lambda m: downward[m.group(1)], entry["value"])
@@ -232,7 +232,8 @@ def test_configmap_carries_the_vpc_cni_knobs_and_only_known_settings() -> None:
     data: dict[str, Any] = find("ConfigMap", "ipamd-config")["data"]
     assert set(data) <= known, set(data) - known
     vpc_cni = {s.env for s in SETTINGS if not s.env.startswith("IPAMD_") and s.vpc_cni != "none"}
-    assert vpc_cni <= set(data), vpc_cni - set(data)
+    from_pod = set(env_of(container("ipamd")))  # the node's name, from the downward API
+    assert vpc_cni <= set(data) | from_pod, vpc_cni - set(data) - from_pod
     assert all(isinstance(v, str) for v in data.values())
     env = set(env_of(container("ipamd")))
     assert env <= known | DOWNWARD_ONLY, env - known

@@ -27,6 +27,10 @@ Doc = dict[str, Any]
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
+NODE_NAME = "ip-10-0-1-17.us-west-2.compute.internal"
+"""What `spec.nodeName` answers: the test node's name."""
+
+
 @dataclass(frozen=True)
 class Node:
     host_root: Path
@@ -62,7 +66,7 @@ def environment(container: Doc, node: Node, config: Mapping[str, str]) -> dict[s
         configmap = find("ConfigMap", source["configMapRef"]["name"])
         env.update({k: str(v) for k, v in configmap["data"].items()})
         env.update({k: v for k, v in config.items() if k in configmap["data"]})
-    fields = {"status.hostIP": node.host_ip}
+    fields = {"status.hostIP": node.host_ip, "spec.nodeName": NODE_NAME}
     for item in container.get("env", []):
         if "valueFrom" in item:
             env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]

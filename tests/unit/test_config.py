@@ -51,7 +51,8 @@ def test_defaults_from_an_empty_mapping() -> None:
         randomize_snat="prng",
         disable_metrics=False,
         custom_networking=False,
-        eni_config_label="topology.kubernetes.io/zone",
+        eni_config_label="k8s.amazonaws.com/eniConfig",
+        eni_config_annotation="k8s.amazonaws.com/eniConfig",
         socket_path="/run/ipamd/ipamd.sock",
         state_dir="/var/lib/ipamd",
         metrics_addr=HostPort("127.0.0.1", 61678),
@@ -561,6 +562,7 @@ def test_address_family_problems_come_with_every_other_problem() -> None:
         "ENABLE_IPv4": "false",
         "ENABLE_IPv6": "true",
         "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true",
+        "IPAMD_KUBERNETES": "off",
         "IPAMD_CNI_CONF_DIR": "/etc/cni/net.d",
     }
 

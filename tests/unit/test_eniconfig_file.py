@@ -92,7 +92,7 @@ def test_custom_networking_takes_the_file_the_setting_names(tmp_path: Path) -> N
     assert config.eni_config_file == EniConfigFile(path, EXPECTED)
     assert config.eni_config_file.find("us-west-2b") == EXPECTED[1]
     assert config.eni_config_file.find("us-west-2c") is None
-    assert config.eni_config_label == "topology.kubernetes.io/zone"
+    assert config.eni_config_label == "k8s.amazonaws.com/eniConfig", "VPC CNI's default"
     described = config.describe()
     assert described["IPAMD_ENI_CONFIG_FILE"] == path
     assert Config.from_env(described) == config
@@ -242,11 +242,14 @@ def test_the_file_path_must_be_absolute() -> None:
 # --- the rules between the settings ---------------------------------------------------------------
 
 
-def test_custom_networking_without_a_file_is_an_error() -> None:
-    assert _problems({"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true"}) == (
+def test_custom_networking_without_a_file_or_the_api_is_an_error() -> None:
+    environ = {"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true", "IPAMD_KUBERNETES": "off"}
+    assert _problems(environ) == (
         "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG='true': needs IPAMD_ENI_CONFIG_FILE, the ENIConfigs of "
-        "the node's zones (ipamd reads none from the Kubernetes API)",
+        "the node's zones, with IPAMD_KUBERNETES=off (no ENIConfig resource can be read)",
     )
+    # With the API possible, the ENIConfig resource is read at start (or the start says why not).
+    assert Config.from_env({"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true"}).custom_networking
 
 
 def test_a_file_that_did_not_parse_is_not_reported_missing_too() -> None:
@@ -265,10 +268,9 @@ def test_a_file_is_checked_even_with_custom_networking_off(tmp_path: Path) -> No
     assert Config.from_env({"IPAMD_ENI_CONFIG_FILE": good}).custom_networking is False
 
 
-@pytest.mark.parametrize("label", ["k8s.amazonaws.com/eniConfig", "TOPOLOGY.KUBERNETES.IO/ZONE"])
-def test_a_label_other_than_the_zone_is_an_error(label: str) -> None:
+@pytest.mark.parametrize("label", ["TOPOLOGY.KUBERNETES.IO/ZONE", "a b", "x/" + "n" * 64])
+def test_a_label_def_that_is_no_label_key_is_an_error(label: str) -> None:
     assert _problems({"ENI_CONFIG_LABEL_DEF": label}) == (
-        f"ENI_CONFIG_LABEL_DEF={label!r}: must be topology.kubernetes.io/zone or "
-        "failure-domain.beta.kubernetes.io/zone: without the Kubernetes API ipamd knows no node "
-        "label but the zone, so it finds the node's ENIConfig by its zone name only",
+        f"ENI_CONFIG_LABEL_DEF={label!r}: must be a label key: [prefix/]name, like "
+        "k8s.amazonaws.com/eniConfig",
     )

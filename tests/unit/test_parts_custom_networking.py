@@ -95,7 +95,8 @@ async def test_a_file_without_the_nodes_zone_is_refused_before_the_state_file_op
     assert str(caught.value) == (
         f"IPAMD_ENI_CONFIG_FILE={str(tmp_path / 'eniconfigs.json')!r} has no ENIConfig for this "
         f"node's zone {ZONE!r} (it has us-west-2b, us-west-2c): custom networking needs one per "
-        "zone, named after it (topology.kubernetes.io/zone)"
+        "zone, named after it (without the Kubernetes API, a node's ENIConfig is the file's entry "
+        "for its zone)"
     )
     assert not (tmp_path / "state").exists(), "nothing was opened"
 

@@ -82,6 +82,8 @@ def _implemented_samples(tmp_path: Path) -> dict[str, dict[str, str]]:
         "WARM_IP_TARGET": {"WARM_IP_TARGET": "3"},
         "WARM_PREFIX_TARGET": {"WARM_PREFIX_TARGET": "2"},
         "DISABLE_NETWORK_RESOURCE_PROVISIONING": {"DISABLE_NETWORK_RESOURCE_PROVISIONING": "true"},
+        "ANNOTATE_POD_IP": {"ANNOTATE_POD_IP": "true"},
+        "ENI_CONFIG_ANNOTATION_DEF": {"ENI_CONFIG_ANNOTATION_DEF": "example.com/eni-config"},
     }
 
 
@@ -127,7 +129,7 @@ def test_the_migration_settings_an_operator_copies_are_refused_together() -> Non
         {
             "ENABLE_POD_ENI": "true",
             "AWS_VPC_K8S_CNI_VETHPREFIX": "abc",
-            "ENI_CONFIG_ANNOTATION_DEF": "x",
+            "ENI_CONFIG_ANNOTATION_DEF": "not a key",
             "WARM_IP_TARGET": "-1",
         }
     )

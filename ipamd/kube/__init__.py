@@ -1,0 +1,1 @@
+"""ipamd and the Kubernetes API server: its own node's objects only."""

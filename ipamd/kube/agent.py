@@ -1,0 +1,220 @@
+"""ipamd's part in its own Node's life in Kubernetes, built once at start (`connect`):
+
+- whether the API is used at all (IPAMD_KUBERNETES: `auto` uses it when a kubeconfig or the pod's
+  service-account token is there; `--embedded` only with KUBECONFIG), waiting a bounded time for
+  the node's object at start (VPC CNI waits 30 s, then starts without the API);
+- custom networking's ENIConfig, chosen by VPC CNI's rules from the node's labels and annotation
+  (`ipamd.kube.node.eniconfig_name`) and read from the API;
+- the startup taint (IPAMD_STARTUP_TAINT), removed from this node once ipamd serves ADDs, retried
+  until it is gone;
+- pod IPs (ANNOTATE_POD_IP): `Annotating` wraps ADD and DEL and writes the annotation after each;
+  a write that fails is logged and never fails the pod's ADD or DEL.
+
+A missing or invalid ENIConfig is a start-up refusal (`SettingUnusable`) naming the resource, as the
+file's absence is; the API unreachable at start falls back to IPAMD_ENI_CONFIG_FILE when there is
+one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+from datastore.records import AllocationKey, AllocationRecord
+from ipamd.config.kinds import Taint
+from ipamd.config.settings import Config
+from ipamd.errors import SettingUnusable
+from ipamd.kube.client import KubeApi, KubeError, KubeRefused, KubeUnavailable
+from ipamd.kube.credentials import CredentialsError, find
+from ipamd.kube.node import NodeObjects, eniconfig_name
+from ipamd.model import PodRef
+from ipamd.policy.eni_config import EniConfig
+
+logger = logging.getLogger(__name__)
+
+START_WAIT_S = 30.0
+"""How long start-up waits for the API server before going on without it (VPC CNI's wait)."""
+TAINT_RETRY_CAP_S = 30.0
+
+
+class KubeNode:
+    """This node's objects in the API, and what ipamd does with them."""
+
+    def __init__(
+        self,
+        objects: NodeObjects,
+        config: Config,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.objects = objects
+        self._config = config
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self.reachable = False
+
+    async def close(self) -> None:
+        await self.objects.api.close()
+
+    async def wait_for_node(self, deadline_s: float = START_WAIT_S) -> bool:
+        """Read the node's object, retrying until `deadline_s`; whether the API answered."""
+        loop = asyncio.get_running_loop()
+        end, attempt = loop.time() + deadline_s, 0
+        while True:
+            attempt += 1
+            try:
+                await self.objects.node()
+                self.reachable = True
+                return True
+            except KubeError as err:
+                left = end - loop.time()
+                if left <= 0 or (isinstance(err, KubeRefused) and err.status in (401, 403, 404)):
+                    logger.warning(
+                        "kube.unreachable node=%s error=%s: ipamd goes on without the API",
+                        self.objects.node_name,
+                        err,
+                    )
+                    return False
+                await self._sleep(min(left, self._rng.uniform(0.5, min(5.0, 0.5 * 2**attempt))))
+
+    async def eni_config(self) -> EniConfig:
+        """Custom networking: the ENIConfig this node uses, by VPC CNI's rules. Raises
+        `SettingUnusable` when it is missing or invalid, `KubeUnavailable` when the API did not
+        answer."""
+        node = await self.objects.node()
+        c = self._config
+        name = eniconfig_name(node, c.eni_config_annotation, c.eni_config_label)
+        try:
+            spec = await self.objects.eniconfig(name)
+        except KubeRefused as err:
+            raise SettingUnusable(
+                f"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true: ENIConfig {name!r} of node "
+                f"{self.objects.node_name} cannot be read ({err}); it is chosen by the node's label "
+                f"vpc.amazonaws.com/externalEniConfig, annotation {c.eni_config_annotation}, "
+                f"label {c.eni_config_label}, else 'default'"
+            ) from None
+        except ValueError as err:
+            raise SettingUnusable(f"ENIConfig {name!r}: {err}") from None
+        logger.info(
+            "kube.eniconfig name=%s subnet=%s security_groups=%s",
+            spec.name,
+            spec.subnet,
+            list(spec.security_groups),
+        )
+        return EniConfig(spec.name, spec.subnet, spec.security_groups)
+
+    async def remove_startup_taint(self) -> None:
+        """Remove IPAMD_STARTUP_TAINT from this node, retrying with backoff until it is gone (or
+        was never there); call once ipamd serves ADDs."""
+        if not self._config.startup_taint:
+            return
+        taint = Taint.parse(self._config.startup_taint)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                removed = await self.objects.remove_taint(taint)
+                logger.info(
+                    "kube.startup_taint_removed node=%s taint=%s was_there=%s",
+                    self.objects.node_name,
+                    taint,
+                    removed,
+                )
+                return
+            except KubeError as err:
+                wait = self._rng.uniform(0.5, min(TAINT_RETRY_CAP_S, 2.0**attempt))
+                logger.warning(
+                    "kube.startup_taint_failed node=%s taint=%s error=%s retry_in_s=%.1f",
+                    self.objects.node_name,
+                    taint,
+                    err,
+                    wait,
+                )
+                await self._sleep(wait)
+
+    def annotating(self, pods: PodAddressesLike) -> PodAddressesLike:
+        """`pods` with ANNOTATE_POD_IP's writes after each ADD and DEL (`pods` itself when off)."""
+        return Annotating(pods, self.objects) if self._config.annotate_pod_ip else pods
+
+
+class PodAddressesLike(Protocol):
+    """ADD and DEL as the API serves them (`ipamd.api.app.PodAddresses`, a layer above)."""
+
+    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord: ...
+
+    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]: ...
+
+
+class Annotating:
+    """ADD and DEL, each followed by the pod's `vpc.amazonaws.com/pod-ips` write; a failed write
+    is logged (`kube.annotate_failed`) and the pod's answer stands."""
+
+    def __init__(self, inner: PodAddressesLike, objects: NodeObjects) -> None:
+        self._inner = inner
+        self._objects = objects
+        self.failures = 0
+
+    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord:
+        record = await self._inner.add(key, pod)
+        if pod is not None and pod.name and pod.namespace and record.addresses:
+            await self._write(
+                self._objects.annotate_pod(pod.namespace, pod.name, record.addresses[0]), pod
+            )
+        return record
+
+    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
+        released = await self._inner.release(key)
+        for record in released:
+            if record.pod_name and record.pod_namespace and record.addresses:
+                pod = PodRef(record.pod_namespace, record.pod_name, record.pod_uid)
+                clear = self._objects.clear_pod_ips(pod.namespace, pod.name, record.addresses[0])
+                await self._write(clear, pod)
+        return released
+
+    async def _write(self, call: Awaitable[None], pod: PodRef) -> None:
+        try:
+            await call
+        except KubeError as err:
+            self.failures += 1
+            logger.warning(
+                "kube.annotate_failed namespace=%s name=%s error=%s", pod.namespace, pod.name, err
+            )
+
+
+async def connect(
+    config: Config, environ: Mapping[str, str], *, embedded: bool = False
+) -> KubeNode | None:
+    """This node's link to the API server, or None when it is not to be used. Raises
+    `SettingUnusable` when IPAMD_KUBERNETES=on cannot be honoured."""
+    mode = config.kubernetes
+    if mode == "off" or (mode == "auto" and embedded and not environ.get("KUBECONFIG")):
+        return None
+    try:
+        credentials = find(environ)
+    except CredentialsError as err:
+        raise SettingUnusable(f"IPAMD_KUBERNETES={mode}: {err}") from None
+    if credentials is None:
+        if mode == "on":
+            raise SettingUnusable(
+                "IPAMD_KUBERNETES=on: no kubeconfig (KUBECONFIG) and no service-account token"
+            )
+        return None
+    if not config.node_name:
+        raise SettingUnusable(
+            f"IPAMD_KUBERNETES={mode} ({credentials.source}): needs MY_NODE_NAME, this node's "
+            "name (the DaemonSet sets it from spec.nodeName)"
+        )
+    logger.info(
+        "kube.connect server=%s source=%s node=%s",
+        credentials.server,
+        credentials.source,
+        config.node_name,
+    )
+    return KubeNode(NodeObjects(KubeApi(credentials), config.node_name), config)
+
+
+__all__ = ["KubeNode", "KubeUnavailable", "connect"]
