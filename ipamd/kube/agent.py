@@ -21,6 +21,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Protocol
 
 from datastore.records import AllocationKey, AllocationRecord
@@ -150,20 +151,21 @@ class PodAddressesLike(Protocol):
 
 
 class Annotating:
-    """ADD and DEL, each followed by the pod's `vpc.amazonaws.com/pod-ips` write; a failed write
-    is logged (`kube.annotate_failed`) and the pod's answer stands."""
+    """ADD and DEL, each followed by the pod's `vpc.amazonaws.com/pod-ips` write, in the
+    background: the pod's answer never waits on the API server (whose retries can take seconds),
+    and the writes of one pod happen in the order of its ADD and DEL. A failed write is logged
+    (`kube.annotate_failed`) and the pod's answer stands."""
 
     def __init__(self, inner: PodAddressesLike, objects: NodeObjects) -> None:
         self._inner = inner
         self._objects = objects
+        self._last: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.failures = 0
 
     async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord:
         record = await self._inner.add(key, pod)
         if pod is not None and pod.name and pod.namespace and record.addresses:
-            await self._write(
-                self._objects.annotate_pod(pod.namespace, pod.name, record.addresses[0]), pod
-            )
+            self._then(pod, partial(self._objects.annotate_pod, *_where(pod, record)))
         return record
 
     async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]:
@@ -171,18 +173,38 @@ class Annotating:
         for record in released:
             if record.pod_name and record.pod_namespace and record.addresses:
                 pod = PodRef(record.pod_namespace, record.pod_name, record.pod_uid)
-                clear = self._objects.clear_pod_ips(pod.namespace, pod.name, record.addresses[0])
-                await self._write(clear, pod)
+                self._then(pod, partial(self._objects.clear_pod_ips, *_where(pod, record)))
         return released
 
-    async def _write(self, call: Awaitable[None], pod: PodRef) -> None:
+    async def drain(self) -> None:
+        """Wait for every write queued so far (for a clean stop and for tests)."""
+        await asyncio.gather(*self._last.values(), return_exceptions=True)
+
+    def _then(self, pod: PodRef, write: Callable[[], Awaitable[None]]) -> None:
+        slot = (pod.namespace, pod.name)
+        before = self._last.get(slot)
+        task = asyncio.create_task(self._write(before, write, pod), name=f"pod-ips {slot}")
+        self._last[slot] = task
+        task.add_done_callback(
+            lambda t: self._last.pop(slot, None) if self._last.get(slot) is t else None
+        )
+
+    async def _write(
+        self, before: asyncio.Task[None] | None, write: Callable[[], Awaitable[None]], pod: PodRef
+    ) -> None:
+        if before is not None:
+            await asyncio.gather(before, return_exceptions=True)
         try:
-            await call
+            await write()
         except KubeError as err:
             self.failures += 1
             logger.warning(
                 "kube.annotate_failed namespace=%s name=%s error=%s", pod.namespace, pod.name, err
             )
+
+
+def _where(pod: PodRef, record: AllocationRecord) -> tuple[str, str, str]:
+    return pod.namespace, pod.name, record.addresses[0]
 
 
 async def connect(

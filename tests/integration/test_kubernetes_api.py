@@ -1,0 +1,200 @@
+"""ipamd against a Kubernetes API server (tests/support/kube_api.py: a real HTTP server with the API
+server's semantics, every object and patch validated against the Kubernetes schemas), the daemon
+as a process started with KUBECONFIG, as an operator runs it off-cluster:
+
+- the startup taint goes once ipamd serves ADDs, and no other taint is touched;
+- ANNOTATE_POD_IP: an ADD annotates the pod with `vpc.amazonaws.com/pod-ips`, its DEL clears it;
+- custom networking takes the ENIConfig VPC CNI would choose for the node (its label), and a
+  missing one stops the start with one line naming it;
+- the API down at start, and failing with 5xx and 429 later, stops no ADD;
+- every request names this node: nothing cluster-wide is read.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.embedded_daemon import BIN, NETWORK, EmbeddedDaemon, clean_env, start_daemon
+from tests.support.kube_api import KubeApiServer
+
+NODE = "ip-10-0-0-10.us-west-2.compute.internal"
+TAINT = "ipamd.k8s.aws/agent-not-ready:NoSchedule"
+OTHER_TAINT = "example.com/gpu=true:NoSchedule"
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[KubeApiServer]:
+    with KubeApiServer(tmp_path / "kube") as server:
+        yield server
+
+
+def _start(tmp_path: Path, api: KubeApiServer, **extra: str) -> EmbeddedDaemon:
+    return start_daemon(
+        tmp_path, KUBECONFIG=str(api.kubeconfig), MY_NODE_NAME=NODE, IPAMD_KUBERNETES="on", **extra
+    )
+
+
+def _until(check: object, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < end, "not in time"
+        time.sleep(0.1)
+
+
+def _taints(api: KubeApiServer) -> list[str]:
+    node = api.node(NODE) or {}
+    return [
+        f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}"
+        for t in (node.get("spec") or {}).get("taints") or []
+    ]
+
+
+def test_the_startup_taint_goes_once_adds_are_served_and_no_other(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    api.add_node(NODE, taints=[OTHER_TAINT, TAINT])
+    daemon = _start(tmp_path, api, IPAMD_STARTUP_TAINT=TAINT)
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    _until(lambda: TAINT not in _taints(api))
+    assert _taints(api) == [OTHER_TAINT], "only ipamd's own taint is removed"
+    patches = api.requests_for("nodes", "PATCH")
+    assert patches and all(r.path == f"/api/v1/nodes/{NODE}" for r in patches)
+    assert all(r.status is not None and r.status < 300 for r in patches), patches
+    daemon.wait_for_line(r"kube\.startup_taint_removed")
+
+
+def test_pod_ips_are_annotated_on_add_and_cleared_on_del(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    api.add_node(NODE)
+    api.add_pod("web-0", NODE, namespace="shop")
+    daemon = _start(tmp_path, api, ANNOTATE_POD_IP="true")
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    key = {
+        "container_id": "a" * 64,
+        "ifname": "eth0",
+        "network": NETWORK,
+        "pod": {"namespace": "shop", "name": "web-0", "uid": "u-1"},
+    }
+
+    def added() -> bool:
+        status, body = daemon.call("POST", "/v1/allocations", key)
+        assert status in (200, 503), (status, body)
+        return status == 200
+
+    _until(added)
+    _, body = daemon.call("POST", "/v1/allocations", key)
+    address = str(body["ips"][0]["address"]).partition("/")[0]
+
+    def annotated(value: str) -> bool:
+        annotations = (api.pod("shop", "web-0") or {})["metadata"].get("annotations") or {}
+        return annotations.get("vpc.amazonaws.com/pod-ips") == value
+
+    _until(lambda: annotated(address))  # written right after the answer, in the background
+    code, _ = daemon.call("DELETE", f"/v1/allocations/{'a' * 64}/eth0?network={NETWORK}")
+    assert code == 200
+    _until(lambda: annotated(""))
+
+
+def test_an_api_that_fails_stops_no_add(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    api.add_node(NODE)
+    api.add_pod("web-1", NODE)
+    api.fail(times=1000, status=503, match=lambda r: r.kind_plural == "pods")
+    daemon = _start(tmp_path, api, ANNOTATE_POD_IP="true")
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    key = {
+        "container_id": "b" * 64,
+        "ifname": "eth0",
+        "network": NETWORK,
+        "pod": {"namespace": "default", "name": "web-1", "uid": "u-2"},
+    }
+    answers: list[int] = []
+
+    def added() -> bool:
+        status, body = daemon.call("POST", "/v1/allocations", key)
+        assert status in (200, 503), (status, body)
+        answers.append(status)
+        return status == 200
+
+    started_at = time.monotonic()
+    _until(added)
+    assert time.monotonic() - started_at < 10, "the ADD did not wait on the failing API"
+    daemon.wait_for_line(r"kube\.annotate_failed namespace=default name=web-1")
+
+
+def test_the_api_down_at_start_stops_nothing(tmp_path: Path, started: list[EmbeddedDaemon]) -> None:
+    with KubeApiServer(tmp_path / "kube", serving=False) as api:
+        daemon = _start(tmp_path, api, IPAMD_STARTUP_TAINT=TAINT)
+        started.append(daemon)
+        daemon.wait_for("/readyz", deadline_s=90.0)
+        assert daemon.add("c" * 64)
+        daemon.wait_for_line(r"kube\.unreachable")
+
+
+def _primary_subnet(daemon: EmbeddedDaemon) -> str:
+    done = subprocess.run(
+        [str(BIN / "ipamctl"), "--socket", str(daemon.socket_path), "--json", "enis"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return str(next(e["subnet_id"] for e in json.loads(done.stdout)["enis"] if e["is_primary"]))
+
+
+def test_custom_networking_takes_the_eniconfig_the_nodes_label_names(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    first = start_daemon(tmp_path)  # the embedded node, to learn its subnet
+    started.append(first)
+    first.wait_for("/readyz")
+    subnet = _primary_subnet(first)
+    assert first.stop() == 0
+
+    api.add_node(NODE, labels={"k8s.amazonaws.com/eniConfig": "pods-a"})
+    api.add_eniconfig("pods-a", subnet)
+    api.add_eniconfig("default", "subnet-0123456789abcdef0")
+    daemon = _start(tmp_path, api, AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG="true")
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    line = daemon.wait_for_line(r"kube\.eniconfig name=pods-a subnet=(subnet-\w+)")
+    assert line.group(1) == subnet
+    assert [r.path for r in api.requests_for("eniconfigs")] == [
+        "/apis/crd.k8s.amazonaws.com/v1alpha1/eniconfigs/pods-a"
+    ], "only the node's own ENIConfig is read"
+
+
+def test_a_missing_eniconfig_stops_the_start_naming_it(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    api.add_node(NODE, annotations={"k8s.amazonaws.com/eniConfig": "missing-one"})
+    daemon = _start(tmp_path, api, AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG="true")
+    started.append(daemon)
+    assert daemon.wait() == 2
+    assert any("ENIConfig 'missing-one'" in line for line in daemon.plain_lines), daemon.lines[-5:]
+
+
+def test_every_request_names_this_node(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    api.add_node(NODE, taints=[TAINT])
+    api.add_bulk(pods=2_000, eniconfigs=50)
+    daemon = _start(tmp_path, api, IPAMD_STARTUP_TAINT=TAINT)
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    _until(lambda: TAINT not in _taints(api))
+    for request in api.requests:
+        assert NODE in request.path or request.path.startswith("/api/v1/namespaces/"), request.path
+        assert not request.is_watch or NODE in request.field_selector, request.path
