@@ -245,7 +245,8 @@ async def _serve(
         stack.push_async_callback(imds.close)
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
-        hostnet, kube = await _hostnet(config, imds, stack), await _kube(config, embedded, stack)
+        hostnet = await _hostnet(config, imds, stack)
+        kube, config = await _kube(config, embedded, stack)
         try:
             daemon = await build_daemon(
                 config,
@@ -264,7 +265,6 @@ async def _serve(
         logger.info(
             "pool.max_pods %s", " ".join(f"{k}={v!r}" for k, v in max_pods_report(daemon).items())
         )
-        pods = _served_pods(daemon, node, kube)
         policy, config_server = await _network_policy(config, daemon, imds, stack)
         app = create_app(
             daemon.engine,
@@ -274,7 +274,7 @@ async def _serve(
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,
             pool_settings=lambda: pool_report(daemon),
-            pods=pods,
+            pods=_served_pods(daemon, node, kube),
             repair=lambda apply: repair(daemon, apply),
             network_policy=policy,
             host_network=daemon.datapath is not None,
@@ -310,14 +310,19 @@ async def _serve(
                 conflist.remove(written, "stopped", only_if=conflist_bytes)
 
 
-async def _kube(config: Config, embedded: bool, stack: AsyncExitStack) -> KubeNode | None:
+async def _kube(
+    config: Config, embedded: bool, stack: AsyncExitStack
+) -> tuple[KubeNode | None, Config]:
     """This node's link to the Kubernetes API (None: not used), its node read within the
-    start-up wait. Raises `SettingUnusable` when IPAMD_KUBERNETES=on cannot be honoured."""
+    start-up wait, and the configuration with the max pods the Node's capacity says where no
+    kubelet config file does. Raises `SettingUnusable` when IPAMD_KUBERNETES=on cannot be
+    honoured."""
     kube = await kube_agent.connect(config, os.environ, embedded=embedded)
-    if kube is not None:
-        stack.push_async_callback(kube.close)
-        await kube.wait_for_node()
-    return kube
+    if kube is None:
+        return None, config
+    stack.push_async_callback(kube.close)
+    await kube.wait_for_node()
+    return kube, await kube.with_node_max_pods(config)
 
 
 def _served_pods(daemon: Daemon, node: EmbeddedNode | None, kube: KubeNode | None) -> PodAddresses:

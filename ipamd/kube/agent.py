@@ -21,16 +21,18 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Protocol
 
 from datastore.records import AllocationKey, AllocationRecord
 from ipamd.config.kinds import Taint
+from ipamd.config.kubelet import KubeletConfig
 from ipamd.config.settings import Config
 from ipamd.errors import SettingUnusable
 from ipamd.kube.client import KubeApi, KubeError, KubeRefused, KubeUnavailable
 from ipamd.kube.credentials import CredentialsError, find
-from ipamd.kube.node import NodeObjects, eniconfig_name
+from ipamd.kube.node import NodeObjects, capacity_pods, eniconfig_name
 from ipamd.model import PodRef
 from ipamd.policy.eni_config import EniConfig
 
@@ -81,6 +83,25 @@ class KubeNode:
                     )
                     return False
                 await self._sleep(min(left, self._rng.uniform(0.5, min(5.0, 0.5 * 2**attempt))))
+
+    async def with_node_max_pods(self, config: Config) -> Config:
+        """`config` with the Node's `status.capacity.pods` as the kubelet's max pods when no
+        kubelet config file gives it (VPC CNI's order: the file first, then the Node)."""
+        kubelet = config.kubelet_config
+        if not self.reachable or (kubelet is not None and kubelet.max_pods is not None):
+            return config
+        try:
+            pods = capacity_pods(await self.objects.node())
+        except KubeError as err:
+            logger.warning("kube.node_unread error=%s", err)
+            return config
+        if pods is None:
+            return config
+        node = f"Node {self.objects.node_name} status.capacity.pods"
+        path = kubelet.path if kubelet is not None else ""
+        return replace(
+            config, kubelet_config=KubeletConfig(path, max_pods=pods, source=node, read=True)
+        )
 
     async def eni_config(self) -> EniConfig:
         """Custom networking: the ENIConfig this node uses, by VPC CNI's rules. Raises

@@ -198,3 +198,16 @@ def test_every_request_names_this_node(
     for request in api.requests:
         assert NODE in request.path or request.path.startswith("/api/v1/namespaces/"), request.path
         assert not request.is_watch or NODE in request.field_selector, request.path
+
+
+def test_max_pods_comes_from_the_nodes_capacity_without_a_kubelet_config(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    api.add_node(NODE, max_pods=8)
+    daemon = _start(tmp_path, api, IPAMD_KUBELET_CONFIG=str(tmp_path / "no-such-kubelet.json"))
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+    _, pool = daemon.call("GET", "/v1/pool")
+    limits = pool["limits"]
+    assert limits["max_pods"] == 8, limits
+    assert f"Node {NODE} status.capacity.pods" in limits["kubelet_config"], limits
