@@ -255,38 +255,54 @@ class RuntimePods:
 
 
 def how_to_try(config: Config, node: EmbeddedNode, listening: Mapping[str, HostPort]) -> str:
-    """Commands a new user can paste once ready: absolute paths, the scripts next to this
-    interpreter, and a container ID of this run's own (a second run on the same state directory
-    would otherwise meet the first run's pod, or its delete intent); then where the metrics and
-    introspection endpoints listen (`listening`, by setting), saying so when a port was taken."""
+    """Steps a new user can paste once ready, one command a line, in an order where each still
+    finds what it acts on: a pod ADDed and DELeted (which leaves a delete intent on its container
+    ID), then, with the embedded runtime, another pod ADDed, made to vanish and released by repair.
+    Absolute paths, the scripts next to this interpreter, and container IDs of this run's own (a
+    second run on the same state directory would otherwise meet the first run's pods, or their
+    delete intents); then where the metrics and introspection endpoints listen (`listening`, by
+    setting), saying so when a port was taken."""
     bin_dir = os.path.dirname(sys.executable)
     sock = os.path.abspath(config.socket_path)
-    container = f"demo-{secrets.token_hex(3)}"
+    ipamctl = f"{bin_dir}/ipamctl --socket {sock}"
+    pod = f"demo-{secrets.token_hex(3)}"
+    vanishing = f"{pod}-vanishes"
     conf = (
         '{"cniVersion":"1.1.0","name":"k8s-pod-network",'
         f'"ipam":{{"type":"ipamd-cni","socket":"{sock}"}}}}'
     )
 
-    def cni(command: str) -> str:
+    def cni(command: str, container: str) -> str:
         return (
-            f"  echo '{conf}' | CNI_COMMAND={command} CNI_CONTAINERID={container} "
+            f"    echo '{conf}' | CNI_COMMAND={command} CNI_CONTAINERID={container} "
             f"CNI_NETNS=/var/run/netns/{container} CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin "
             f"{bin_dir}/ipamd-cni"
         )
 
     lines = [
-        "ipamd: ready. Try, in another terminal:",
-        f"  {bin_dir}/ipamctl --socket {sock} status",
-        cni("ADD"),
-        cni("DEL"),
+        "ipamd: ready. Try these in another terminal, in this order:",
+        "  The node: ready or not, its ENIs and addresses.",
+        f"    {ipamctl} status",
+        f"  A pod's ADD: its address is in the answer (code 11 while the warm pool fills: run it "
+        f"again); then {pod} holds it.",
+        cni("ADD", pod),
+        f"    {ipamctl} allocations",
+        f"  Its DEL: the address goes back to the pool; the delete intent it leaves refuses a late "
+        f"ADD of {pod} for IPAMD_DELETE_INTENT_TTL ({config.delete_intent_ttl_s:g} s).",
+        cni("DEL", pod),
+        f"    {ipamctl} intents",
     ]
     if node.runtime is not None:
         lines += [
-            f"  Make {container} vanish behind ipamd's back (ADDed, its DEL never sent):",
-            f"    echo {container} >> {node.runtime.gone_file}",
-            f"    then {bin_dir}/ipamctl --socket {sock} repair shows its release (--apply does "
-            f"it); leak GC does it alone after IPAMD_LEAK_GRACE ({config.leak_grace_s:g} s) and "
-            f"two listings (IPAMD_LEAK_GC_INTERVAL, {config.leak_gc_interval_s:g} s)",
+            f"  Another pod, ADDed, then made to vanish behind ipamd's back (its DEL never sent): "
+            f"the runtime forgets {vanishing}, ipamd still holds its address.",
+            cni("ADD", vanishing),
+            f"    echo {vanishing} >> {node.runtime.gone_file}",
+            f"  Repair shows its release, then --apply does it (the leak GC does it alone after "
+            f"IPAMD_LEAK_GRACE, {config.leak_grace_s:g} s, and two listings, "
+            f"IPAMD_LEAK_GC_INTERVAL, {config.leak_gc_interval_s:g} s).",
+            f"    {ipamctl} repair",
+            f"    {ipamctl} repair --apply",
             f"  The embedded runtime (CRI) is at {node.runtime.endpoint}.",
         ]
     lines += _endpoints(config, listening)

@@ -167,16 +167,11 @@ def _poll_until(daemon: EmbeddedDaemon, done: object, deadline_s: float) -> None
         time.sleep(0.05)
 
 
-def _hint(daemon: EmbeddedDaemon, command: str) -> str:
-    """The printed hint line running ipamd-cni with CNI_COMMAND=`command`."""
-    line = daemon.wait_for_line(rf"^  echo .*CNI_COMMAND={command} .*ipamd-cni$").group(0)
-    return line.strip()
-
-
-def _sh(command: str) -> subprocess.CompletedProcess[str]:
+def _sh(command: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["sh", "-c", command],
         env=clean_env(),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
@@ -184,59 +179,132 @@ def _sh(command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _run_hints(daemon: EmbeddedDaemon) -> tuple[str, str]:
-    """Paste the printed ADD (retried while the pool fills, as a runtime would), ADD again, DEL;
-    returns (container ID, address)."""
-    add, delete = _hint(daemon, "ADD"), _hint(daemon, "DEL")
-    container = re.search(r"CNI_CONTAINERID=(\S+)", add)
-    assert container is not None
-    status = _ipamctl(daemon, "status")
-    assert status.returncode == 0 and "total" in status.stdout, status.stderr
-    first = _sh(add)
-    for _ in range(100):
-        if first.returncode == 0 or json.loads(first.stdout).get("code") != 11:
+def _banner_steps(daemon: EmbeddedDaemon) -> list[tuple[str, list[str]]]:
+    """The ready banner's steps in the order printed: each one's words (a line indented by two)
+    and the commands under them (indented by four), the steps without a command left out."""
+    daemon.wait_for_line(r"^  Ctrl-C stops ipamd; ")
+    plain = daemon.plain_lines
+    first = next(i for i, line in enumerate(plain) if line.startswith("ipamd: ready. "))
+    steps: list[tuple[str, list[str]]] = []
+    for line in plain[first + 1 :]:
+        if line.startswith("    "):
+            steps[-1][1].append(line[4:])
+        else:
+            steps.append((line[2:], []))
+        if line.startswith("  Ctrl-C stops ipamd; "):
             break
-        first = _sh(add)  # 11: try again later (the warm pool is filling)
-    assert first.returncode == 0, first.stdout + first.stderr
-    address = json.loads(first.stdout)["ips"][0]["address"]
-    again = _sh(add)
-    assert again.returncode == 0 and json.loads(again.stdout)["ips"][0]["address"] == address
-    done = _sh(delete)
+    return [(words, commands) for words, commands in steps if commands]
+
+
+def _cni_answer(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    answer = json.loads(done.stdout)
+    assert isinstance(answer, dict), done.stdout
+    return answer
+
+
+def _pasted_add(command: str, cwd: Path) -> str:
+    """The printed ADD, run again while it answers code 11 (the warm pool is filling), as the
+    banner says; the address it gave."""
+    done = _sh(command, cwd)
+    for _ in range(200):
+        if done.returncode == 0 or _cni_answer(done).get("code") != 11:
+            break
+        done = _sh(command, cwd)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert container.group(1) not in _holders(daemon)
-    return container.group(1), address
+    ips = _cni_answer(done)["ips"]
+    assert isinstance(ips, list)
+    return str(ips[0]["address"]).split("/")[0]
 
 
-def _ipamctl(daemon: EmbeddedDaemon, *args: str) -> subprocess.CompletedProcess[str]:
-    line = daemon.wait_for_line(r"^  (\S+/ipamctl) --socket (\S+) status$")
-    assert line.group(1) == str(BIN / "ipamctl") and line.group(2) == str(daemon.socket_path)
-    return subprocess.run(
-        [line.group(1), "--socket", line.group(2), *args],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+def _intents(daemon: EmbeddedDaemon) -> set[str]:
+    status, body = daemon.call("GET", "/v1/intents")
+    assert status == 200
+    return {str(i["container_id"]) for i in body["intents"]}
+
+
+def _follow_the_banner(daemon: EmbeddedDaemon, cwd: Path) -> tuple[str, str]:
+    """Every printed command exactly as printed, one after the other, in a shell in the daemon's
+    working directory; after each, what the banner said it does. Returns the two container IDs."""
+    ipamctl = f"{BIN}/ipamctl --socket {daemon.socket_path}"
+    steps = _banner_steps(daemon)
+    assert [len(commands) for _, commands in steps] == [1, 2, 2, 2, 2], steps
+    (_, [status]), (said_add, [add, listed]), (said_del, [delete, intents]) = steps[:3]
+    (said_vanish, [add_vanishing, vanish]), (said_repair, [repair, apply]) = steps[3:]
+    pod = re.search(r"CNI_CONTAINERID=(\S+) ", add)
+    vanishing = re.search(r"CNI_CONTAINERID=(\S+) ", add_vanishing)
+    assert pod is not None and vanishing is not None
+    pod_id, vanishing_id = pod.group(1), vanishing.group(1)
+    assert pod_id != vanishing_id
+    assert status == f"{ipamctl} status"
+    assert add.endswith(
+        f"CNI_COMMAND=ADD CNI_CONTAINERID={pod_id} CNI_NETNS=/var/run/netns/"
+        f"{pod_id} CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin {BIN}/ipamd-cni"
     )
+    assert delete == add.replace("CNI_COMMAND=ADD", "CNI_COMMAND=DEL")
+    assert add_vanishing == add.replace(pod_id, vanishing_id)
+    assert (listed, intents) == (f"{ipamctl} allocations", f"{ipamctl} intents")
+    assert vanish == f"echo {vanishing_id} >> {daemon.state_dir / 'embedded-cri-gone'}"
+    assert (repair, apply) == (f"{ipamctl} repair", f"{ipamctl} repair --apply")
+    endpoint = daemon.wait_for_line(r"The embedded runtime \(CRI\) is at (\S+)\.").group(1)
+
+    # The node: ready, its ENIs and addresses.
+    shown = _sh(status, cwd)
+    assert shown.returncode == 0 and shown.stdout.startswith("ipamd: ready\n"), shown
+    assert "ENI" in shown.stdout and "total" in shown.stdout, shown.stdout
+
+    # A pod's ADD: an address, which the pod then holds.
+    assert "its address is in the answer" in said_add and "code 11" in said_add
+    address = _pasted_add(add, cwd)
+    shown = _sh(listed, cwd)
+    assert shown.returncode == 0, shown
+    assert any(pod_id in line and address in line for line in shown.stdout.splitlines()), shown
+
+    # Its DEL: the address back to the pool, a delete intent that refuses a late ADD.
+    assert "the address goes back to the pool" in said_del and "refuses a late ADD" in said_del
+    done = _sh(delete, cwd)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert pod_id not in _holders(daemon)
+    shown = _sh(intents, cwd)
+    assert shown.returncode == 0 and pod_id in shown.stdout, shown
+    late = _sh(add, cwd)
+    assert late.returncode != 0 and "delete_intent" in str(_cni_answer(late)["details"]), late
+
+    # Another pod, made to vanish: the runtime forgets it, ipamd still holds its address.
+    assert "made to vanish behind ipamd's back" in said_vanish
+    _pasted_add(add_vanishing, cwd)
+    done = _sh(vanish, cwd)
+    assert done.returncode == 0, done
+    assert vanishing_id not in _sandbox_ids(endpoint)
+    assert vanishing_id in _holders(daemon)
+
+    # Repair shows its release, then --apply does it.
+    assert "Repair shows its release, then --apply does it" in said_repair
+    shown = _sh(repair, cwd)
+    assert shown.returncode == 0 and "dry run" in shown.stdout, shown
+    assert f"release {vanishing_id} " in shown.stdout, shown.stdout
+    assert vanishing_id in _holders(daemon), "a dry run changes nothing"
+    shown = _sh(apply, cwd)
+    assert shown.returncode == 0 and shown.stdout.startswith("applied:"), shown
+    assert f"release {vanishing_id} " in shown.stdout, shown.stdout
+    assert _holders(daemon) == set()
+    assert {pod_id, vanishing_id} <= _intents(daemon)
+    return pod_id, vanishing_id
 
 
-def test_the_printed_hints_work_on_two_runs_of_one_node(
+def test_the_printed_steps_work_pasted_in_order_on_two_runs_of_one_node(
     tmp_path: Path, started: list[EmbeddedDaemon]
 ) -> None:
     first = start_daemon(tmp_path)
     started.append(first)
     first.wait_for("/readyz")
-    first_container, _ = _run_hints(first)
+    first_pods = _follow_the_banner(first, tmp_path)
     assert first.stop() == 0
 
     second = start_daemon(tmp_path)
     started.append(second)
     second.wait_for("/readyz")
-    second_container, _ = _run_hints(second)
-    assert second_container != first_container, "each run's hints name a container of their own"
-    gone = second.wait_for_line(r"^    echo (\S+) >> (\S+)$")
-    assert gone.group(1) == second_container
-    assert gone.group(2) == str(second.state_dir / "embedded-cri-gone")
+    second_pods = _follow_the_banner(second, tmp_path)
+    assert not set(first_pods) & set(second_pods), "each run's steps name containers of their own"
     assert second.stop() == 0
 
 
