@@ -334,10 +334,16 @@ def _served_pods(daemon: Daemon, node: EmbeddedNode | None, kube: KubeNode | Non
 
 def _untaint_when_ready(daemon: Daemon, kube: KubeNode | None, stack: AsyncExitStack) -> None:
     """Once ADDs are served the node may take pods: IPAMD_STARTUP_TAINT goes, in the
-    background, retried until it is gone."""
-    if kube is not None and daemon.ready:
-        untaint = asyncio.create_task(kube.remove_startup_taint(), name="startup-taint")
-        stack.callback(untaint.cancel)
+    background, retried until it is gone; and the pods bound here feed the pool
+    (IPAMD_POD_AWARE_POOL)."""
+    if kube is None or not daemon.ready:
+        return
+    tasks = [asyncio.create_task(kube.remove_startup_taint(), name="startup-taint")]
+    watch = kube.watch_pods(daemon.pool, daemon.engine)
+    if watch is not None:
+        tasks.append(asyncio.create_task(watch.run(), name="pod-watch"))
+    for task in tasks:
+        stack.callback(task.cancel)
 
 
 async def _eni_config(config: Config, kube: KubeNode | None) -> EniConfig | None:

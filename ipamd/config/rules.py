@@ -19,6 +19,10 @@ def cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) ->
             "ENIConfigs of the node's zones, with IPAMD_KUBERNETES=off (no ENIConfig resource "
             "can be read)"
         )
+    if values.get("pod_aware_pool") == "on" and values.get("kubernetes") == "off":
+        problems.append(
+            "IPAMD_POD_AWARE_POOL='on': needs the Kubernetes API, and IPAMD_KUBERNETES is 'off'"
+        )
     if values.get("cni_conf_dir") and not values.get("cni_conflist_template"):
         problems.append(
             f"IPAMD_CNI_CONF_DIR={texts['IPAMD_CNI_CONF_DIR']!r}: needs "

@@ -449,6 +449,13 @@ class Config:
         "A taint (`key[=value]:Effect`, e.g. `ipamd.k8s.aws/agent-not-ready:NoSchedule`) that "
         "ipamd removes from its own Node once it is ready to serve ADDs; no other taint is ever "
         "touched. Needs the Kubernetes API."))
+    pod_aware_pool: str = field(default="auto", metadata=declare(
+        "IPAMD_POD_AWARE_POOL", choice("auto", "on", "off"), "auto", "", "none (VPC CNI ignores "
+        "pending pods)",
+        "Watch this node's pods (`spec.nodeName`) and keep a free address for every pod bound here "
+        "that holds none yet, whatever the warm targets ask: the pool grows at the scheduler's "
+        "binding, not at the sandbox's ADD, so warm targets can be near 0. `auto`: on when the "
+        "Kubernetes API is used; `on` without it is a start-up error."))
     annotate_pod_ip: bool = field(default=False, metadata=declare(
         "ANNOTATE_POD_IP", BOOL, "false", "", "`ANNOTATE_POD_IP`",
         "Annotate each pod with `vpc.amazonaws.com/pod-ips` (its first address) on ADD, and clear "

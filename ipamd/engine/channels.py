@@ -48,6 +48,11 @@ class Channels:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
+    def want_pool(self) -> None:
+        """Wake the pool manager as an ADD that found no address would: pods are on their way
+        (the pods the scheduler bound to this node, `ipamd.kube.pods`)."""
+        self._demand.set()
+
     def explain_starvation(self, cause: Callable[[], str]) -> None:
         """`cause()` says why the pool cannot grow now ("" when it can); an ADD that finds no
         free address adds it to its error (the pool manager's, set once)."""

@@ -29,10 +29,12 @@ from datastore.records import AllocationKey, AllocationRecord
 from ipamd.config.kinds import Taint
 from ipamd.config.kubelet import KubeletConfig
 from ipamd.config.settings import Config
+from ipamd.engine.state import NodeState
 from ipamd.errors import SettingUnusable
 from ipamd.kube.client import KubeApi, KubeError, KubeRefused, KubeUnavailable
 from ipamd.kube.credentials import CredentialsError, find
 from ipamd.kube.node import NodeObjects, capacity_pods, eniconfig_name
+from ipamd.kube.pods import PodWatch
 from ipamd.model import PodRef
 from ipamd.policy.eni_config import EniConfig
 
@@ -158,9 +160,38 @@ class KubeNode:
                 )
                 await self._sleep(wait)
 
+    def watch_pods(self, pool: PoolLike, engine: EngineLike) -> PodWatch | None:
+        """IPAMD_POD_AWARE_POOL: the watch of this node's pods, feeding the pool the ones on their
+        way (None when off). Run it with `PodWatch.run`."""
+        if self._config.pod_aware_pool == "off":
+            return None
+        watch = PodWatch(self.objects.api, self.objects.node_name, engine.want_pool)
+
+        def coming() -> int:
+            held = {(a.pod_namespace, a.pod_name) for a in engine.state.allocations().values()}
+            return watch.waiting(held)
+
+        pool.expect_pods(coming)
+        return watch
+
     def annotating(self, pods: PodAddressesLike) -> PodAddressesLike:
         """`pods` with ANNOTATE_POD_IP's writes after each ADD and DEL (`pods` itself when off)."""
         return Annotating(pods, self.objects) if self._config.annotate_pod_ip else pods
+
+
+class PoolLike(Protocol):
+    """The pool manager's way in for the pods on their way (`ipamd.pool.manager.PoolManager`)."""
+
+    def expect_pods(self, pods_to_come: Callable[[], int]) -> None: ...
+
+
+class EngineLike(Protocol):
+    """What the pod watch reads of the engine and how it wakes the pool."""
+
+    @property
+    def state(self) -> NodeState: ...
+
+    def want_pool(self) -> None: ...
 
 
 class PodAddressesLike(Protocol):
@@ -241,6 +272,11 @@ async def connect(
     except CredentialsError as err:
         raise SettingUnusable(f"IPAMD_KUBERNETES={mode}: {err}") from None
     if credentials is None:
+        if config.pod_aware_pool == "on":
+            raise SettingUnusable(
+                "IPAMD_POD_AWARE_POOL=on: needs the Kubernetes API (no kubeconfig and no "
+                "service-account token)"
+            )
         if mode == "on":
             raise SettingUnusable(
                 "IPAMD_KUBERNETES=on: no kubeconfig (KUBECONFIG) and no service-account token"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -140,6 +140,37 @@ class KubeApi:
             error.status = status
             raise _Retry(error, _retry_after(retry_after) if status == 429 else None)
         raise KubeRefused(status, f"{method} {path}: {message}", reason)
+
+    async def watch(self, path: str, timeout_s: float) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch (`path` carries `watch=1` and its resourceVersion), one JSON
+        object per line, until the server ends the stream. Raises `KubeUnavailable` or
+        `KubeRefused` as `request` does, without retrying: the caller relists or rewatches."""
+        try:
+            token = self.credentials.bearer()
+        except CredentialsError as err:
+            raise KubeUnavailable(str(err)) from None
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.calls += 1
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
+        try:
+            async with self._open().get(
+                self.credentials.server + path,
+                headers=headers,
+                ssl=self.credentials.ssl_context(),
+                timeout=timeout,
+            ) as answer:
+                if answer.status >= 300:
+                    message, reason = _status(await answer.text())
+                    if answer.status == 429 or answer.status >= 500:
+                        raise KubeUnavailable(f"GET {path}: {answer.status} {reason}: {message}")
+                    raise KubeRefused(answer.status, f"GET {path}: {message}", reason)
+                async for line in answer.content:
+                    if line.strip():
+                        yield _object(line.decode())
+        except (aiohttp.ClientError, TimeoutError, OSError) as err:
+            raise KubeUnavailable(f"watch {path}: {err or type(err).__name__}") from None
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:

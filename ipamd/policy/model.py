@@ -85,6 +85,9 @@ class PoolTargets:
     secondary ENIs alone (`ipamd.policy.plan.pod_stats`) and max pods counts one ENI fewer."""
     kubelet_max_pods: int | None = None
     """The kubelet config's `maxPods` (IPAMD_KUBELET_CONFIG); None = none read."""
+    pods_to_come: int = 0
+    """Pods bound to this node that want an address and hold none yet (IPAMD_POD_AWARE_POOL): the
+    pool keeps at least that many free, whatever the warm targets ask (`UnitStrategy.goal_for`)."""
 
     @classmethod
     def from_config(cls, config: Config) -> PoolTargets:

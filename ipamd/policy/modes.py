@@ -11,7 +11,7 @@ Pure; no asyncio, no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ipamd.policy.goals import (
@@ -55,9 +55,15 @@ class UnitStrategy:
     def goal_for(self, targets: PoolTargets, limits: NodeLimits) -> Goal:
         """The goal the knobs set in this mode: the IP targets win when either is > 0, as in VPC
         CNI; otherwise the mode's own warm target."""
-        if uses_ip_targets(targets):
-            return warm_ip_goal(targets)
-        return self.warm_goal(targets, limits, self.addresses_per_unit)
+        goal = (
+            warm_ip_goal(targets)
+            if uses_ip_targets(targets)
+            else self.warm_goal(targets, limits, self.addresses_per_unit)
+        )
+        if targets.pods_to_come > goal.keep_available:
+            # The pods the scheduler bound here are on their way: their addresses come first.
+            return replace(goal, keep_available=targets.pods_to_come)
+        return goal
 
 
 def _warm_prefix(targets: PoolTargets, limits: NodeLimits, unit_size: int) -> Goal:

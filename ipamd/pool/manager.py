@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 from cloud.errors import (
     AddressLimitExceeded,
@@ -44,7 +45,7 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
 from ipamd.errors import StoreWriteFailed, utc_text
-from ipamd.policy.model import NodeLimits, NodeStats
+from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
 from ipamd.policy.subnets import left_alone, plan_drain
@@ -98,6 +99,12 @@ class PoolManager:
         self._planned: PoolPlan | None = None
         self._planned_for: tuple[object, ...] = ()
         engine.explain_starvation(self.blocked_by)
+        self._pods_to_come: Callable[[], int] = int
+
+    def expect_pods(self, pods_to_come: Callable[[], int]) -> None:
+        """From now on the pool keeps free addresses for `pods_to_come()` pods, the ones bound to
+        this node that hold none yet (IPAMD_POD_AWARE_POOL)."""
+        self._pods_to_come = pods_to_come
 
     def blocked_by(self) -> str:
         """Why the pool cannot grow now, for an ADD's error, `/readyz` and `ipamctl status`: the last
@@ -158,7 +165,7 @@ class PoolManager:
         subnets and ENIs closed, the foreign ENIs, the mode and the strategy."""
         now = self._clock.now()
         counted = self._stats.counts(self._engine.state, now, self._engine.settings.cooldown_s)
-        targets = self._settings.targets
+        targets = self._targets()
         inputs = (
             counted,
             self._stats.mature(counted, now, targets),
@@ -171,17 +178,23 @@ class PoolManager:
             self._limits,
         )
         if self._planned is None or inputs != self._planned_for:
-            self._planned, self._planned_for = self._plan_on(aged(counted, now)), inputs
+            self._planned, self._planned_for = self._plan_on(aged(counted, now), targets), inputs
         return self._planned
 
-    def _plan_on(self, stats: NodeStats) -> PoolPlan:
+    def _targets(self) -> PoolTargets:
+        """The configured targets, with the pods on their way to this node (`expect_pods`)."""
+        coming = self._pods_to_come()
+        targets = self._settings.targets
+        return replace(targets, pods_to_come=coming) if coming else targets
+
+    def _plan_on(self, stats: NodeStats, targets: PoolTargets) -> PoolPlan:
         """The plan for `stats`: the targets met on the ENIs that take pods (at their minimum while
         the subnets are scarce), no growth on the ENIs of full subnets while new ENIs may go to
         another (`SubnetCatalogue.growth_closed`), and the ENIs of closed subnets drained
         (`plan_drain`)."""
         stats = self.subnets.without_growth(stats, self._engine.state)
         closed, others = self._engine.closed_enis(), len(self.foreign_enis)
-        drain = plan_drain(stats, self._settings.targets, self._limits, closed, others)
+        drain = plan_drain(stats, targets, self._limits, closed, others)
         scarce = self.conditions.scarce
         planned = plan_pool(drain.stats, drain.targets, drain.limits, self.strategy, scarce=scarce)
         return drain.applied_to(planned)
@@ -367,7 +380,8 @@ class PoolManager:
 
     def _no_longer_excess(self, marked: tuple[str, ...]) -> set[str]:
         """Units marked for release that a fresh plan, counting them as free, would now keep."""
-        return kept_after_marking(self.stats(), marked, self._plan_on)
+        targets = self._targets()
+        return kept_after_marking(self.stats(), marked, lambda s: self._plan_on(s, targets))
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -211,3 +211,40 @@ def test_max_pods_comes_from_the_nodes_capacity_without_a_kubelet_config(
     limits = pool["limits"]
     assert limits["max_pods"] == 8, limits
     assert f"Node {NODE} status.capacity.pods" in limits["kubelet_config"], limits
+
+
+def test_pods_bound_here_get_their_addresses_before_their_add(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon]
+) -> None:
+    """IPAMD_POD_AWARE_POOL: with every warm target at 0 the pool holds one spare address; five
+    pods bound to the node make it grow to five free before any of their ADDs, which are then
+    answered at once. Pods of other nodes count for nothing, nor do host-network pods."""
+    api.add_node(NODE)
+    api.add_node("ip-10-0-9-9.us-west-2.compute.internal")
+    daemon = _start(tmp_path, api, WARM_ENI_TARGET="0", WARM_IP_TARGET="0", MINIMUM_IP_TARGET="0")
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+
+    def free() -> int:
+        _, pool = daemon.call("GET", "/v1/pool")
+        return int(pool["counts"]["free"])
+
+    _until(lambda: api.watch_count() > 0)
+    before = free()
+    assert before < 5, before
+    for n in range(5):
+        api.add_pod(f"web-{n}", NODE)
+    api.add_pod("elsewhere", "ip-10-0-9-9.us-west-2.compute.internal")
+    api.add_pod("hostnet", NODE, host_network=True)
+    _until(lambda: free() >= 5)
+    for n in range(5):
+        key = {
+            "container_id": f"{n:064x}",
+            "ifname": "eth0",
+            "network": NETWORK,
+            "pod": {"namespace": "default", "name": f"web-{n}", "uid": f"u-{n}"},
+        }
+        status, body = daemon.call("POST", "/v1/allocations", key)
+        assert status == 200, ("answered at once, from addresses already there", body)
+    watches = [r for r in api.requests_for("pods") if r.is_watch]
+    assert watches and all(f"spec.nodeName={NODE}" in r.field_selector for r in watches)
