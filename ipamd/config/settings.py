@@ -456,6 +456,11 @@ class Config:
         "that holds none yet, whatever the warm targets ask: the pool grows at the scheduler's "
         "binding, not at the sandbox's ADD, so warm targets can be near 0. `auto`: on when the "
         "Kubernetes API is used; `on` without it is a start-up error."))
+    manage_enis_non_schedulable: bool = field(default=False, metadata=declare(
+        "AWS_MANAGE_ENIS_NON_SCHEDULABLE", BOOL, "false", "", "`AWS_MANAGE_ENIS_NON_SCHEDULABLE`",
+        "With the Kubernetes API: `false` leaves the ENIs and addresses as they are while the node "
+        "has the taint node.kubernetes.io/unschedulable:NoSchedule (cordoned, draining): no growth, "
+        "no release; `true` manages them all the same. Without the API it changes nothing."))
     annotate_pod_ip: bool = field(default=False, metadata=declare(
         "ANNOTATE_POD_IP", BOOL, "false", "", "`ANNOTATE_POD_IP`",
         "Annotate each pod with `vpc.amazonaws.com/pod-ips` (its first address) on ADD, and clear "

@@ -133,12 +133,6 @@ VARIABLES: tuple[VpcCniVariable, ...] = (
         "ENI (AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS is ipamd's SNAT exclusion)",
     ),
     _inert(
-        "AWS_MANAGE_ENIS_NON_SCHEDULABLE",
-        "false",
-        f"ipamd manages the node's ENIs whether it is schedulable or not ({NOT_API})",
-        boolean=True,
-    ),
-    _inert(
         "AWS_VPC_K8S_CNI_CONFIGURE_RPFILTER",
         "true",
         "the host-sysctls init container sets the primary interface's rp_filter; the daemon never "

@@ -23,7 +23,7 @@ import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from datastore.records import AllocationKey, AllocationRecord
 from ipamd.config.kinds import Taint
@@ -61,6 +61,8 @@ class KubeNode:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self.reachable = False
+        self.node_at_start: dict[str, Any] = {}
+        """The node's object as start-up read it ({} when it could not)."""
 
     async def close(self) -> None:
         await self.objects.api.close()
@@ -72,7 +74,7 @@ class KubeNode:
         while True:
             attempt += 1
             try:
-                await self.objects.node()
+                self.node_at_start = await self.objects.node()
                 self.reachable = True
                 return True
             except KubeError as err:
@@ -160,6 +162,27 @@ class KubeNode:
                 )
                 await self._sleep(wait)
 
+    async def watch_schedulable(self, pool: PoolLike, every_s: float = 30.0) -> None:
+        """AWS_MANAGE_ENIS_NON_SCHEDULABLE=false: hold the pool while the node carries
+        `node.kubernetes.io/unschedulable:NoSchedule`, read again every `every_s` (VPC CNI reads
+        it before each pool change). An unreadable node holds nothing."""
+        if self._config.manage_enis_non_schedulable:
+            return
+        reason = _unschedulable(self.node_at_start)
+        pool.hold_while(lambda: reason)
+        if reason:
+            logger.info("kube.pool_held reason=%r", reason)
+        while True:
+            await self._sleep(every_s)
+            try:
+                now = _unschedulable(await self.objects.node())
+            except KubeError as err:
+                logger.warning("kube.node_unread error=%s", err)
+                continue
+            if now != reason:
+                logger.info("kube.pool_held reason=%r", now or "none")
+            reason = now
+
     def watch_pods(self, pool: PoolLike, engine: EngineLike) -> PodWatch | None:
         """IPAMD_POD_AWARE_POOL: the watch of this node's pods, feeding the pool the ones on their
         way (None when off). Run it with `PodWatch.run`."""
@@ -183,6 +206,8 @@ class PoolLike(Protocol):
     """The pool manager's way in for the pods on their way (`ipamd.pool.manager.PoolManager`)."""
 
     def expect_pods(self, pods_to_come: Callable[[], int]) -> None: ...
+
+    def hold_while(self, reason: Callable[[], str]) -> None: ...
 
 
 class EngineLike(Protocol):
@@ -253,6 +278,13 @@ class Annotating:
             logger.warning(
                 "kube.annotate_failed namespace=%s name=%s error=%s", pod.namespace, pod.name, err
             )
+
+
+def _unschedulable(node: dict[str, Any]) -> str:
+    """Why the pool holds on `node`: its `node.kubernetes.io/unschedulable:NoSchedule` taint."""
+    cordoned = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+    taints = (node.get("spec") or {}).get("taints") or []
+    return "the node is unschedulable" if any(cordoned.matches(t) for t in taints) else ""
 
 
 def _where(pod: PodRef, record: AllocationRecord) -> tuple[str, str, str]:

@@ -100,6 +100,12 @@ class PoolManager:
         self._planned_for: tuple[object, ...] = ()
         engine.explain_starvation(self.blocked_by)
         self._pods_to_come: Callable[[], int] = int
+        self._held_by: Callable[[], str] = str
+
+    def hold_while(self, reason: Callable[[], str]) -> None:
+        """No round changes anything in EC2 while `reason()` says why ("" when it may): a node
+        cordoned (AWS_MANAGE_ENIS_NON_SCHEDULABLE=false)."""
+        self._held_by = reason
 
     def expect_pods(self, pods_to_come: Callable[[], int]) -> None:
         """From now on the pool keeps free addresses for `pods_to_come()` pods, the ones bound to
@@ -233,8 +239,8 @@ class PoolManager:
         """One tick: plan and apply what the conditions allow. Returns the plan applied (empty if
         none): none while backing off, and none without pods waiting while background work is
         held."""
-        if not self._settings.provisioning:
-            return NO_PLAN  # the node's ENIs and addresses are provisioned by someone else
+        if not self._settings.provisioning or self._held_by():
+            return NO_PLAN  # provisioned by someone else, or the node is cordoned
         await self.refresh_subnets()
         now, conditions = self._clock.now(), self.conditions
         if conditions.backing_off(now):

@@ -248,3 +248,35 @@ def test_pods_bound_here_get_their_addresses_before_their_add(
         assert status == 200, ("answered at once, from addresses already there", body)
     watches = [r for r in api.requests_for("pods") if r.is_watch]
     assert watches and all(f"spec.nodeName={NODE}" in r.field_selector for r in watches)
+
+
+@pytest.mark.parametrize("manage", ["false", "true"])
+def test_a_cordoned_node_changes_no_eni_unless_told_to(
+    tmp_path: Path, api: KubeApiServer, started: list[EmbeddedDaemon], manage: str
+) -> None:
+    """AWS_MANAGE_ENIS_NON_SCHEDULABLE, VPC CNI's meaning: while the node carries
+    node.kubernetes.io/unschedulable:NoSchedule the pool neither grows nor shrinks, unless true."""
+    api.add_node(NODE, taints=["node.kubernetes.io/unschedulable:NoSchedule"])
+    daemon = _start(
+        tmp_path,
+        api,
+        WARM_IP_TARGET="12",
+        MINIMUM_IP_TARGET="12",
+        AWS_MANAGE_ENIS_NON_SCHEDULABLE=manage,
+        IPAMD_POD_AWARE_POOL="off",
+        IPAMD_POOL_INTERVAL="0.5",
+    )
+    started.append(daemon)
+    daemon.wait_for("/readyz")
+
+    def total() -> int:
+        _, pool = daemon.call("GET", "/v1/pool")
+        return sum(int(v) for v in pool["counts"].values())
+
+    if manage == "true":
+        _until(lambda: total() >= 12)
+        return
+    daemon.wait_for_line(r"kube\.pool_held reason='the node is unschedulable'")
+    held = total()
+    time.sleep(2)  # four pool rounds (IPAMD_POOL_INTERVAL), each of which would grow it to 12
+    assert total() == held < 12, "a cordoned node's pool changes nothing"

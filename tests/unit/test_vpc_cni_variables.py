@@ -83,6 +83,7 @@ def _implemented_samples(tmp_path: Path) -> dict[str, dict[str, str]]:
         "WARM_PREFIX_TARGET": {"WARM_PREFIX_TARGET": "2"},
         "DISABLE_NETWORK_RESOURCE_PROVISIONING": {"DISABLE_NETWORK_RESOURCE_PROVISIONING": "true"},
         "ANNOTATE_POD_IP": {"ANNOTATE_POD_IP": "true"},
+        "AWS_MANAGE_ENIS_NON_SCHEDULABLE": {"AWS_MANAGE_ENIS_NON_SCHEDULABLE": "true"},
         "ENI_CONFIG_ANNOTATION_DEF": {"ENI_CONFIG_ANNOTATION_DEF": "example.com/eni-config"},
     }
 
