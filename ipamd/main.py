@@ -1,14 +1,16 @@
-"""`ipamd`: the entry point and composition root — the only place that builds concrete adapters.
+"""`ipamd run`: the composition root — the only place that builds concrete adapters.
 
 `ipamd run` reads the configuration (the only hand-over of `os.environ`), builds the EC2 adapter, the
 IMDS client, the CRI client and the network-policy agent's client, hands them to `ipamd.node.daemon`,
 serves the local API and the agent's config server on their unix sockets and runs the pool manager
 and the reconcile schedule in one task group until SIGTERM or SIGINT: then it stops taking work,
-lets in-flight requests finish, and exits 0. `ipamd run --embedded` does
-the same on an embedded cloud: moto with ipamd's extension served on loopback, one VPC, subnet and
-instance, an IMDS simulator and a container runtime of its own — no AWS account needed; its cloud is
-kept in the state directory, so running it again is a restart of the same node
-(`ipamd.node.embedded`).
+lets in-flight requests finish, and exits 0 (`daemon.stopped reason=signal`). A signal before ready
+(start-up retrying EC2, say) stops the start in order, with the same 0 and log line; one before this
+module is even imported is the console script's (`ipamd.launch`): one line, and 0 too.
+`ipamd run --embedded` does the same on an embedded cloud: moto with ipamd's extension served on
+loopback, one VPC, subnet and instance, an IMDS simulator and a container runtime of its own — no
+AWS account needed; its cloud is kept in the state directory, so running it again is a restart of
+the same node (`ipamd.node.embedded`).
 
 Start-up takes the state directory's lock before anything opens a file in it (a second ipamd on the
 same directory exits at once, naming the first one's PID). A start-up step the machine refuses is one
@@ -49,6 +51,7 @@ from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointedPods
 from ipamd.clock import SystemClock
 from ipamd.config import vpc_cni
+from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config, ConfigError
 from ipamd.errors import SettingUnusable, StartupError, StateUnusable, os_reason
 from ipamd.kube import agent as kube_agent
@@ -62,7 +65,12 @@ from ipamd.node.report import max_pods_report, metric_sources, pool_report
 from ipamd.node.startup import lock_state_dir
 from ipamd.policy.eni_config import EniConfig
 from ipamd.runtime.cri import GrpcCriRuntime
-from ipamd.telemetry.endpoint import ListenFailed, latency_middleware, serve_metrics
+from ipamd.telemetry.endpoint import (
+    ListenFailed,
+    latency_middleware,
+    listening_on,
+    serve_metrics,
+)
 from ipamd.telemetry.introspection import serve_introspection
 from ipamd.telemetry.logs import configure_logging
 from ipamd.telemetry.metrics import Recorders
@@ -79,6 +87,9 @@ EXIT_CONFIG = 2  # also a setting this machine refuses: a port in use, a path th
 EXIT_STATE = 3  # the state directory is another ipamd's, or its embedded cloud cannot be rebuilt
 EXIT_FAILED = 1
 EXIT_RESTART = 75  # EX_TEMPFAIL: the supervisor (kubelet) starts ipamd again on the rebuilt state
+
+METRICS_ADDR = "IPAMD_METRICS_ADDR"
+INTROSPECTION_ADDR = "INTROSPECTION_BIND_ADDRESS"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -167,26 +178,61 @@ def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Pat
     return conflist.write(target.parent, target.name, data)
 
 
-async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) -> int:
+async def serve(
+    config: Config,
+    embedded: bool,
+    *,
+    own_runtime: bool = False,
+    free_ports: frozenset[str] = frozenset(),
+) -> int:
     """Run the daemon until stopped; returns the exit code. Raises `StartupError` for a start-up
-    step the machine refused. `own_runtime`: embedded, serve a container runtime of its own."""
+    step the machine refused. `own_runtime`: embedded, serve a container runtime of its own.
+    `free_ports`: the TCP endpoints' settings (METRICS_ADDR, INTROSPECTION_ADDR) whose port, when
+    taken, gives way to a free one.
+
+    SIGTERM and SIGINT are this loop's from its first step on. One that comes before ready (the
+    start-up waiting out EC2, say) cancels the start where it waits, whatever it made is closed in
+    order, and the exit is a stop's, 0 with `daemon.stopped`, as after ready."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    serving = asyncio.Event()
+    run = asyncio.create_task(
+        _serve(config, embedded, stop, serving, own_runtime=own_runtime, free_ports=free_ports),
+        name="serve",
+    )
+    signalled = asyncio.create_task(stop.wait(), name="signals")
+    try:
+        await asyncio.wait({run, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+    if run.done() or serving.is_set():
+        return await run  # from ready on, `_run_until_stopped` answers the signal itself
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        return await run
+    logger.info("daemon.stopped reason=signal while=starting")
+    return 0
+
+
+async def _serve(
+    config: Config,
+    embedded: bool,
+    stop: asyncio.Event,
+    serving: asyncio.Event,
+    *,
+    own_runtime: bool,
+    free_ports: frozenset[str],
+) -> int:
+    """`serve`'s start-up and run; sets `serving` once started, from which on it answers `stop`."""
     started = time.monotonic()
     clock = SystemClock()
-    conflist_bytes = None
-    if config.cni_conflist_template is not None:
-        try:
-            conflist_bytes = conflist.render(
-                Path(config.cni_conflist_template),
-                config.socket_path,
-                config.pod_mtu or config.eni_mtu,
-                str(Path(config.socket_path).parent / V4_EGRESS_DIR)
-                if config.enable_ipv6
-                else None,
-                plugin_log=(config.plugin_log_file, config.plugin_log_level),
-            )
-        except conflist.ConflistError as err:
-            print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
-            return EXIT_CONFIG
+    try:
+        conflist_bytes = _render_conflist(config)
+    except conflist.ConflistError as err:
+        print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
+        return EXIT_CONFIG
     async with AsyncExitStack() as stack:
         # Before anything opens a file in the state directory (the state file, the embedded
         # cloud's): a second ipamd on it must touch neither.
@@ -199,7 +245,8 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         stack.push_async_callback(imds.close)
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
-        hostnet, kube = await _hostnet(config, imds, stack), await _kube(config, embedded, stack)
+        hostnet = await _hostnet(config, imds, stack)
+        kube, config = await _kube(config, embedded, stack)
         try:
             daemon = await build_daemon(
                 config,
@@ -218,7 +265,6 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         logger.info(
             "pool.max_pods %s", " ".join(f"{k}={v!r}" for k, v in max_pods_report(daemon).items())
         )
-        pods = _served_pods(daemon, node, kube)
         policy, config_server = await _network_policy(config, daemon, imds, stack)
         app = create_app(
             daemon.engine,
@@ -228,7 +274,7 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             clock=clock,
             pod_gateway=daemon.node_ip or POD_GATEWAY,
             pool_settings=lambda: pool_report(daemon),
-            pods=pods,
+            pods=_served_pods(daemon, node, kube),
             repair=lambda apply: repair(daemon, apply),
             network_policy=policy,
             host_network=daemon.datapath is not None,
@@ -237,11 +283,14 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
         runner = await _serve_api(app, config.socket_path)
         stack.push_async_callback(runner.cleanup)
         try:
-            await _serve_observability(config, daemon, policy, recorders, stack)
+            listening = await _serve_observability(
+                config, daemon, policy, recorders, stack, free_ports
+            )
         except ListenFailed as err:
             print(f"ipamd: {err}", file=sys.stderr)
             return EXIT_CONFIG
         await _start_timed(daemon, recorders, started)
+        serving.set()  # no await from here to `_run_until_stopped`, which answers `stop`
         freeze_start_up()
         if daemon.engine.unavailable is not None:
             print(f"ipamd: {daemon.engine.unavailable}", file=sys.stderr)
@@ -250,23 +299,30 @@ async def serve(config: Config, embedded: bool, *, own_runtime: bool = False) ->
             conflist.remove_aws_node(written)  # only now: it sorts first and aws-node is gone
         _untaint_when_ready(daemon, kube, stack)
         if node is not None:  # the hints only once ready; else the line above says why
-            hints = node.how_to_try(config) if daemon.ready else node.how_to_repair(config)
+            hints = (
+                node.how_to_try(config, listening) if daemon.ready else node.how_to_repair(config)
+            )
             print(hints, file=sys.stderr)
         try:
-            return await _run_until_stopped(daemon, config_server)
+            return await _run_until_stopped(daemon, config_server, stop)
         finally:
             if written is not None:
                 conflist.remove(written, "stopped", only_if=conflist_bytes)
 
 
-async def _kube(config: Config, embedded: bool, stack: AsyncExitStack) -> KubeNode | None:
+async def _kube(
+    config: Config, embedded: bool, stack: AsyncExitStack
+) -> tuple[KubeNode | None, Config]:
     """This node's link to the Kubernetes API (None: not used), its node read within the
-    start-up wait. Raises `SettingUnusable` when IPAMD_KUBERNETES=on cannot be honoured."""
+    start-up wait, and the configuration with the max pods the Node's capacity says where no
+    kubelet config file does. Raises `SettingUnusable` when IPAMD_KUBERNETES=on cannot be
+    honoured."""
     kube = await kube_agent.connect(config, os.environ, embedded=embedded)
-    if kube is not None:
-        stack.push_async_callback(kube.close)
-        await kube.wait_for_node()
-    return kube
+    if kube is None:
+        return None, config
+    stack.push_async_callback(kube.close)
+    await kube.wait_for_node()
+    return kube, await kube.with_node_max_pods(config)
 
 
 def _served_pods(daemon: Daemon, node: EmbeddedNode | None, kube: KubeNode | None) -> PodAddresses:
@@ -278,10 +334,19 @@ def _served_pods(daemon: Daemon, node: EmbeddedNode | None, kube: KubeNode | Non
 
 def _untaint_when_ready(daemon: Daemon, kube: KubeNode | None, stack: AsyncExitStack) -> None:
     """Once ADDs are served the node may take pods: IPAMD_STARTUP_TAINT goes, in the
-    background, retried until it is gone."""
-    if kube is not None and daemon.ready:
-        untaint = asyncio.create_task(kube.remove_startup_taint(), name="startup-taint")
-        stack.callback(untaint.cancel)
+    background, retried until it is gone; and the pods bound here feed the pool
+    (IPAMD_POD_AWARE_POOL)."""
+    if kube is None or not daemon.ready:
+        return
+    tasks = [
+        asyncio.create_task(kube.remove_startup_taint(), name="startup-taint"),
+        asyncio.create_task(kube.watch_schedulable(daemon.pool), name="node-schedulable"),
+    ]
+    watch = kube.watch_pods(daemon.pool, daemon.engine)
+    if watch is not None:
+        tasks.append(asyncio.create_task(watch.run(), name="pod-watch"))
+    for task in tasks:
+        stack.callback(task.cancel)
 
 
 async def _eni_config(config: Config, kube: KubeNode | None) -> EniConfig | None:
@@ -293,6 +358,19 @@ async def _eni_config(config: Config, kube: KubeNode | None) -> EniConfig | None
     except KubeUnavailable as err:
         logger.warning("kube.eniconfig_unread error=%s: IPAMD_ENI_CONFIG_FILE's is used", err)
         return None
+
+
+def _render_conflist(config: Config) -> bytes | None:
+    """The conflist ipamd writes once ready (None: it writes none). Raises `ConflistError`."""
+    if config.cni_conflist_template is None:
+        return None
+    return conflist.render(
+        Path(config.cni_conflist_template),
+        config.socket_path,
+        config.pod_mtu or config.eni_mtu,
+        str(Path(config.socket_path).parent / V4_EGRESS_DIR) if config.enable_ipv6 else None,
+        plugin_log=(config.plugin_log_file, config.plugin_log_level),
+    )
 
 
 async def _network_policy(
@@ -328,22 +406,35 @@ async def _serve_observability(
     policy: NetworkPolicy,
     recorders: Recorders,
     stack: AsyncExitStack,
-) -> None:
-    """Metrics and introspection on their TCP addresses, each unless disabled; raises `ListenFailed`
-    (a port in use) for `serve` to report in one line."""
+    free_ports: frozenset[str],
+) -> dict[str, HostPort]:
+    """Metrics and introspection on their TCP addresses, each unless disabled, a setting of
+    `free_ports` on a free port if its own is taken; returns where each listens, by setting. Raises
+    `ListenFailed` (a port in use) for `serve` to report in one line."""
     daemon.engine.subscribe(lambda m, _: recorders.note_commit(daemon.engine.state, m))
+    listening: dict[str, HostPort] = {}
     if not config.disable_metrics:
         metrics = await serve_metrics(
-            recorders, metric_sources(daemon, policy), config.metrics_addr
+            recorders,
+            metric_sources(daemon, policy),
+            config.metrics_addr,
+            or_free_port=METRICS_ADDR in free_ports,
         )
         stack.push_async_callback(metrics.cleanup)
+        listening[METRICS_ADDR] = listening_on(metrics)
     if not config.disable_introspection:
         settings = config.describe()
         addr = config.introspection_bind_address
         introspection = await serve_introspection(
-            daemon.engine, settings, addr, max_pods_report(daemon)
+            daemon.engine,
+            settings,
+            addr,
+            max_pods_report(daemon),
+            or_free_port=INTROSPECTION_ADDR in free_ports,
         )
         stack.push_async_callback(introspection.cleanup)
+        listening[INTROSPECTION_ADDR] = listening_on(introspection)
+    return listening
 
 
 async def _start_timed(daemon: Daemon, recorders: Recorders, process_started: float) -> None:
@@ -371,11 +462,9 @@ def _pods(daemon: Daemon) -> PodAddresses:
     return pods if daemon.keeper is None else CheckpointedPods(pods, daemon.keeper)
 
 
-async def _run_until_stopped(daemon: Daemon, config_server: ConfigServer) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+async def _run_until_stopped(
+    daemon: Daemon, config_server: ConfigServer, stop: asyncio.Event
+) -> int:
     serving = daemon.engine.unavailable is None  # fail closed: no pool work on an untrusted state
     if serving:
         daemon.schedule()
@@ -436,9 +525,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
     for name, value, why in vpc_cni.inert(os.environ):
         logger.info("config.inert %s=%s: nothing in ipamd changes: %s", name, value, why)
+    # Embedded, a metrics or introspection port nobody set gives way to a free one when taken (a
+    # second clone's `make run`); an address set explicitly is served on, or refused.
+    free_ports = frozenset(
+        s for s in (METRICS_ADDR, INTROSPECTION_ADDR) if args.embedded and not os.environ.get(s)
+    )
     with contextlib.suppress(KeyboardInterrupt):
         try:
-            return asyncio.run(serve(config, args.embedded, own_runtime=own_runtime))
+            return asyncio.run(
+                serve(config, args.embedded, own_runtime=own_runtime, free_ports=free_ports)
+            )
         except StartupError as err:
             print(f"ipamd: {err}", file=sys.stderr)
             return _exit_code(err)
