@@ -9,8 +9,8 @@ import json
 import aiohttp
 import pytest
 
+from bench.kube_api.kinds import ENICONFIGS, PODS
 from tests.support.kube_api import KubeApiServer
-from tests.support.kube_store import ENICONFIGS, PODS
 from tests.unit.kube_api.conftest import read_events, read_to_end
 
 NODE = "ip-10-0-0-10"

@@ -10,9 +10,9 @@ from typing import Any
 
 import aiohttp
 
+from bench.kube_api.kinds import NODES
+from bench.kube_api.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from tests.support.kube_api import KubeApiServer
-from tests.support.kube_patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
-from tests.support.kube_store import NODES
 
 NODE = "ip-10-0-0-10"
 STARTUP = "ipamd.k8s.aws/agent-not-ready"

@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bench.kube_api.tls import tls_available
 from tests.support.kube_api import KubeApiServer
-from tests.support.kube_tls import tls_available
 
 NODE = "ip-10-0-0-10"
 

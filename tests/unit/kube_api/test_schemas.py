@@ -11,16 +11,16 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
-from tests.support.kube_api import KubeApiServer
-from tests.support.kube_objects import (
+from bench.kube_api.kinds import PODS
+from bench.kube_api.objects import (
     bulk_eniconfigs,
     bulk_pods,
     eniconfig_object,
     node_object,
     pod_object,
 )
-from tests.support.kube_schemas import ENICONFIG_CRD, KUBERNETES_VERSION, Invalid, Schemas
-from tests.support.kube_store import PODS
+from bench.kube_api.schemas import ENICONFIG_CRD, KUBERNETES_VERSION, Invalid, Schemas
+from tests.support.kube_api import KubeApiServer
 
 UPSTREAM_SHA256 = "2451ffecab9465ae87ea2900598372799cfebd92ea4972d0e52eb0eb92da7d3f"
 """charts/aws-vpc-cni/crds/customresourcedefinition.yaml at aws/amazon-vpc-cni-k8s b52188387f2e

@@ -1,4 +1,4 @@
-"""The three PATCH bodies the test API server (`tests/support/kube_api.py`) applies, with the real
+"""The three PATCH bodies the test API server (`bench.kube_api.server`) applies, with the real
 server's answers when one cannot be applied.
 
 - `application/merge-patch+json`: RFC 7386. A map merges key by key, `null` removes a key, any
@@ -10,7 +10,7 @@ server's answers when one cannot be applied.
   client removes one taint with a `test` of `/spec/taints/<i>` before the `remove` of it, so that a
   list changed meanwhile fails the patch instead of removing another taint.
 - `application/strategic-merge-patch+json`: apimachinery's strategic merge, driven by the kind's
-  schema (`kube_schemas.SchemaCursor`) as the server drives it by the Go types. A list whose
+  schema (`schemas.SchemaCursor`) as the server drives it by the Go types. A list whose
   schema says `x-kubernetes-patch-strategy: merge` merges: by its `x-kubernetes-patch-merge-key`
   for a list of maps (containers by `name`, conditions by `type`), as a union for a list of
   strings (finalizers). Any other list is replaced whole: the Node's `spec.taints` has no patch
@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.support.kube_schemas import SchemaCursor
+from bench.kube_api.schemas import SchemaCursor
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -1,7 +1,7 @@
-"""What the test API server (`tests/support/kube_api.py`) admits: every built-in object against the
+"""What the test API server (`bench.kube_api.server`) admits: every built-in object against the
 Kubernetes schemas that kubernetes-validate ships (its strict ones, in which a misspelt field is an
 error), and every ENIConfig against the openAPIV3Schema of VPC CNI's own CRD
-(`tests/support/fixtures/eniconfigs-crd-v1.23.1.yaml`, its header cites the commit), its metadata
+(`bench/kube_api/eniconfigs-crd-v1.23.1.yaml`, its header cites the commit), its metadata
 against ObjectMeta, after pruning the fields that schema does not keep, as the real server prunes a
 custom resource.
 
@@ -10,7 +10,7 @@ custom resource.
 kind, so a test may store thousands of objects. tests/unit/kube_api/test_schemas.py checks that the
 two agree.
 
-`Schemas.cursor` walks a kind's schema by field: the strategic merge patch (`kube_patch.py`) reads
+`Schemas.cursor` walks a kind's schema by field: the strategic merge patch (`patch.py`) reads
 each list's `x-kubernetes-patch-strategy` and `x-kubernetes-patch-merge-key` from it, as the real
 server reads them from the Go types.
 """
@@ -35,7 +35,7 @@ Obj = dict[str, Any]
 KUBERNETES_VERSION = "1.37"
 """The newest Kubernetes kubernetes-validate knows (tests/deploy validates the manifests with it)."""
 
-ENICONFIG_CRD = Path(__file__).resolve().parent / "fixtures" / "eniconfigs-crd-v1.23.1.yaml"
+ENICONFIG_CRD = Path(__file__).resolve().parent / "eniconfigs-crd-v1.23.1.yaml"
 ENICONFIG_API_VERSION = "crd.k8s.amazonaws.com/v1alpha1"
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 

@@ -1,7 +1,7 @@
-"""Objects for the test API server (`tests/support/kube_api.py`) to serve, shaped as a real cluster
+"""Objects for the test API server (`bench.kube_api.server`) to serve, shaped as a real cluster
 serves them and valid against the Kubernetes schemas: a Node, a Pod, an ENIConfig; and the bulk
 populations of issue 39's memory test (100,000 pods on other nodes, 5,000 ENIConfigs), generated
-from their index (`kube_store.Bulk`), never held.
+from their index (`store.Bulk`), never held.
 
 `taint("key[=value]:Effect")` and `node_object(..., taints=["key:NoSchedule"])` take kubectl's
 notation.
@@ -15,7 +15,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tests.support.kube_store import ENICONFIGS, PODS, Bulk, Key, timestamp
+from bench.kube_api.kinds import ENICONFIGS, PODS, Key
+from bench.kube_api.store import Bulk, timestamp
 
 Obj = dict[str, Any]
 

@@ -1,10 +1,6 @@
-"""The test API server's REST surface (`tests/support/kube_api.py` owns the server, its knobs and its
-middleware; this module answers a request that got through them): paths, verbs, lists, watches,
-patches and the Status of every refusal, as the real API server words them.
-
-Paths: `/api/v1/...` and `/apis/<group>/<version>/...`, then `[namespaces/<ns>/]<plural>[/<name>
-[/status]]` for the kinds of `kube_store.KINDS`; discovery (`/api`, `/apis`, `/api/v1`,
-`/apis/<group>/<version>`), `/version`, `/healthz`, `/livez`, `/readyz`.
+"""The test API server's REST surface (`bench.kube_api.server` owns the server, its knobs and its
+middleware; `paths` says where a request goes and words the refusals; this module answers a request
+that got through them): verbs, lists, watches and patches, as the real API server serves them.
 """
 
 from __future__ import annotations
@@ -19,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from tests.support.kube_patch import (
+from bench.kube_api.kinds import (
+    ENICONFIGS,
+    FieldSelector,
+    Kind,
+    LabelSelector,
+    Obj,
+    Scope,
+    SelectorError,
+)
+from bench.kube_api.patch import (
     JSON_PATCH,
     MERGE_PATCH,
     PATCH_TYPES,
@@ -29,27 +34,21 @@ from tests.support.kube_patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from tests.support.kube_schemas import Invalid
-from tests.support.kube_store import (
-    ENICONFIGS,
-    KINDS,
-    BulkAdded,
-    Change,
-    FieldSelector,
-    Kind,
-    LabelSelector,
-    Obj,
-    Scope,
-    SelectorError,
-    StoreError,
-    Watcher,
-    watch_events,
+from bench.kube_api.paths import (
+    PUBLIC_PATHS,
+    Target,
+    discovery,
+    not_found,
+    parse_target,
+    status_body,
+    status_response,
 )
+from bench.kube_api.schemas import Invalid
+from bench.kube_api.store import BulkAdded, Change, StoreError, Watcher, watch_events
 
 if TYPE_CHECKING:
-    from tests.support.kube_api import KubeApiServer
+    from bench.kube_api.server import KubeApiServer
 
-PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 LIST_CHUNK = 500
 
 
@@ -66,110 +65,8 @@ class Bookmark:
     rv: int
 
 
-def status_body(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
-    body: Obj = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
-
-
-def status_response(
-    code: int,
-    reason: str,
-    message: str,
-    *,
-    details: Obj | None = None,
-    headers: dict[str, str] | None = None,
-) -> web.Response:
-    return web.json_response(
-        status_body(code, reason, message, details), status=code, headers=headers
-    )
-
-
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    kind: Kind
-    namespace: str
-    name: str
-    subresource: str
-
-
-def parse_target(path: str) -> Target | None:
-    parts = [p for p in path.split("/") if p]
-    if parts[:2] == ["api", "v1"]:
-        group, version, rest = "", "v1", parts[2:]
-    elif len(parts) >= 3 and parts[0] == "apis":
-        group, version, rest = parts[1], parts[2], parts[3:]
-    else:
-        return None
-    namespace = ""
-    if len(rest) >= 3 and rest[0] == "namespaces":
-        namespace, rest = rest[1], rest[2:]
-    kind = KINDS.get((group, version, rest[0])) if 1 <= len(rest) <= 3 else None
-    if kind is None or (namespace and not kind.namespaced):
-        return None
-    name = rest[1] if len(rest) > 1 else ""
-    subresource = rest[2] if len(rest) > 2 else ""
-    if subresource and not (subresource == "status" and kind.status_subresource):
-        return None
-    return Target(kind, namespace, name, subresource)
-
-
-def _not_found(path: str) -> web.Response:
-    return status_response(
-        404, "NotFound", "the server could not find the requested resource", details={"path": path}
-    )
-
-
-def _discovery(path: str) -> Obj | None:
-    if path == "/api":
-        return {"kind": "APIVersions", "versions": ["v1"]}
-    groups = sorted({(k.group, k.version) for k in KINDS.values() if k.group})
-    if path == "/apis":
-        return {
-            "kind": "APIGroupList",
-            "apiVersion": "v1",
-            "groups": [
-                {
-                    "name": g,
-                    "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
-                    "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v},
-                }
-                for g, v in groups
-            ],
-        }
-    for group, version in [("", "v1"), *groups]:
-        prefix = f"/apis/{group}/{version}" if group else "/api/v1"
-        if path == prefix:
-            return {
-                "kind": "APIResourceList",
-                "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version,
-                "resources": [
-                    {
-                        "name": k.plural,
-                        "kind": k.kind,
-                        "namespaced": k.namespaced,
-                        "singularName": k.kind.lower(),
-                        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
-                    }
-                    for k in KINDS.values()
-                    if (k.group, k.version) == (group, version)
-                ],
-            }
-    return None
 
 
 async def handle(server: KubeApiServer, request: web.Request) -> web.StreamResponse:
@@ -180,8 +77,8 @@ async def handle(server: KubeApiServer, request: web.Request) -> web.StreamRespo
         return web.Response(text="ok")
     target = parse_target(path)
     if target is None:
-        found = _discovery(path) if request.method == "GET" else None
-        return web.json_response(found) if found is not None else _not_found(path)
+        found = discovery(path) if request.method == "GET" else None
+        return web.json_response(found) if found is not None else not_found(path)
     handlers = {
         ("GET", True): _get,
         ("GET", False): _collection,
