@@ -342,6 +342,7 @@ def _untaint_when_ready(daemon: Daemon, kube: KubeNode | None, stack: AsyncExitS
         asyncio.create_task(kube.remove_startup_taint(), name="startup-taint"),
         asyncio.create_task(kube.watch_schedulable(daemon.pool), name="node-schedulable"),
     ]
+    kube.report_missing_permissions(daemon.pool)
     watch = kube.watch_pods(daemon.pool, daemon.engine)
     if watch is not None:
         tasks.append(asyncio.create_task(watch.run(), name="pod-watch"))

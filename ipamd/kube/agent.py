@@ -25,6 +25,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
+from cloud.errors import CloudError
 from datastore.records import AllocationKey, AllocationRecord
 from ipamd.config.kinds import Taint
 from ipamd.config.kubelet import KubeletConfig
@@ -43,6 +44,8 @@ logger = logging.getLogger(__name__)
 START_WAIT_S = 30.0
 """How long start-up waits for the API server before going on without it (VPC CNI's wait)."""
 TAINT_RETRY_CAP_S = 30.0
+EVENT_SPACING_S = 600.0
+"""Least time between two Events of one reason and EC2 call."""
 
 
 class KubeNode:
@@ -62,6 +65,7 @@ class KubeNode:
         self._rng = rng or random.Random()
         self.reachable = False
         self.node_at_start: dict[str, Any] = {}
+        self._events: set[asyncio.Task[None]] = set()
         """The node's object as start-up read it ({} when it could not)."""
 
     async def close(self) -> None:
@@ -117,6 +121,9 @@ class KubeNode:
         try:
             spec = await self.objects.eniconfig(name)
         except KubeRefused as err:
+            await self._event(
+                "Warning", "InvalidENIConfig", "ReadENIConfig", f"ENIConfig {name!r}: {err}"
+            )
             raise SettingUnusable(
                 f"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true: ENIConfig {name!r} of node "
                 f"{self.objects.node_name} cannot be read ({err}); it is chosen by the node's label "
@@ -124,6 +131,7 @@ class KubeNode:
                 f"label {c.eni_config_label}, else 'default'"
             ) from None
         except ValueError as err:
+            await self._event("Warning", "InvalidENIConfig", "ReadENIConfig", f"{err}")
             raise SettingUnusable(f"ENIConfig {name!r}: {err}") from None
         logger.info(
             "kube.eniconfig name=%s subnet=%s security_groups=%s",
@@ -183,6 +191,41 @@ class KubeNode:
                 logger.info("kube.pool_held reason=%r", now or "none")
             reason = now
 
+    def report_missing_permissions(self, pool: PoolLike) -> None:
+        """An Event `MissingIAMPermissions` (Warning, its action the EC2 call) each time the pool
+        is refused for want of a permission, as VPC CNI posts it; at most one per call and
+        `EVENT_SPACING_S`, so a backing-off pool does not flood the API."""
+        last: dict[str, float] = {}
+        loop = asyncio.get_running_loop()
+
+        def failed(err: object) -> None:
+            if not isinstance(err, CloudError) or err.code != "UnauthorizedOperation":
+                return
+            if loop.time() - last.get(err.operation, -EVENT_SPACING_S) < EVENT_SPACING_S:
+                return
+            last[err.operation] = loop.time()
+            note = (
+                f"Unauthorized operation: failed to call {err.operation} due to missing "
+                "permissions: attach deploy/iam/ipamd-policy.json to ipamd's IAM role"
+            )
+            task = loop.create_task(
+                self._event("Warning", "MissingIAMPermissions", err.operation, note)
+            )
+            self._events.add(task)
+            task.add_done_callback(self._events.discard)
+
+        pool.on_failure(failed)
+
+    async def drain_events(self) -> None:
+        """Wait for the Events being posted (a clean stop, tests)."""
+        await asyncio.gather(*self._events, return_exceptions=True)
+
+    async def _event(self, kind: str, reason: str, action: str, note: str) -> None:
+        try:
+            await self.objects.event(kind, reason, action, note)
+        except KubeError as err:
+            logger.warning("kube.event_failed reason=%s error=%s", reason, err)
+
     def watch_pods(self, pool: PoolLike, engine: EngineLike) -> PodWatch | None:
         """IPAMD_POD_AWARE_POOL: the watch of this node's pods, feeding the pool the ones on their
         way (None when off). Run it with `PodWatch.run`."""
@@ -208,6 +251,8 @@ class PoolLike(Protocol):
     def expect_pods(self, pods_to_come: Callable[[], int]) -> None: ...
 
     def hold_while(self, reason: Callable[[], str]) -> None: ...
+
+    def on_failure(self, listener: Callable[[Any], None]) -> None: ...
 
 
 class EngineLike(Protocol):

@@ -19,6 +19,7 @@ Every object named here is this node's or one of its pods': nothing cluster-wide
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -126,6 +127,25 @@ class NodeObjects:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if annotations.get(POD_IPS) == released:
             await self.api.patch(path, _annotation(""))
+
+    async def event(self, kind: str, reason: str, action: str, note: str) -> None:
+        """An events.k8s.io/v1 Event of `kind` (Warning or Normal) regarding this node, as
+        `kubectl describe node` shows them."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{self.node_name}.", "namespace": "default"},
+            "eventTime": now,
+            "reportingController": "ipamd",
+            "reportingInstance": self.node_name,
+            "action": action,
+            "reason": reason,
+            "type": kind,
+            "note": note[:1024],
+            "regarding": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
+        }
+        await self.api.post("/apis/events.k8s.io/v1/namespaces/default/events", body)
 
     @staticmethod
     def _pod_path(namespace: str, name: str) -> str:

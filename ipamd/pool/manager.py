@@ -101,6 +101,7 @@ class PoolManager:
         engine.explain_starvation(self.blocked_by)
         self._pods_to_come: Callable[[], int] = int
         self._held_by: Callable[[], str] = str
+        self._failure_listeners: list[Callable[[CloudError | StoreWriteFailed], None]] = []
 
     def hold_while(self, reason: Callable[[], str]) -> None:
         """No round changes anything in EC2 while `reason()` says why ("" when it may): a node
@@ -288,6 +289,13 @@ class PoolManager:
             demand,
             delay,
         )
+        for listener in self._failure_listeners:
+            listener(err)
+
+    def on_failure(self, listener: Callable[[CloudError | StoreWriteFailed], None]) -> None:
+        """Call `listener` with each failed round's error (the Kubernetes Events of a missing
+        permission); it must not raise."""
+        self._failure_listeners.append(listener)
 
     async def _apply(self, plan: PoolPlan, ec2: Ec2Api) -> None:
         """`plan`'s calls, through the view of the adapter for the round's policy."""

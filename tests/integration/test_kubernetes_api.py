@@ -184,6 +184,8 @@ def test_a_missing_eniconfig_stops_the_start_naming_it(
     started.append(daemon)
     assert daemon.wait() == 2
     assert any("ENIConfig 'missing-one'" in line for line in daemon.plain_lines), daemon.lines[-5:]
+    (event,) = api.events()
+    assert (event["reason"], event["regarding"]["name"]) == ("InvalidENIConfig", NODE), event
 
 
 def test_every_request_names_this_node(
