@@ -23,7 +23,7 @@ def embedded() -> Iterator[EmbeddedEc2]:
 
 def _as_fresh(node: CloudNode) -> None:
     pool = node.pool
-    assert pool.plan() == pool._plan_on(pool.stats())
+    assert pool.plan() == pool._plan_on(pool.stats(), pool._targets())
 
 
 async def test_the_plan_is_the_fresh_one_at_every_step(
