@@ -22,6 +22,7 @@ from bench import (
     hostnet,
     intents,
     plugin,
+    pod_aware,
     policy,
     reconcile,
     restore,
@@ -42,6 +43,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("api", api.run),
     ("takeover", takeover.run),
     ("cni_burst", cni_burst.run),
+    ("pod_aware", pod_aware.run),
 )
 
 

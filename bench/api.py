@@ -40,6 +40,19 @@ runs: it is on the CPU for about 80% of the clients' run and waits for it, runna
 The slowest requests spent their time inside their handlers, waiting for the engine's turn, not
 in the accept queue or the connection's set-up; and neither aws-node's checkpoint (0.13 ms a write,
 at most 0.3) nor the commit itself (0.43 ms at p50 for about 25 changes, 1.3 at p99) is the tail.
+
+Memory with the Kubernetes API (issue 39): `daemon_rss_mib_250_pods` is the daemon above, with the
+API off (`IPAMD_KUBERNETES=off`), once its clients are done. `daemon_rss_mib_250_pods_with_api` is
+a second daemon in the same run, the same settings and the same requests (the pool filled, the
+250 pods held, the untimed pairs, the one-client pairs and the 32 clients' pairs; no floor, which
+is another process), with the API on: KUBECONFIG names the test API server (`bench.kube_api`, on a
+thread of this process) holding this node, its 250 pods, 100,000 pods bound to 1,000 other nodes
+and 5,000 ENIConfigs (`add_bulk`), and the pod-aware pool on (its default with the API), so the
+daemon lists and watches its node's pods. Both daemons' 250 held ADDs name their pods. Target: the
+second within 15 MiB of the first (`daemon_rss_mib_api_delta`, the difference). An ipamd that read
+the cluster's pods would hold the 100,000 (aws-node once grew to 400-450 MiB that way).
+`api_requests_node_scoped` is 1 when the server's request log holds at least one pod list and one
+pod watch, and every one of them selects `spec.nodeName=<this node>`; else 0.
 """
 
 from __future__ import annotations
@@ -52,10 +65,12 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.kube_api.recorded import RecordedRequest
+from bench.kube_api.server import KubeApiServer
 from bench.timing import p50, p99
 from chaos.daemon import BIN, Endpoints, daemon_environment
 from cloud.embedded.imds_sim import ImdsSimulator
@@ -68,6 +83,10 @@ WARMUP_PAIRS = 200
 CLIENTS = 32
 PAIRS_PER_CLIENT = 150
 NETWORK = "k8s-pod-network"
+NODE = "ip-10-0-0-10.us-west-2.compute.internal"
+NAMESPACE = "bench"
+OTHER_PODS = 100_000
+ENICONFIGS = 5_000
 ROOT = Path(__file__).resolve().parent.parent
 REPORT_LIMIT = 1 << 20
 """A client's report is one line of about 60 bytes a pair; the stream's default limit is 64 KiB."""
@@ -92,12 +111,8 @@ SETTINGS = {
 
 
 async def run(workdir: Path) -> dict[str, float]:
-    async with _daemon(workdir) as (socket_path, pid):
-        await _warm(socket_path, 432)
-        for n in range(HELD):
-            await _add(socket_path, f"held-{n}")
-        for n in range(WARMUP_PAIRS):  # untimed: the first pairs of a run pay for warming caches
-            await _pair(socket_path, f"warm-{n}")
+    async with _daemon(workdir, {"IPAMD_KUBERNETES": "off"}) as (socket_path, pid):
+        await _hold(socket_path)
         async with _floor_server(workdir / "floor.sock") as floor_path:
             one: list[float] = []
             floor: list[float] = []
@@ -106,6 +121,7 @@ async def run(workdir: Path) -> dict[str, float]:
                 floor.append(await _round_trip(floor_path))
         marks = await _client_processes(socket_path)
         rss = _rss_mib(pid)
+    with_api, node_scoped = await _with_api(workdir / "with-api")
     pairs = [(end - start) / 1e6 for client in marks for start, _, end in client]
     first = min(start for client in marks for start, _, _ in client)
     last = max(end for client in marks for _, _, end in client)
@@ -118,7 +134,52 @@ async def run(workdir: Path) -> dict[str, float]:
         "api_add_del_p50_ms_32_clients": p50(pairs),
         "api_add_del_p99_ms_32_clients": p99(pairs),
         "daemon_rss_mib_250_pods": rss,
+        "daemon_rss_mib_250_pods_with_api": with_api,
+        "daemon_rss_mib_api_delta": with_api - rss,
+        "api_requests_node_scoped": 1.0 if node_scoped else 0.0,
     }
+
+
+async def _hold(socket_path: Path) -> None:
+    """The pool filled, the 250 pods held (each ADD naming its pod), the untimed pairs made."""
+    await _warm(socket_path, 432)
+    for n in range(HELD):
+        await _add(socket_path, f"held-{n}", {"namespace": NAMESPACE, "name": f"held-{n}"})
+    for n in range(WARMUP_PAIRS):  # untimed: the first pairs of a run pay for warming caches
+        await _pair(socket_path, f"warm-{n}")
+
+
+async def _with_api(workdir: Path) -> tuple[float, bool]:
+    """The daemon again, with the Kubernetes API and a large cluster behind it, through the same
+    requests: its RSS once the clients are done, and whether every pod list and watch it made
+    named its node."""
+    await asyncio.to_thread(workdir.mkdir)
+    with KubeApiServer(workdir / "kube") as api:
+        api.add_node(NODE, max_pods=int(SETTINGS["IPAMD_MAX_PODS"]))
+        for n in range(HELD):
+            api.add_pod(f"held-{n}", NODE, namespace=NAMESPACE, phase="Running")
+        api.add_bulk(pods=OTHER_PODS, eniconfigs=ENICONFIGS)
+        env = {"IPAMD_KUBERNETES": "on", "KUBECONFIG": str(api.kubeconfig), "MY_NODE_NAME": NODE}
+        async with _daemon(workdir, env) as (socket_path, pid):
+            await _hold(socket_path)
+            for n in range(PAIRS_ONE_CLIENT):
+                await _pair(socket_path, f"one-{n}")
+            await _client_processes(socket_path)
+            if not api.watch_count():
+                raise RuntimeError("the daemon with the API has no watch of its pods open")
+            rss = _rss_mib(pid)
+        return rss, node_scoped(api.requests_for("pods", "GET"), NODE)
+
+
+def node_scoped(requests: Iterable[RecordedRequest], node: str) -> bool:
+    """Whether the requests hold at least one list and one watch of pods, and every pod list and
+    watch among them selects `spec.nodeName=<node>` (a GET of one pod by name is neither)."""
+    listed = [r for r in requests if r.kind_plural == "pods" and r.path.endswith("/pods")]
+    return (
+        any(r.is_watch for r in listed)
+        and any(not r.is_watch for r in listed)
+        and all(r.field_selector == f"spec.nodeName={node}" for r in listed)
+    )
 
 
 Marks = list[list[tuple[int, int, int]]]
@@ -218,8 +279,10 @@ async def _pair(socket_path: Path, container_id: str) -> float:
     return (time.perf_counter() - started) * 1000.0
 
 
-async def _add(socket_path: Path, container_id: str) -> None:
-    body = {"container_id": container_id, "ifname": "eth0", "network": NETWORK}
+async def _add(socket_path: Path, container_id: str, pod: dict[str, str] | None = None) -> None:
+    body: dict[str, Any] = {"container_id": container_id, "ifname": "eth0", "network": NETWORK}
+    if pod is not None:
+        body["pod"] = pod
     status, answer = await _request(socket_path, "POST", PATH_ALLOCATIONS, body)
     if status != 200:
         raise RuntimeError(f"ADD of {container_id}: {status} {answer}")
@@ -285,15 +348,17 @@ def _tmpfs_dir() -> Iterator[Path]:
 
 
 @contextlib.asynccontextmanager
-async def _daemon(workdir: Path) -> AsyncIterator[tuple[Path, int]]:
+async def _daemon(workdir: Path, extra: dict[str, str]) -> AsyncIterator[tuple[Path, int]]:
     stack = contextlib.ExitStack()
     with stack:
-        async with _daemon_in(workdir, stack) as daemon:
+        async with _daemon_in(workdir, stack, extra) as daemon:
             yield daemon
 
 
 @contextlib.asynccontextmanager
-async def _daemon_in(workdir: Path, stack: contextlib.ExitStack) -> AsyncIterator[tuple[Path, int]]:
+async def _daemon_in(
+    workdir: Path, stack: contextlib.ExitStack, extra: dict[str, str]
+) -> AsyncIterator[tuple[Path, int]]:
     host = EmbeddedEc2("server").start()
     imds: ImdsSimulator | None = None
     process: asyncio.subprocess.Process | None = None
@@ -311,7 +376,8 @@ async def _daemon_in(workdir: Path, stack: contextlib.ExitStack) -> AsyncIterato
             socket_path=workdir / "ipamd.sock",
             metrics_port=_free_port(),
         )
-        env = daemon_environment(ends, os.environ) | SETTINGS
+        base = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env = daemon_environment(ends, base) | SETTINGS | extra
         env["AWS_VPC_K8S_CNI_BACKING_STORE"] = str(stack.enter_context(_tmpfs_dir()) / "ipam.json")
         env = {k: v for k, v in env.items() if v}
         with (workdir / "ipamd.log").open("ab") as log:

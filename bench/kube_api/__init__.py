@@ -3,7 +3,8 @@ client talks to as to the real one (issue 39), in the caller's own event loop or
 started as a process, on a loop in a thread of its own (`server.KubeApiServer`).
 
 It lives here rather than under `tests/` because benches import nothing from `tests/` (the import
-contract) and benches run ipamd against it too; its own tests stay in `tests/unit/kube_api/`.
+contract) and benches run ipamd against it too (`bench.pod_aware`, `bench.api`); its own tests
+stay in `tests/unit/kube_api/`.
 
 Why not KMock (PyPI `kmock`, 0.8, tried): it keeps objects and streams watches, but serves no
 resourceVersion (objects have none; a list answers `"..."`), ignores `resourceVersion` on a watch
