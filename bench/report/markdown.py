@@ -26,6 +26,7 @@ TARGETS: Mapping[str, float] = {
     "cni_plugin_start_ratio": 2.0,
     "cni_pod_add_over_ipam_add": 1.5,
     "daemon_rss_mib_250_pods": 120.0,
+    "daemon_rss_mib_api_delta": 15.0,
     "takeover_ms_250_pods": 2000.0,
     "takeover_over_plain_start": 1.5,
     "cni_burst_30_pods_p50_ms": 250.0,
@@ -35,6 +36,8 @@ TARGETS: Mapping[str, float] = {
 
 MINIMUMS: Mapping[str, float] = {
     "api_pairs_per_s": 1000.0,
+    "api_requests_node_scoped": 1.0,
+    "pool_ready_before_add": 0.95,
 }
 """Lower bounds, likewise."""
 
