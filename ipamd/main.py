@@ -55,7 +55,7 @@ from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config, ConfigError
 from ipamd.errors import SettingUnusable, StartupError, StateUnusable, os_reason
 from ipamd.kube import agent as kube_agent
-from ipamd.kube.agent import KubeNode, KubeUnavailable
+from ipamd.kube.agent import KubeNode
 from ipamd.netpolicy.agent import GrpcPolicyAgent
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
@@ -63,7 +63,6 @@ from ipamd.node import conflist
 from ipamd.node.daemon import Daemon, HostNetAdapters, build_daemon, repair
 from ipamd.node.report import max_pods_report, metric_sources, pool_report
 from ipamd.node.startup import lock_state_dir
-from ipamd.policy.eni_config import EniConfig
 from ipamd.runtime.cri import GrpcCriRuntime
 from ipamd.telemetry.endpoint import (
     ListenFailed,
@@ -75,7 +74,6 @@ from ipamd.telemetry.introspection import serve_introspection
 from ipamd.telemetry.logs import configure_logging
 from ipamd.telemetry.metrics import Recorders
 from ipamd.version import installed
-from ipamd.wire.pod import V4_EGRESS_DIR
 from ipamd.wire.unix_socket import SocketPathError
 
 if TYPE_CHECKING:
@@ -229,7 +227,7 @@ async def _serve(
     started = time.monotonic()
     clock = SystemClock()
     try:
-        conflist_bytes = _render_conflist(config)
+        conflist_bytes = conflist.render_for(config)
     except conflist.ConflistError as err:
         print(f"ipamd: invalid configuration:\n{err}", file=sys.stderr)
         return EXIT_CONFIG
@@ -246,7 +244,7 @@ async def _serve(
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
         hostnet = await _hostnet(config, imds, stack)
-        kube, config = await _kube(config, embedded, stack)
+        kube, config = await kube_agent.open_for(config, os.environ, embedded, stack)
         try:
             daemon = await build_daemon(
                 config,
@@ -257,7 +255,7 @@ async def _serve(
                 clock=clock,
                 hostnet=hostnet,
                 checkpoint=CheckpointFile(Path(config.aws_node_checkpoint)),
-                eni_config=await _eni_config(config, kube),
+                eni_config=await kube_agent.eni_config_for(config, kube),
             )
         except CloudError as err:
             raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err
@@ -297,7 +295,7 @@ async def _serve(
         written = _publish_conflist(config, daemon, conflist_bytes)
         if written is not None:
             conflist.remove_aws_node(written)  # only now: it sorts first and aws-node is gone
-        _untaint_when_ready(daemon, kube, stack)
+        kube_agent.start_when_ready(kube, daemon.ready, daemon.pool, daemon.engine, stack)
         if node is not None:  # the hints only once ready; else the line above says why
             hints = (
                 node.how_to_try(config, listening) if daemon.ready else node.how_to_repair(config)
@@ -310,68 +308,11 @@ async def _serve(
                 conflist.remove(written, "stopped", only_if=conflist_bytes)
 
 
-async def _kube(
-    config: Config, embedded: bool, stack: AsyncExitStack
-) -> tuple[KubeNode | None, Config]:
-    """This node's link to the Kubernetes API (None: not used), its node read within the
-    start-up wait, and the configuration with the max pods the Node's capacity says where no
-    kubelet config file does. Raises `SettingUnusable` when IPAMD_KUBERNETES=on cannot be
-    honoured."""
-    kube = await kube_agent.connect(config, os.environ, embedded=embedded)
-    if kube is None:
-        return None, config
-    stack.push_async_callback(kube.close)
-    await kube.wait_for_node()
-    return kube, await kube.with_node_max_pods(config)
-
-
 def _served_pods(daemon: Daemon, node: EmbeddedNode | None, kube: KubeNode | None) -> PodAddresses:
     """ADD and DEL as the API serves them (`_pods`), through the embedded runtime's record and
     ANNOTATE_POD_IP's writes where those are on."""
     pods = _pods(daemon) if node is None else node.runtime_pods(daemon.engine, _pods(daemon))
     return pods if kube is None else kube.annotating(pods)
-
-
-def _untaint_when_ready(daemon: Daemon, kube: KubeNode | None, stack: AsyncExitStack) -> None:
-    """Once ADDs are served the node may take pods: IPAMD_STARTUP_TAINT goes, in the
-    background, retried until it is gone; and the pods bound here feed the pool
-    (IPAMD_POD_AWARE_POOL)."""
-    if kube is None or not daemon.ready:
-        return
-    tasks = [
-        asyncio.create_task(kube.remove_startup_taint(), name="startup-taint"),
-        asyncio.create_task(kube.watch_schedulable(daemon.pool), name="node-schedulable"),
-    ]
-    kube.report_missing_permissions(daemon.pool)
-    watch = kube.watch_pods(daemon.pool, daemon.engine)
-    if watch is not None:
-        tasks.append(asyncio.create_task(watch.run(), name="pod-watch"))
-    for task in tasks:
-        stack.callback(task.cancel)
-
-
-async def _eni_config(config: Config, kube: KubeNode | None) -> EniConfig | None:
-    """Custom networking's ENIConfig from the API (None: the file's, or none is used)."""
-    if kube is None or not kube.reachable or not config.custom_networking:
-        return None
-    try:
-        return await kube.eni_config()
-    except KubeUnavailable as err:
-        logger.warning("kube.eniconfig_unread error=%s: IPAMD_ENI_CONFIG_FILE's is used", err)
-        return None
-
-
-def _render_conflist(config: Config) -> bytes | None:
-    """The conflist ipamd writes once ready (None: it writes none). Raises `ConflistError`."""
-    if config.cni_conflist_template is None:
-        return None
-    return conflist.render(
-        Path(config.cni_conflist_template),
-        config.socket_path,
-        config.pod_mtu or config.eni_mtu,
-        str(Path(config.socket_path).parent / V4_EGRESS_DIR) if config.enable_ipv6 else None,
-        plugin_log=(config.plugin_log_file, config.plugin_log_level),
-    )
 
 
 async def _network_policy(

@@ -66,3 +66,27 @@ def address_family_problems(values: Mapping[str, Any], texts: Mapping[str, str])
             f"{texts['AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG']!r} (custom networking is IPv4 only)"
         )
     return problems
+
+
+RENAMED = {"IPAMD_LOG_LEVEL": "AWS_VPC_K8S_CNI_LOGLEVEL"}
+"""ipamd's variables that VPC CNI's now stand for. The old name is still read, as the new one
+(`warning` as `warn`), while the new one is unset; both set is an error naming the successor, never
+a setting silently dropped."""
+
+
+def read_renamed(environ: Mapping[str, str]) -> tuple[Mapping[str, str], list[str]]:
+    """`environ` with each old name read as its successor (`RENAMED`), and the problems: an old
+    name set beside its successor."""
+    problems: list[str] = []
+    for old, new in RENAMED.items():
+        value = environ.get(old)
+        if not value:
+            continue
+        if environ.get(new):
+            problems.append(
+                f"{old}={value!r}: renamed {new}, which is set too ({environ[new]!r}): remove {old}"
+            )
+            continue
+        value = "warn" if value.strip().lower() == "warning" else value
+        environ = {**environ, new: value}
+    return environ, problems

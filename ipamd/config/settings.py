@@ -60,15 +60,10 @@ from ipamd.config.kinds import (
     show_tags,
 )
 from ipamd.config.kubelet import DEFAULT_KUBELET_CONFIG, KUBELET_CONFIG, KubeletConfig
-from ipamd.config.rules import cross_field_problems
+from ipamd.config.rules import cross_field_problems, read_renamed
 
 DEFAULT_LOG_FILE = "/var/log/aws-routed-eni/ipamd.log"
 DEFAULT_PLUGIN_LOG_FILE = "/var/log/aws-routed-eni/plugin.log"
-RENAMED = {"IPAMD_LOG_LEVEL": "AWS_VPC_K8S_CNI_LOGLEVEL"}
-"""ipamd's variables that VPC CNI's now stand for. The old name is still read, as the new one
-(`warning` as `warn`), while the new one is unset; both set is an error naming the successor, never
-a setting silently dropped."""
-
 LogFormat = Literal["auto", "json", "text"]
 HostNetworkMode = Literal["on", "off"]
 RandomizeSnat = Literal["prng", "hashrandom", "none"]
@@ -474,7 +469,7 @@ class Config:
 
         `embedded` selects the defaults of `ipamd run --embedded`; a value in `environ` always wins.
         """
-        environ, renamed = _renamed(environ)
+        environ, renamed = read_renamed(environ)
         values, texts, problems = parse_settings(SETTINGS, environ, embedded)
         problems += cross_field_problems(values, texts)
         problems += vpc_cni.problems(environ)
@@ -486,24 +481,6 @@ class Config:
     def describe(self) -> dict[str, str]:
         """The effective configuration by variable name, in a form `from_env` accepts back."""
         return {s.env: s.kind.show(getattr(self, s.field)) for s in SETTINGS}
-
-
-def _renamed(environ: Mapping[str, str]) -> tuple[Mapping[str, str], list[str]]:
-    """`environ` with each old name read as its successor (`RENAMED`), and the problems: an old
-    name set beside its successor."""
-    problems: list[str] = []
-    for old, new in RENAMED.items():
-        value = environ.get(old)
-        if not value:
-            continue
-        if environ.get(new):
-            problems.append(
-                f"{old}={value!r}: renamed {new}, which is set too ({environ[new]!r}): remove {old}"
-            )
-            continue
-        value = "warn" if value.strip().lower() == "warning" else value
-        environ = {**environ, new: value}
-    return environ, problems
 
 
 SETTINGS: tuple[Setting, ...] = tuple(

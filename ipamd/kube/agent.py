@@ -21,6 +21,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
@@ -374,3 +375,50 @@ async def connect(
 
 
 __all__ = ["KubeNode", "KubeUnavailable", "connect"]
+
+
+async def open_for(
+    config: Config, environ: Mapping[str, str], embedded: bool, stack: AsyncExitStack
+) -> tuple[KubeNode | None, Config]:
+    """Start-up's step: this node's link to the API (None: not used), closed with `stack`, its
+    node read within the start-up wait, and `config` with the max pods the Node's capacity says
+    where no kubelet config file does. Raises `SettingUnusable` (`connect`)."""
+    kube = await connect(config, environ, embedded=embedded)
+    if kube is None:
+        return None, config
+    stack.push_async_callback(kube.close)
+    await kube.wait_for_node()
+    return kube, await kube.with_node_max_pods(config)
+
+
+async def eni_config_for(config: Config, kube: KubeNode | None) -> EniConfig | None:
+    """Custom networking's ENIConfig from the API (None: the file's, or none is used). Raises
+    `SettingUnusable` when the node's ENIConfig is missing or invalid."""
+    if kube is None or not kube.reachable or not config.custom_networking:
+        return None
+    try:
+        return await kube.eni_config()
+    except KubeUnavailable as err:
+        logger.warning("kube.eniconfig_unread error=%s: IPAMD_ENI_CONFIG_FILE's is used", err)
+        return None
+
+
+def start_when_ready(
+    kube: KubeNode | None, ready: bool, pool: PoolLike, engine: EngineLike, stack: AsyncExitStack
+) -> None:
+    """Once ADDs are served the node may take pods: IPAMD_STARTUP_TAINT goes, in the background,
+    retried until it is gone; the pool holds while the node is cordoned, reports missing
+    permissions as Events, and is fed the pods bound here (IPAMD_POD_AWARE_POOL). Every task
+    stops with `stack`."""
+    if kube is None or not ready:
+        return
+    tasks = [
+        asyncio.create_task(kube.remove_startup_taint(), name="startup-taint"),
+        asyncio.create_task(kube.watch_schedulable(pool), name="node-schedulable"),
+    ]
+    kube.report_missing_permissions(pool)
+    watch = kube.watch_pods(pool, engine)
+    if watch is not None:
+        tasks.append(asyncio.create_task(watch.run(), name="pod-watch"))
+    for task in tasks:
+        stack.callback(task.cancel)

@@ -18,13 +18,28 @@ import os
 from pathlib import Path
 
 from datastore import atomic
-from ipamd.wire.pod import V4_EGRESS_CIDR, V4_EGRESS_IFNAME
+from ipamd.config.settings import Config
+from ipamd.wire.pod import V4_EGRESS_CIDR, V4_EGRESS_DIR, V4_EGRESS_IFNAME
 
 logger = logging.getLogger(__name__)
 
 
 class ConflistError(ValueError):
     """The template cannot be used; names the file and why."""
+
+
+def render_for(config: Config) -> bytes | None:
+    """The conflist ipamd writes once ready, as `config` asks (None: it writes none). Raises
+    `ConflistError`."""
+    if config.cni_conflist_template is None:
+        return None
+    return render(
+        Path(config.cni_conflist_template),
+        config.socket_path,
+        config.pod_mtu or config.eni_mtu,
+        str(Path(config.socket_path).parent / V4_EGRESS_DIR) if config.enable_ipv6 else None,
+        plugin_log=(config.plugin_log_file, config.plugin_log_level),
+    )
 
 
 def render(

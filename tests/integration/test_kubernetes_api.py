@@ -198,8 +198,12 @@ def test_every_request_names_this_node(
     daemon.wait_for("/readyz")
     _until(lambda: TAINT not in _taints(api))
     for request in api.requests:
-        assert NODE in request.path or request.path.startswith("/api/v1/namespaces/"), request.path
-        assert not request.is_watch or NODE in request.field_selector, request.path
+        by_node = request.field_selector == f"spec.nodeName={NODE}"
+        assert NODE in request.path or by_node or request.path.startswith("/api/v1/namespaces/"), (
+            request.path
+        )
+        assert not request.is_watch or by_node, request.path
+    assert any(r.kind_plural == "pods" and r.is_watch for r in api.requests), "the pods watched"
 
 
 def test_max_pods_comes_from_the_nodes_capacity_without_a_kubelet_config(
