@@ -5,13 +5,16 @@ Runs (all on m5.large nodes with VPC CNI's defaults, WARM_ENI_TARGET=1, and EC2'
 budget; `--runs` picks some):
 
 - `steady`: IP mode, ~15 pods per node with 30-minute mean lifetimes, 1 % of DELs missed, measured
-  for `--hours` after a 10-minute ramp (long enough that the ramp's own backlog is not what the
-  figures show: they count the pods whose first ADD came after the ramp);
+  for `--hours` after a 10-minute ramp; the cluster is built (nodes joining, the ramp) with the
+  account's budget not metered, and the budget applies from the measured window on
+  (`RunSpec.build_unmetered`: the window is the grown cluster's steady state, not its growth,
+  which at thousands of nodes the default budget spreads over hours); the figures count the pods
+  whose first ADD came after the ramp;
 - `burst_<P>_pods`: P pods (10 per node by default: 5,000 at 500 nodes) scheduled within a minute
   onto an idle, warm cluster and kept; it ends when every pod has its address (or its deadline);
-- `steady_prefix`: the steady workload in prefix mode (WARM_PREFIX_TARGET=1), for half of `--hours`;
-- `churn`: the steady workload while 20 % of the nodes an hour are terminated and replaced, for
-  half of `--hours`;
+- `steady_prefix`: the steady run in prefix mode (WARM_PREFIX_TARGET=1), for half of `--hours`;
+- `churn`: the steady run while 20 % of the nodes an hour are terminated and replaced (under the
+  budget, in the window), for half of `--hours`;
 - `subnet_takeover`: at most 100 nodes share a subnet that runs dry and a tagged pod subnet takes
   over, the steady workload at 12 pods per node (`bench.cluster.subnets_run`).
 
@@ -21,6 +24,11 @@ bears a larger cluster; the others are measured at 500 or fewer).
 The runs are independent (each has an account, an event loop and nodes of its own), so they run in
 `--jobs` worker processes at once, one per CPU by default; each run's figures are printed as it ends,
 and the `wall_s` of each is its own.
+
+Before anything runs, the soft limit on open files is raised to the hard limit; if that cannot hold
+the nodes asked for (`bench.cluster.limits`: 3 descriptors a node), the command says so and exits 2.
+A run stopped by a local error prints why on stderr and none of its figures; the others go on, and
+the command exits 1.
 """
 
 from __future__ import annotations
@@ -33,8 +41,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench.cluster import limits
 from bench.cluster.front import Ec2Budget
-from bench.cluster.parallel import run_all, say
+from bench.cluster.parallel import RunFailed, run_all, say
 from bench.cluster.report import document, lines, write_json
 from bench.cluster.sim import RunResult, RunSpec
 from bench.cluster.subnets_run import takeover_spec
@@ -53,16 +62,17 @@ def specs(
     nodes: int, hours: float, burst_pods: int, seed: int, budget: Ec2Budget
 ) -> dict[str, RunSpec]:
     base = RunSpec("steady", nodes, measure_s=hours * 3600, budget=budget, seed=seed)
+    grown = replace(base, build_unmetered=True)
     return {
-        "steady": base,
+        "steady": grown,
         "burst": replace(
             base, name=f"burst_{burst_pods}_pods", burst_pods=burst_pods, seed=seed + 1
         ),
         "churn": replace(
-            base, name="churn", measure_s=hours * 1800, churn_per_hour=0.2, seed=seed + 2
+            grown, name="churn", measure_s=hours * 1800, churn_per_hour=0.2, seed=seed + 2
         ),
         "steady_prefix": replace(
-            base, name="steady_prefix", prefix=True, measure_s=hours * 1800, seed=seed + 3
+            grown, name="steady_prefix", prefix=True, measure_s=hours * 1800, seed=seed + 3
         ),
         "subnet_takeover": takeover_spec(replace(base, seed=seed + 4), nodes),
     }
@@ -122,16 +132,30 @@ def main(argv: list[str] | None = None) -> None:
     burst_pods = args.burst_pods if args.burst_pods is not None else 10 * args.nodes
     every = specs(args.nodes, args.hours, burst_pods, args.seed, budget)
     chosen = {kind: every[kind] for kind in args.runs.split(",")}
+    try:
+        limits.ensure_descriptors(max(spec.nodes for spec in chosen.values()))
+    except limits.TooFewDescriptors as err:
+        say(f"refused: {err}")
+        raise SystemExit(2) from None
     jobs = args.jobs or min(os.cpu_count() or 1, len(chosen))
     prefix = f"bench_cluster_{args.nodes}_nodes"
     done: dict[str, tuple[RunResult, float]] = {}
+    failed: list[str] = []
     started = time.perf_counter()
+    load_before = _load()
     for name, result, wall_s in run_all(chosen, jobs):
+        if isinstance(result, RunFailed):
+            say(f"{name}: FAILED after {wall_s:.0f} s: {result.reason}")
+            failed.append(name)
+            continue
         done[name] = (result, wall_s)
         for line in lines(prefix, name, result, wall_s):
             print(line, flush=True)
         for problem in result.problems:
             say(f"{name}: VIOLATION {problem}")
+    if failed:
+        say(f"FAILED on a local error: {', '.join(failed)} (no figures printed for it)")
+        raise SystemExit(1)
     results = {spec.name: done[spec.name] for spec in chosen.values()}
     total_violations = sum(r.violations for r, _ in results.values())
     print(f"{prefix}_invariant_violations: {total_violations:.3f}")
@@ -139,7 +163,20 @@ def main(argv: list[str] | None = None) -> None:
     wall_s = time.perf_counter() - started
     print(f"{prefix}_wall_s: {wall_s:.3f}", flush=True)
     if args.json is not None:
-        write_json(args.json, document(args.nodes, results, wall_s))
+        context = {
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "cpus": os.cpu_count(),
+            "load_average": {"start": load_before, "end": _load()},
+        }
+        write_json(args.json, document(args.nodes, results, wall_s, context))
+
+
+def _load() -> float | None:
+    """The machine's load average over the last minute (None where it cannot be read)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ The model (docs/benchmarks.md, "The lower bound on time to address", says why it
   at least `min(c, relief) - due`.
 - **The account's buckets.** Every call takes a token from the run's buckets (`front.Ec2Budget`,
   full at the start) and is answered `mutate_latency_s` later; a step is done when its last call
-  is answered, and no sooner than its calls one after another.
+  is answered, and no sooner than its calls one after another. Where the run's budget applies only
+  from `metered_from_s` on (a steady run's cluster built unmetered), a step released before then
+  takes no token, and the buckets start full then.
 
 `lower_bound` finds the least `T` for which every step due in the window can be done by
 `due + T` (or has its relief sooner), with each node's steps done in order; tokens go to steps in
@@ -85,6 +87,9 @@ class BoundModel:
     strategy: UnitStrategy
     budget: Ec2Budget
     retry_s: float
+    metered_from_s: float = -math.inf
+    """When the budget began to apply (the buckets full then); steps released before cost no
+    token."""
 
 
 @dataclass(slots=True)
@@ -223,11 +228,17 @@ def deadlines(steps: Sequence[Step], late_s: float, since_s: float, until_s: flo
 
 
 def schedule(
-    steps: Sequence[Step], due_by: Sequence[float], budget: Ec2Budget, *, every: bool = False
+    steps: Sequence[Step],
+    due_by: Sequence[float],
+    budget: Ec2Budget,
+    *,
+    every: bool = False,
+    metered_from_s: float = -math.inf,
 ) -> list[float] | None:
     """When each step with a deadline is done (inf for the others), its calls given tokens in
     order of deadline as soon as the buckets hold them; None if one misses its deadline. With
-    `every`, the steps without one take tokens too, after the others (for the plots)."""
+    `every`, the steps without one take tokens too, after the others (for the plots). Steps
+    released before `metered_from_s` take none."""
     latency_s = budget.mutate_latency_s
     done = [
         s.released_s + len(s.calls()) * latency_s if every or due < math.inf else math.inf
@@ -239,6 +250,8 @@ def schedule(
         return done
     calls: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     for i, step in enumerate(steps):
+        if step.released_s < metered_from_s:
+            continue
         if every or due_by[i] < math.inf:
             for op in step.calls():
                 bucket = AccountFront.bucket_name(budget, op)
@@ -308,7 +321,8 @@ def lower_bound(
     retry_s = model.retry_s
 
     def feasible(retries: int) -> list[float] | None:
-        return schedule(steps, deadlines(steps, retries * retry_s, since_s, until_s), model.budget)
+        due_by = deadlines(steps, retries * retry_s, since_s, until_s)
+        return schedule(steps, due_by, model.budget, metered_from_s=model.metered_from_s)
 
     low, high = -1, 1
     while feasible(high) is None and high < MAX_RETRIES:
@@ -322,5 +336,7 @@ def lower_bound(
         else:
             high = middle
     due_by = deadlines(steps, high * retry_s, since_s, until_s)
-    done = schedule(steps, due_by, model.budget, every=True) or feasible(high)
+    done = schedule(
+        steps, due_by, model.budget, every=True, metered_from_s=model.metered_from_s
+    ) or feasible(high)
     return Bound(high * retry_s, steps, done or [math.inf] * len(steps))

@@ -10,8 +10,10 @@ documented defaults are the `Ec2Budget` defaults: non-mutating 100 tokens refill
 (the stricter, shared model is the default). Buckets refill by the virtual clock.
 
 Each request also has a latency (virtual seconds from request to answer); EC2 acts when the request
-arrives. The front knows nothing of ipamd and nothing of moto: `MotoEc2Client` asks it to `admit` a
-request before serving it and tells it the outcome.
+arrives. A front made with `metered=False` admits every request until `meter()`, from which on the
+buckets apply, full (how a steady run builds its cluster: `bench.cluster.sim.RunSpec.build_unmetered`). The
+front knows nothing of ipamd and nothing of moto: `MotoEc2Client` asks it to `admit` a request
+before serving it and tells it the outcome.
 """
 
 from __future__ import annotations
@@ -56,9 +58,13 @@ class Ec2Budget:
 class AccountFront:
     """Admits or throttles each request against the account's buckets and counts outcomes."""
 
-    def __init__(self, budget: Ec2Budget, now_s: Callable[[], float]) -> None:
+    def __init__(
+        self, budget: Ec2Budget, now_s: Callable[[], float], *, metered: bool = True
+    ) -> None:
         self.budget = budget
         self._now_s = now_s
+        self.metered = metered
+        """Whether the buckets apply now (`meter`)."""
         self._buckets: dict[str, TokenBucket] = {}
         """EC2's buckets: `TokenBucket.try_take`, which refuses rather than lends."""
         self.calls: Counter[tuple[str, str]] = Counter()
@@ -96,10 +102,15 @@ class AccountFront:
         self.last_latency_s = (
             self.budget.mutate_latency_s if mutating else self.budget.describe_latency_s
         )
-        if not self.budget.throttling or self.bucket(operation).try_take():
+        if not (self.budget.throttling and self.metered) or self.bucket(operation).try_take():
             return True
         self.calls[operation, THROTTLED] += 1
         return False
+
+    def meter(self) -> None:
+        """From now on, the budget applies; its buckets start full."""
+        self.metered = True
+        self._buckets.clear()
 
     def record(self, operation: str, outcome: str) -> None:
         self.calls[operation, outcome] += 1

@@ -1,7 +1,8 @@
 """The invariants across the cluster, checked at checkpoints and at the end of each run:
 
-- each node's own invariants (`ipamd.engine.invariants.check_invariants`: one owner per address,
-  memory equals the state file, no allocation under a live delete intent, ...);
+- each node's own invariants, those `ipamd.engine.invariants.check_invariants` checks (one owner
+  per address, memory equals the state file, no allocation under a live delete intent, ...), with
+  the file read through the node's own connection (`node_invariants`, `bench.cluster.limits`);
 - every address a pod owns is on an ENI that EC2 (moto) lists attached to that node's instance, in
   the unit ipamd recorded it in, and is not `lost`;
 - no address is owned on two nodes;
@@ -17,13 +18,38 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bench.cluster.node import SimNode
 from cloud.embedded import eni_rules
 from cloud.ports import MANAGED_BY, TAG_CLUSTER_NAME, TAG_INSTANCE_ID, TAG_MANAGED_BY
-from ipamd.engine.invariants import check_invariants
+from datastore.store import Store
+from ipamd.engine.engine import Engine
+from ipamd.engine.invariants import InvariantBroken, check_state, normalized
+
+
+def node_invariants(engine: Engine, store: Store, now: float) -> None:
+    """`ipamd.engine.invariants.check_invariants` for a simulated node, the state file read
+    through the node's own connection (`store`, the engine's) rather than one of the checker's
+    own, which would hold a descriptor per node for as long as the node lives
+    (`bench.cluster.limits`). The reading is still the file's, apart from the engine's memory:
+    every record is selected and decoded again. The one-owner index is checked by the store at
+    open (`missing_indexes`; nothing in the daemon drops an index)."""
+    settings = engine.settings
+    check_state(engine.state, now, settings.cooldown_s, settings.intent_ttl_s)
+    disk = store.load()
+    owners = Counter(a for alloc in disk.allocations for a in alloc.addresses)
+    twice = [a for a, n in owners.items() if n > 1]
+    if twice:
+        raise InvariantBroken(f"addresses with two owners on disk: {twice}")
+    if store.missing_indexes:
+        raise InvariantBroken(f"the state file lacks {sorted(store.missing_indexes)}")
+    memory, on_disk = normalized(engine.state.to_image()), normalized(disk)
+    differ = {k: (memory[k], on_disk[k]) for k in memory if memory[k] != on_disk[k]}
+    if differ:
+        raise InvariantBroken(f"memory differs from disk (memory, disk): {differ}")
 
 
 def check_cluster(nodes: Iterable[SimNode], instances: Mapping[str, Any], now: float) -> list[str]:
@@ -34,7 +60,7 @@ def check_cluster(nodes: Iterable[SimNode], instances: Mapping[str, Any], now: f
     owners: dict[str, str] = {}
     for node in live:
         try:
-            check_invariants(node.engine, node.path, now)
+            node_invariants(node.engine, node.store, now)
         except AssertionError as err:
             problems.append(f"{node.name}: node invariant: {err}")
         problems += _owned_on_ec2(node, instances[node.instance_id])

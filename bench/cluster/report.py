@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ def metrics(result: RunResult, wall_s: float) -> dict[str, float]:
         "sim_hours": result.sim_s / HOUR_S,
         "window_hours": result.window_s / HOUR_S,
         "wall_s": wall_s,
+        "cpu_s": result.cpu_s,
         "ec2_calls_per_node_hour": sum(calls_per_node_hour(result).values()),
         "throttled_calls": float(result.throttled),
         "throttled_calls_whole_run": float(result.throttled_total),
@@ -82,8 +84,13 @@ def metrics(result: RunResult, wall_s: float) -> dict[str, float]:
         "pods_deleted": float(pods.deleted),
         "missed_dels": float(pods.missed_dels),
         "nodes_replaced": float(result.nodes_replaced),
+        "add_failed": float(pods.failed_no_address + pods.failed_invariant + pods.failed_local),
         "add_failed_no_address": float(pods.failed_no_address),
+        "add_failed_no_address_ec2_budget": float(pods.failed_ec2_budget),
+        "add_failed_invariant": float(pods.failed_invariant),
+        "add_failed_local_error": float(pods.failed_local),
         "add_errors": float(sum(pods.add_errors.values())),
+        "local_errors": float(result.local_errors),
         "pods_measured": float(len(tta)),
         "time_to_address_p50_s": percentile(tta, 0.50),
         "time_to_address_p99_s": percentile(tta, 0.99),
@@ -92,6 +99,10 @@ def metrics(result: RunResult, wall_s: float) -> dict[str, float]:
         "invariant_checkpoints": float(result.checkpoints),
         "invariant_violations": float(result.violations),
         "enis_awaiting_eni_gc": float(result.awaiting_eni_gc),
+        "descriptors_per_node": result.descriptors_per_node,
+        "rss_mib_per_node": result.rss_mib_per_node,
+        "peak_rss_mib": result.peak_rss_mib,
+        "state_mib_per_node": result.state_mib_per_node,
         **result.extra,
     }
 
@@ -110,17 +121,24 @@ def lines(prefix: str, name: str, result: RunResult, wall_s: float) -> list[str]
 
 
 def document(
-    nodes: int, results: dict[str, tuple[RunResult, float]], wall_s: float | None = None
+    nodes: int,
+    results: dict[str, tuple[RunResult, float]],
+    wall_s: float | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON the benchmark report reads; `wall_s` is the whole command's (its runs side by side)."""
+    """The JSON the benchmark report reads; `wall_s` is the whole command's (its runs side by side),
+    `context` what the command says of where and when it ran (its date, the machine's load)."""
     series: dict[str, Any] = {}
     for result, _ in results.values():
         if not result.spec.burst_pods and not result.spec.churn_per_hour:
             mode = "prefix" if result.spec.prefix else "ip"
             series.setdefault(mode, [list(s) for s in result.series])
+    budget = next((r.spec.budget for r, _ in results.values()), None)
     return {
+        **(context or {}),
         "nodes": nodes,
         "wall_s": wall_s,
+        "budget": {} if budget is None else asdict(budget),
         "runs": {name: metrics(r, wall) for name, (r, wall) in results.items()},
         "calls_per_node_hour": {name: calls_per_node_hour(r) for name, (r, _) in results.items()},
         "throttled_per_node_hour": {

@@ -9,20 +9,26 @@ import gc
 import logging
 import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from bench.cluster import limits
 from bench.cluster.bound import lower_bound
 from bench.cluster.front import THROTTLED, AccountFront
 from bench.cluster.moto_client import MotoEc2Client
 from bench.cluster.sim import Cluster, RunResult, RunSpec, install_executor, new_front
 from bench.cluster.vtime import VirtualClock, VirtualTimeLoop
-from bench.cluster.workload import Draws, Workload
+from bench.cluster.workload import LOCAL, Draws, Workload
 from cloud.embedded.world import EmbeddedEc2
 
 Progress = Callable[[str], None]
 QUIET_LOGGERS = ("ipamd", "cloud", "datastore")
+READY_POLL_S = 5.0
+READY_WAIT_CAP_S = 3600.0
+"""After the join spread and the idle time, how long the workload waits at most for nodes not
+yet ready (then it starts on those that are)."""
 FINAL_CHECK_GAP_S = 120.0
 """The last check is taken twice, this far apart, so that an ENI between two steps is not a leak."""
 GC_THRESHOLDS = (50_000, 20, 10)
@@ -78,12 +84,18 @@ def run_spec(
     cluster_type: type[Cluster] = Cluster,
 ) -> RunResult:
     """One run, start to finish, on a fresh virtual-time loop and a fresh moto world; the nodes'
-    network is `cluster_type`'s (e.g. `bench.cluster.subnets_run.TakeoverCluster`)."""
+    network is `cluster_type`'s (e.g. `bench.cluster.subnets_run.TakeoverCluster`). Refused with
+    `limits.TooFewDescriptors` before anything starts if the process cannot hold its nodes; a
+    local error stops it with `sim.LocalFailure`."""
+    limits.ensure_descriptors(spec.nodes)
     workdir = Path(tempfile.mkdtemp(prefix=f"ipamd-cluster-{spec.name}-", dir=state_root()))
     loop = VirtualTimeLoop()
+    cpu_before = time.process_time()
     try:
         with quiet_logs(), lean_gc():
-            return loop.run_until_complete(_run(spec, host, workdir, progress, cluster_type))
+            result = loop.run_until_complete(_run(spec, host, workdir, progress, cluster_type))
+        result.cpu_s = time.process_time() - cpu_before
+        return result
     finally:
         _close_loop(loop)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -104,16 +116,17 @@ async def _run(
 ) -> RunResult:
     loop = asyncio.get_running_loop()
     clock = VirtualClock(loop)
+    limits.reset_peak()
+    rss_before = limits.rss_mib()
     front = new_front(spec, clock)
     install_executor(loop, front)
     cluster = cluster_type(spec, host, workdir)
     client = MotoEc2Client(front, cluster.backend, cluster.instances)
-    ids = cluster.launch_instances(spec.nodes, 0)
-    cluster.join(ids, spec.join_spread_s, client)
-    await asyncio.sleep(spec.join_spread_s + spec.warmup_s)
-    progress(f"{spec.name}: {len(cluster.nodes)} nodes ready at t={clock.elapsed_s():.0f}s")
+    await _join_all(cluster, client, clock, rss_before, progress)
     freeze_heap()
-    workload = Workload(cluster.live_nodes, clock, Draws(spec.seed), spec.pods, spec.name)
+    workload = Workload(
+        cluster.live_nodes, clock, Draws(spec.seed), spec.pods, spec.name, cluster.failed
+    )
     background: list[asyncio.Task[None]] = []
     try:
         start_s = clock.elapsed_s()
@@ -124,16 +137,64 @@ async def _run(
             loop.create_task(_every(spec.checkpoint_s, lambda: _check(cluster, clock)))
         )
         phase = _burst if spec.burst_pods else _steady
-        await phase(cluster, workload, front, clock, client, progress)
+        await cluster.until_failed(phase(cluster, workload, front, clock, client, progress))
         _check(cluster, clock)
-        await asyncio.sleep(FINAL_CHECK_GAP_S)
+        await cluster.until_failed(asyncio.sleep(FINAL_CHECK_GAP_S))
         _check(cluster, clock)
+        cluster.raise_if_failed()
+        cluster.result.state_mib_per_node = _state_mib(workdir) / max(spec.nodes, 1)
     finally:
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         await workload.close()
         await cluster.close()
+    return _finish(cluster, workload, front, clock, rss_before)
+
+
+async def _join_all(
+    cluster: Cluster,
+    client: MotoEc2Client,
+    clock: VirtualClock,
+    rss_before: float,
+    progress: Progress,
+) -> None:
+    """Launch the instances, let the nodes join and the cluster idle, until every node is ready
+    (each start waits out a throttled account: at thousands of nodes the account's reads alone
+    take longer than the join spread); the descriptors and memory the nodes took."""
+    spec = cluster.spec
+    ids = cluster.launch_instances(spec.nodes, 0)
+    descriptors_before = limits.open_descriptors()
+    cluster.join(ids, spec.join_spread_s, client)
+    try:
+        await cluster.until_failed(asyncio.sleep(spec.join_spread_s + spec.warmup_s))
+        waited_s = 0.0
+        while _ready(cluster) < spec.nodes and waited_s < READY_WAIT_CAP_S:
+            await cluster.until_failed(asyncio.sleep(READY_POLL_S))
+            waited_s += READY_POLL_S
+        _count_descriptors(cluster, descriptors_before)
+    except BaseException:
+        await cluster.close()
+        raise
+    progress(
+        f"{spec.name}: {_ready(cluster)} nodes ready at t={clock.elapsed_s():.0f}s, "
+        f"{cluster.result.descriptors_per_node:.2f} descriptors and "
+        f"{(limits.rss_mib() - rss_before) / max(spec.nodes, 1):.3f} MiB a node"
+    )
+
+
+def _ready(cluster: Cluster) -> int:
+    return sum(1 for node in cluster.nodes if node.ready)
+
+
+def _finish(
+    cluster: Cluster,
+    workload: Workload,
+    front: AccountFront,
+    clock: VirtualClock,
+    rss_before: float,
+) -> RunResult:
+    """The run's result: the counts of the account and the nodes, the bound, the memory."""
     result = cluster.result
     result.pods = workload.stats
     result.throttled_total = front.throttled()
@@ -149,7 +210,36 @@ async def _run(
         result.bound = lower_bound(
             result.pods.traces, result.node_traces, model, result.since_s, result.until_s
         )
+    result.peak_rss_mib = limits.peak_rss_mib()
+    result.rss_mib_per_node = (result.peak_rss_mib - rss_before) / max(cluster.spec.nodes, 1)
     return result
+
+
+def _count_descriptors(cluster: Cluster, before: int) -> None:
+    """Descriptors per node once the nodes are ready; more than `limits.FDS_PER_NODE` is a local
+    error (the limit the run was admitted under would not hold)."""
+    now = limits.open_descriptors()
+    if before < 0 or now < 0 or not cluster.nodes:
+        return
+    per_node = (now - before) / len(cluster.nodes)
+    cluster.result.descriptors_per_node = per_node
+    if per_node > limits.FDS_PER_NODE:
+        cluster.failed(
+            LOCAL,
+            "descriptors",
+            RuntimeError(f"{per_node:.2f} a node, more than the {limits.FDS_PER_NODE} allowed for"),
+        )
+        cluster.raise_if_failed()
+
+
+def _state_mib(workdir: Path) -> float:
+    """The size of every file under `workdir` (the nodes' state files, WALs, shared memory)."""
+    total = 0
+    for path in workdir.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file():
+                total += path.stat().st_size
+    return total / (1024 * 1024)
 
 
 def _retries(adapter: object) -> int:
@@ -175,6 +265,8 @@ def _measure_from(
     cluster: Cluster, front: AccountFront, clock: VirtualClock
 ) -> Counter[tuple[str, str]]:
     cluster.result.since_s = clock.now()
+    if cluster.spec.build_unmetered:
+        front.meter()
     return front.snapshot()
 
 

@@ -2,7 +2,9 @@
 workload, and the measurements (`RunResult`).
 
 A run goes: the nodes join over `join_spread_s` (each reads EC2 at start as the daemon does, and is
-ready once its first drift check passed), the cluster idles `warmup_s`, then the workload starts:
+ready once its first drift check passed), the cluster idles `warmup_s` and, if some node is not
+ready yet (at thousands of nodes their starts wait out the account's read budget), until every
+node is, then the workload starts:
 `steady` keeps about `pods_per_node` pods per node (a ramp to that level over `ramp_s`, then Poisson
 arrivals and exponential lifetimes), `burst` schedules `burst_pods` pods within `burst_window_s` and
 keeps them, and `churn_per_hour` (with steady) terminates that share of the nodes per hour — their
@@ -10,16 +12,21 @@ ENIs go with the instance (DeleteOnTermination), their pods are scheduled elsewh
 instances join to replace them. The measured window is the steady part after the ramp (or the
 whole burst); invariants are checked every `checkpoint_s` and at the end. Instances are launched
 and terminated outside the front: those are the autoscaler's calls, not ipamd's.
+
+A local error (the process's, not the cluster's: a state file that cannot be opened or written, a
+descriptor limit, a job or task that crashed, anything unexpected) is never counted as a pod that
+waited: `Cluster.failed` records it and the run stops with `LocalFailure`, naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.cluster.bound import Bound, BoundModel, NodeTrace
 from bench.cluster.front import AccountFront, Ec2Budget
@@ -27,13 +34,14 @@ from bench.cluster.invariants import awaiting_eni_gc, check_cluster, leaked_enis
 from bench.cluster.moto_client import MotoEc2Client, run_instance
 from bench.cluster.node import MotoImds, SimNode, build_node, start_node
 from bench.cluster.vtime import LatencyExecutor, VirtualClock
-from bench.cluster.workload import PodSettings, PodStats
+from bench.cluster.workload import INVARIANT, LOCAL, PodSettings, PodStats
 from cloud.calls import CallLog
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.world import IMAGE_ID, EmbeddedEc2, World
 from cloud.errors import CloudError
 from datastore.store import STATE_FILE_NAME
 from ipamd.config.settings import Config
+from ipamd.errors import StoreWriteFailed
 from ipamd.node.engine_parts import strategy
 from ipamd.reconcile.jobs import Jobs
 
@@ -43,6 +51,11 @@ NODES_PER_SUBNET = 10
 (`cloud.embedded.eni_rules.subnet_space`) read every address of the subnet on each assign."""
 SUBNETS_PER_VPC = 16
 MAX_PROBLEMS_KEPT = 20
+T = TypeVar("T")
+
+
+class LocalFailure(RuntimeError):
+    """A run stopped by a local error (`Cluster.failed`); the message names the first."""
 
 
 CLUSTER_NAME = "sim"
@@ -71,6 +84,14 @@ class RunSpec:
     checkpoint_s: float = 900.0
     sample_s: float = 60.0
     budget: Ec2Budget = field(default_factory=Ec2Budget)
+    build_unmetered: bool = False
+    """Steady runs: the cluster is built (the nodes join, the pods ramp up) with the account's
+    budget not metered, which applies from the measured window on, its buckets full. The window
+    is then the grown cluster's steady state, whatever its size: under EC2's default budget
+    (5 mutating calls a second) a cluster's growth takes at least three calls a node (the primary
+    ENI's addresses, a second ENI's create and attach) before the node holds 15 pods, and at
+    5,000 nodes those 15,000 calls take 50 minutes, where the ramp lasts ten: no node-local
+    policy could serve the ramp's pods within their deadline."""
     pods: PodSettings = field(default_factory=PodSettings)
     seed: int = 1
 
@@ -106,6 +127,18 @@ class RunResult:
     node_traces: list[NodeTrace] = field(default_factory=list)
     bound: Bound | None = None
     """The lower bound on its time to address (`bench.cluster.bound`)."""
+    local_errors: int = 0
+    """Local errors anywhere in the run (`Cluster.failed`); the run stops at the first."""
+    descriptors_per_node: float = 0.0
+    """Descriptors the process opened per node, from before the first joined to all ready."""
+    rss_mib_per_node: float = 0.0
+    """The process's peak resident set less its resident set before the account was built, per
+    node: what a simulated node costs (its parts, its instance in moto, its pods' records)."""
+    peak_rss_mib: float = 0.0
+    cpu_s: float = 0.0
+    """CPU seconds the run took its process: its wall time on a machine with a CPU to spare."""
+    state_mib_per_node: float = 0.0
+    """The nodes' state files (and their WALs) at the end, per node: in RAM on /dev/shm."""
 
 
 class Cluster:
@@ -131,6 +164,50 @@ class Cluster:
         self._serial = 0
         self._eni_suspects: set[str] = set()
         self.node_traces: dict[str, NodeTrace] = {}
+        self._failure: asyncio.Future[str] | None = None
+
+    # -- local errors --------------------------------------------------------------------------
+
+    @property
+    def failure(self) -> asyncio.Future[str]:
+        """Done, with the first local error's description, once the run has one."""
+        if self._failure is None:
+            self._failure = asyncio.get_running_loop().create_future()
+        return self._failure
+
+    def failed(self, why: str, where: str, err: BaseException) -> None:
+        """A local error (`workload.LOCAL`: the run stops) or an invariant's refusal
+        (`workload.INVARIANT`: counted as a violation); other causes are counted where they
+        happen."""
+        message = f"{where}: {type(err).__name__}: {err}"
+        if why == INVARIANT:
+            self.result.violations += 1
+            self._keep(f"invariant: {message}")
+        elif why == LOCAL:
+            self.result.local_errors += 1
+            self._keep(f"local error: {message}")
+            if not self.failure.done():
+                self.failure.set_result(message)
+
+    def _keep(self, problem: str) -> None:
+        if len(self.result.problems) < MAX_PROBLEMS_KEPT:
+            self.result.problems.append(problem)
+
+    async def until_failed(self, work: Awaitable[T]) -> T:
+        """`work`'s outcome, unless a local error comes first: then `work` is cancelled and
+        `LocalFailure` raised."""
+        task = asyncio.ensure_future(work)
+        either: set[asyncio.Future[Any]] = {task, self.failure}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if self.failure.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise LocalFailure(f"{self.spec.name}: local error: {self.failure.result()}")
+        return task.result()
+
+    def raise_if_failed(self) -> None:
+        if self.failure.done():
+            raise LocalFailure(f"{self.spec.name}: local error: {self.failure.result()}")
 
     # -- EC2 side ------------------------------------------------------------------------------
 
@@ -175,6 +252,12 @@ class Cluster:
         await asyncio.sleep(delay_s)
         self._serial += 1
         name = f"node-{self._serial:04d}"
+        try:
+            await self._start(name, instance_id, client)
+        except Exception as err:  # EC2's refusals are waited out: this one is the process's
+            self.failed(LOCAL, f"{name}: start", err)
+
+    async def _start(self, name: str, instance_id: str, client: MotoEc2Client) -> None:
         loop = asyncio.get_running_loop()
         clock = VirtualClock(loop)
         self.node_traces[instance_id] = NodeTrace(name, clock.now())
@@ -206,7 +289,7 @@ class Cluster:
                 await asyncio.sleep(rng.uniform(0, backoff_s))
                 backoff_s = min(backoff_s * 2, 60.0)
         self.nodes.append(node)
-        await start_node(node, self.config, self.jobs, rng)
+        await start_node(node, self.config, self.jobs, rng, self.failed)
 
     def join(self, instance_ids: Sequence[str], spread_s: float, client: MotoEc2Client) -> None:
         loop = asyncio.get_running_loop()
@@ -245,11 +328,18 @@ class Cluster:
             strategy(self.config),
             self.spec.budget,
             self.spec.pods.retry_s,
+            self.result.since_s if self.spec.build_unmetered else -math.inf,
         )
 
     # -- checks and samples ----------------------------------------------------------------------
 
     def check(self, now: float) -> None:
+        try:
+            self._check(now)
+        except Exception as err:  # a file the check could not read is no violation: it is local
+            self.failed(LOCAL, "invariant check", err)
+
+    def _check(self, now: float) -> None:
         problems = check_cluster(self.nodes, self.instances, now)
         suspects = set(leaked_enis(self.nodes, self.backend))
         problems += sorted(suspects & self._eni_suspects)
@@ -260,17 +350,21 @@ class Cluster:
         self.result.problems += problems[: max(room, 0)]
         self.result.awaiting_eni_gc = awaiting_eni_gc(self.nodes, self.backend)
         if self.jobs.fatal is not None:
-            self.result.violations += 1
-            self.result.problems.append(f"a job crashed: {self.jobs.fatal!r}")
+            self.failed(LOCAL, "a job crashed", self.jobs.fatal)
 
     def sample(self, t_s: float) -> None:
+        for node in self.nodes:
+            failures = node.pool.health.errors_by_code.get(StoreWriteFailed.code, 0)
+            if failures:
+                why = RuntimeError(f"{failures} pool rounds could not write the state file")
+                self.failed(LOCAL, f"{node.name}: pool", why)
         pods = sum(len(n.engine.state.allocations()) for n in self.nodes)
         addresses = sum(n.pool_addresses() for n in self.nodes)
         self.result.series.append((round(t_s, 1), pods, addresses))
 
 
 def new_front(spec: RunSpec, clock: VirtualClock) -> AccountFront:
-    return AccountFront(spec.budget, clock.elapsed_s)
+    return AccountFront(spec.budget, clock.elapsed_s, metered=not spec.build_unmetered)
 
 
 def install_executor(loop: asyncio.AbstractEventLoop, front: AccountFront) -> None:

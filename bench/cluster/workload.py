@@ -15,6 +15,14 @@ Time to address runs from the first ADD to the one that got an address. When a n
 its pods are scheduled again elsewhere (a controller replaces them); any waiting pod task of the old
 node ends on its own.
 
+Every ADD that fails is counted by its cause (`PodStats`): no address by its deadline, and of those
+the pods whose node's pool rounds the account refused (RequestLimitExceeded) while they waited,
+the EC2 budget's; an invariant of ipamd's own refusing it (an address with a second owner, an
+inventory conflict, a delete intent for a pod never deleted); or a local error, the process's and
+not the cluster's (a state file that cannot be written or opened, a descriptor limit, anything
+unexpected). A local error is also handed to the run (`failed`), which stops loudly: it is never a
+pod that waited.
+
 The workload's dice are its own (`Draws`): the nth pod is offered the same nodes, arrives at the
 same instant, lives as long and loses its DEL or not alike whatever ipamd does meanwhile, so two
 versions of ipamd meet the same pods (common random numbers) and what differs in their figures is
@@ -34,9 +42,16 @@ from dataclasses import dataclass, field
 from bench.cluster.bound import PodTrace
 from bench.cluster.node import Refusal, SimNode
 from bench.cluster.waiting import EPS_S, Waiting
+from datastore.errors import OwnershipConflict
 from datastore.records import AllocationKey
 from ipamd.clock import Clock
-from ipamd.errors import IpamdError, NoAddressAvailable
+from ipamd.errors import (
+    DeleteIntentActive,
+    InventoryError,
+    MaxPodsReached,
+    NoAddressAvailable,
+    NodeFull,
+)
 from ipamd.model import PodRef
 from ipamd.policy.max_pods import HOST_NETWORK_PODS
 
@@ -55,12 +70,42 @@ class PodSettings:
     """Share of deletions whose CNI DEL never reaches ipamd."""
 
 
+LOCAL = "local_error"
+INVARIANT = "invariant"
+NO_ADDRESS = "no_address"
+CAPACITY = (MaxPodsReached, NodeFull)
+"""Refusals for want of an address that no wait brings (the node holds all it may): no address."""
+
+
+def cause(err: BaseException) -> str:
+    """Why an ADD (or DEL) failed, other than an address still to come: `INVARIANT`, `NO_ADDRESS`
+    for a node that may hold no more, else `LOCAL`."""
+    if isinstance(err, InventoryError | DeleteIntentActive):
+        return INVARIANT
+    if isinstance(err.__cause__, OwnershipConflict):  # the state file's one-owner index refused
+        return INVARIANT
+    if isinstance(err, CAPACITY):
+        return NO_ADDRESS
+    return LOCAL
+
+
+Failed = Callable[[str, str, BaseException], None]
+"""Told of every local error and invariant refusal: (cause, where, the error)."""
+
+
 @dataclass
 class PodStats:
     traces: list[PodTrace] = field(default_factory=list)
     """Every pod's first ADD, address and release, in the order of their first ADDs."""
     failed_no_address: int = 0
+    """ADDs given up without an address: at their deadline, or refused as the node is full."""
+    failed_ec2_budget: int = 0
+    """Of `failed_no_address`, the pods whose node's pool rounds the account throttled while they
+    waited."""
+    failed_invariant: int = 0
+    failed_local: int = 0
     add_errors: Counter[str] = field(default_factory=Counter)
+    """ADDs and DELs that failed with an error, by its class (`del_` before a DEL's)."""
     scheduled: int = 0
     unschedulable: int = 0
     deleted: int = 0
@@ -123,8 +168,10 @@ class Workload:
         draws: Draws,
         settings: PodSettings,
         family: str,
+        failed: Failed = lambda _cause, _where, err: None,
     ) -> None:
         self._nodes = nodes
+        self._failed = failed
         self._clock = clock
         self._draws = draws
         self._settings = settings
@@ -185,6 +232,14 @@ class Workload:
     async def _pod(
         self, node: SimNode, cid: str, lifetime_s: float | None, missed_del: bool
     ) -> None:
+        try:
+            await self._life(node, cid, lifetime_s, missed_del)
+        except Exception as err:  # not ipamd's answer: the simulator's own, which ends the run
+            self._failed(LOCAL, f"{node.name}: pod {cid[:12]}", err)
+
+    async def _life(
+        self, node: SimNode, cid: str, lifetime_s: float | None, missed_del: bool
+    ) -> None:
         key = AllocationKey(NETWORK, cid, "eth0")
         node.runtime.start(cid)
         if not await self._add(node, key):
@@ -206,6 +261,7 @@ class Workload:
         pod = PodRef("default", key.container_id[:12], key.container_id[:32])
         waiting = False
         retry_s = self._settings.retry_s
+        throttled = node.pool.health.throttled_rounds
         try:
             while not node.gone:
                 try:
@@ -220,7 +276,7 @@ class Workload:
                         raise
                 except NoAddressAvailable:
                     if self._clock.now() - started >= self._settings.deadline_s - EPS_S:
-                        self.stats.failed_no_address += 1
+                        self._no_address(node, throttled)
                         self._released(key.container_id)
                         return False
                     if not waiting:
@@ -228,9 +284,8 @@ class Workload:
                         self.stats.waiting += 1
                     await self._waiting(node).turn(started)
                     continue
-                except IpamdError as err:
-                    self.stats.add_errors[type(err).__name__] += 1
-                    self._released(key.container_id)
+                except Exception as err:
+                    self._add_failed(node, key, err, throttled)
                     return False
                 trace.address_s = self._clock.now()
                 return True
@@ -239,6 +294,27 @@ class Workload:
         finally:
             if waiting:
                 self.stats.waiting -= 1
+
+    def _no_address(self, node: SimNode, throttled_before: int) -> None:
+        self.stats.failed_no_address += 1
+        if node.pool.health.throttled_rounds > throttled_before:
+            self.stats.failed_ec2_budget += 1
+
+    def _add_failed(
+        self, node: SimNode, key: AllocationKey, err: Exception, throttled_before: int
+    ) -> None:
+        """An ADD that failed with an error rather than wait for an address, counted by cause."""
+        self.stats.add_errors[type(err).__name__] += 1
+        self._released(key.container_id)
+        why = cause(err)
+        if why == NO_ADDRESS:
+            self._no_address(node, throttled_before)
+            return
+        if why == INVARIANT:
+            self.stats.failed_invariant += 1
+        else:
+            self.stats.failed_local += 1
+        self._failed(why, f"{node.name}: ADD {key.container_id[:12]}", err)
 
     def _waiting(self, node: SimNode) -> Waiting:
         if node.waiting is None:
@@ -262,8 +338,9 @@ class Workload:
             return
         try:
             await node.datapath.release(key)
-        except IpamdError as err:
+        except Exception as err:
             self.stats.add_errors[f"del_{type(err).__name__}"] += 1
+            self._failed(cause(err), f"{node.name}: DEL {key.container_id[:12]}", err)
 
     async def arrivals(self, rate_per_s: float, until_s: float) -> None:
         """Poisson arrivals at `rate_per_s` until the clock reads `until_s`."""

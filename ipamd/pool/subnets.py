@@ -4,8 +4,10 @@ the view of the subnets they are applied to.
 
 - **The view** is one DescribeSubnets of the node's VPC and zone. It is read on first use, then
   every `refresh_s` (30 min: two calls a node-hour), and soon after a call finds a subnet full;
-  never once per ENI. A failed read keeps the last view and is tried again after `retry_s`. With no
-  view at all, new ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails.
+  never once per ENI. A failed read keeps the last view and is tried again after `retry_s`, twice
+  that after a second failure in a row, and so on up to `refresh_s`: on an account whose read
+  budget thousands of nodes exhaust, a fixed retry multiplied the reads it refused. With no view
+  at all, new ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails.
 - **A full subnet** is one a create, or an assign on one of its ENIs, found without room. It stays
   full until a view shows the room that call asked for. Meanwhile it goes last among the
   candidates, and its ENIs grow no more while new ENIs may go to another subnet (`growth_closed`).
@@ -60,7 +62,8 @@ class SubnetSettings:
     refresh_s: float = 1800.0
     """IPAMD_SUBNET_REFRESH_INTERVAL: how old the view may grow before it is read again."""
     retry_s: float = 60.0
-    """After a failed read, or after a create found a subnet full: the least time to the next."""
+    """After a failed read (doubled for each failure in a row, up to `refresh_s`), or after a
+    create found a subnet full: the least time to the next."""
 
 
 class SubnetCatalogue:
@@ -102,6 +105,7 @@ class SubnetCatalogue:
         DescribeSubnets of its own for an ENI in one of them."""
         self.reads = 0
         self.failures = 0
+        self._failed_in_row = 0
 
     @property
     def discovering(self) -> bool:
@@ -227,7 +231,7 @@ class SubnetCatalogue:
 
     async def refresh(self) -> bool:
         """Read the node zone's subnets now; True if it changed what is closed. A failure keeps the
-        last view (logged, retried after `retry_s`)."""
+        last view (logged, retried after `retry_s` doubled for each earlier failure in a row)."""
         if self._source is None or not self.discovering:
             return False
         now = self._clock.now()
@@ -238,9 +242,12 @@ class SubnetCatalogue:
             subnets = await self._source.subnets_in(instance.vpc_id, instance.availability_zone)
         except CloudError as err:
             self.failures += 1
-            self._due = now + s.retry_s
-            logger.warning("subnets.read_failed error=%s retry_in_s=%s", err, s.retry_s)
+            self._failed_in_row += 1
+            wait_s = min(s.retry_s * 2 ** (self._failed_in_row - 1), max(s.refresh_s, s.retry_s))
+            self._due = now + wait_s
+            logger.warning("subnets.read_failed error=%s retry_in_s=%s", err, wait_s)
             return False
+        self._failed_in_row = 0
         self._due = now + s.refresh_s
         self._view = _facts(subnets)
         self.cidrs.update((subnet.subnet_id, subnet.cidr) for subnet in subnets)

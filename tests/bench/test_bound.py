@@ -95,6 +95,20 @@ def test_only_steps_falling_due_in_the_window_count() -> None:
     assert lower_bound(pods, nodes, model(budget), 150.0, 300.0).seconds == 0.0
 
 
+def test_steps_released_before_the_budget_applies_take_no_token() -> None:
+    """A steady run builds its cluster unmetered: one token, then one per 100 s. Unmetered until
+    50, the primary ENI's addresses (asked for at join, 0) cost nothing, and the second ENI,
+    asked for when the tenth pod comes at 60, takes the full bucket's token and the next one:
+    done at 160.3. Metered from the start, the join's assign took that first token, and the
+    create waits for the next one too (at 100), the attach for the one after (200)."""
+    budget = Ec2Budget(mutate_capacity=1, mutate_refill_per_s=0.01, mutate_latency_s=0.3)
+    pods, nodes = pods_at("a", 60.0, 10), [NodeTrace("a", 0.0)]
+    metered = lower_bound(pods, nodes, model(budget), 50.0, 1000.0)
+    assert metered.seconds == 141.0  # 200.3 - 60, in whole retries
+    grown = BoundModel(PoolTargets(), LIMITS, SECONDARY_IPS, budget, 1.0, metered_from_s=50.0)
+    assert lower_bound(pods, nodes, grown, 50.0, 1000.0).seconds == 101.0  # 160.3 - 60
+
+
 def test_a_terminated_node_needs_nothing_after_it_is_gone() -> None:
     budget = Ec2Budget(mutate_capacity=1, mutate_refill_per_s=0.01, mutate_latency_s=0.3)
     pods = pods_at("a", 10.0, 10, released_s=12.0)

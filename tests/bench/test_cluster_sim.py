@@ -52,6 +52,17 @@ def test_the_front_refuses_past_its_bucket_and_refills_with_time() -> None:
     assert [front.admit("CreateNetworkInterface") for _ in range(4)] == [True, True, True, False]
 
 
+def test_an_unmetered_front_admits_everything_until_the_budget_applies() -> None:
+    """A steady run's cluster is built unmetered; from `meter()` on the buckets apply, full."""
+    now = Now()
+    front = AccountFront(Ec2Budget(mutate_capacity=2, mutate_refill_per_s=1.0), now, metered=False)
+    assert all(front.admit("CreateNetworkInterface") for _ in range(50))
+    now.s = 10.0
+    front.meter()
+    assert [front.admit("AttachNetworkInterface") for _ in range(3)] == [True, True, False]
+    assert front.throttled() == 1
+
+
 def test_per_action_buckets_keep_actions_apart() -> None:
     front = AccountFront(Ec2Budget(mutate_capacity=1, per_action=True), Now())
     assert front.admit("AssignPrivateIpAddresses")

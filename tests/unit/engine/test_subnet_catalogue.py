@@ -44,6 +44,35 @@ async def test_the_first_use_reads_then_only_every_refresh_period() -> None:
     assert ec2.calls["subnets_in"] == 2
 
 
+async def test_failed_reads_in_a_row_are_retried_ever_later_up_to_the_refresh() -> None:
+    """Thousands of nodes share the account's read budget: a node whose read was refused waits
+    twice as long after each failure in a row (up to the refresh period), so its retries do not
+    add to the load that refused them; a read that goes through starts over."""
+    catalogue, ec2, clock, _ = await _catalogue(SubnetSettings(retry_s=60.0, refresh_s=1800.0))
+    await catalogue.refresh_if_due()
+    clock.advance(1800.0)
+
+    async def next_read(fails: bool) -> float:
+        """Seconds from now to the next read (in 10 s steps), which fails if `fails`."""
+        if fails:
+            ec2.fail_next("subnets_in", after_acting=False)
+        reads, waited = catalogue.reads, 0.0
+        await catalogue.refresh_if_due()
+        while catalogue.reads == reads:
+            clock.advance(10.0)
+            waited += 10.0
+            await catalogue.refresh_if_due()
+        return waited
+
+    assert await next_read(fails=True) == 0.0  # due now
+    waits = [await next_read(fails=True) for _ in range(6)]
+    assert waits == [60.0, 120.0, 240.0, 480.0, 960.0, 1800.0]
+    assert catalogue.failures == 7
+    assert await next_read(fails=False) == 1800.0
+    assert await next_read(fails=True) == 1800.0, "the refresh period after a read"
+    assert await next_read(fails=False) == 60.0, "the failures in a row start over"
+
+
 async def test_a_full_subnet_brings_the_next_read_forward_but_not_before_retry_s() -> None:
     catalogue, ec2, clock, pods = await _catalogue(SubnetSettings(retry_s=60.0))
     await catalogue.refresh_if_due()
