@@ -8,9 +8,9 @@ one is a start-up error, before anything is opened. On that one engine it builds
 (IPv6 mode's, `ipamd.pool.ipv6`, with ENABLE_IPv6), the EC2 drift, the IMDS hint, the runtime leak GC and ENI
 GC, and what the pool's scarcity mode reads of the subnets' free addresses (`subnet_reading`); the
 ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
-and ENI GC leave alone. The reconcilers call EC2 through the adapter's background view
-(`CallPolicy.BACKGROUND`: no pod waits on them, so a throttled call is not retried); the pool
-manager picks a view per round.
+and ENI GC leave alone. The reconcilers and the subnet catalogue's reads call EC2 through the
+adapter's background view (`CallPolicy.BACKGROUND`: no pod waits on them, so a throttled call is
+not retried); the pool manager picks a view per round.
 
 `ipamd.daemon.build_daemon` uses it, and so does every test, benchmark and simulation that runs a
 node's parts. A variant is asked for through the inputs — configuration values, the clock, the
@@ -254,7 +254,13 @@ async def open_parts(
     engine = await open_engine(path, clock, engine_settings(config, node.limits))
     instance_id = node.instance.instance_id
     kinds = unit_kinds(config)
-    source = subnets if subnets is not None else ec2 if isinstance(ec2, SubnetSource) else None
+    source = subnets
+    if source is None and isinstance(ec2, SubnetSource):
+        # Background work: nothing waits on the view (the last one, or the node's subnet, serves
+        # meanwhile), so a throttled read is not retried in the adapter; the catalogue waits
+        # longer after each failure in a row instead.
+        view = ec2.with_policy(CallPolicy.BACKGROUND)
+        source = view if isinstance(view, SubnetSource) else ec2
     catalogue = SubnetCatalogue(source, node.instance, subnet_settings(config, eni_config), clock)
     settings = pool_settings(config) if pool_config is None else pool_config
     subnet_free = subnet_reading(config, catalogue, catalog, clock)
