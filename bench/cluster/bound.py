@@ -67,6 +67,8 @@ class PodTrace:
     released_s: float | None = None
     """When it stopped wanting its address (its DEL, the ADD given up, its node gone); None if it
     still held or wanted one at the end."""
+    gave_up: bool = False
+    """Its ADD was given up at its deadline, without an address."""
 
 
 @dataclass(slots=True)

@@ -38,13 +38,25 @@ def calls_per_node_hour(result: RunResult, throttled: bool = False) -> dict[str,
 
 
 def measured(pods: Sequence[PodTrace], since_s: float, until_s: float) -> list[PodTrace]:
-    """The pods a run's time-to-address figures count: served, first ADD within the window."""
-    return [p for p in pods if p.address_s is not None and since_s <= p.first_add_s <= until_s]
+    """The pods a run's time-to-address figures count: those whose first ADD fell within the
+    window and that got an address, or whose ADD was given up at its deadline."""
+    return [
+        p
+        for p in pods
+        if (p.address_s is not None or p.gave_up) and since_s <= p.first_add_s <= until_s
+    ]
+
+
+def _waited_s(pod: PodTrace) -> float:
+    """From its first ADD to its address; for a pod given up, to its deadline (the least it
+    would have waited: kubelet would have gone on asking)."""
+    end = pod.address_s if pod.address_s is not None else pod.released_s
+    assert end is not None, "a pod given up was released then"
+    return end - pod.first_add_s
 
 
 def times_to_address(result: RunResult) -> list[float]:
-    pods = measured(result.pods.traces, result.since_s, result.until_s)
-    return [p.address_s - p.first_add_s for p in pods if p.address_s is not None]
+    return [_waited_s(p) for p in measured(result.pods.traces, result.since_s, result.until_s)]
 
 
 def bound_metrics(result: RunResult, tta: list[float]) -> dict[str, float]:

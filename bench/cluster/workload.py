@@ -11,7 +11,8 @@ nothing since that could change the engine's answer (`node.Refusal`: no commit, 
 back, no address out of its cooldown), is refused without asking the engine: the answer would be
 the same, and each node's engine still hears a refused ADD every `retry_s` while pods wait. In a
 ramp at the account's limit thousands of pods wait at once, and their retries were most of a run.
-Time to address runs from the first ADD to the one that got an address. When a node is terminated,
+Time to address runs from the first ADD to the one that got an address (for a pod given up at
+its deadline, to the deadline: the least it would have waited). When a node is terminated,
 its pods are scheduled again elsewhere (a controller replaces them); any waiting pod task of the old
 node ends on its own.
 
@@ -277,6 +278,7 @@ class Workload:
                 except NoAddressAvailable:
                     if self._clock.now() - started >= self._settings.deadline_s - EPS_S:
                         self._no_address(node, throttled)
+                        trace.gave_up = True
                         self._released(key.container_id)
                         return False
                     if not waiting:

@@ -10,11 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.cluster.bound import PodTrace
 from bench.cluster.front import THROTTLED, AccountFront, Ec2Budget
 from bench.cluster.moto_client import MotoEc2Client
 from bench.cluster.report import calls_per_node_hour, metrics, percentile, times_to_address
 from bench.cluster.runner import run_spec
-from bench.cluster.sim import RunSpec
+from bench.cluster.sim import RunResult, RunSpec
 from bench.cluster.vtime import LatencyExecutor, VirtualTimeLoop
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.world import EmbeddedEc2, World
@@ -142,6 +143,19 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([], 0.5) == 0.0
     assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0
     assert percentile([float(n) for n in range(1, 101)], 0.99) == 99.0
+
+
+def test_a_pod_given_up_at_its_deadline_counts_as_waiting_until_then() -> None:
+    """The p99 must not leave out the pods that waited longest: one given up at its 1,800 s
+    deadline counts 1,800 s; one that left before it had an address (its node gone) does not."""
+    result = RunResult(RunSpec("burst", 1), since_s=0.0, until_s=100.0)
+    result.pods.traces = [
+        PodTrace("a", 10.0, address_s=40.0),
+        PodTrace("a", 20.0, released_s=1820.0, gave_up=True),
+        PodTrace("a", 30.0, released_s=50.0),
+        PodTrace("a", 500.0, address_s=510.0),  # after the window
+    ]
+    assert times_to_address(result) == [30.0, 1800.0]
 
 
 def test_a_small_steady_cluster_keeps_every_invariant(host: EmbeddedEc2) -> None:
