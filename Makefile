@@ -51,10 +51,11 @@ chaos: $(STAMP)
 
 # make bench + short cluster and chaos runs -> docs/benchmarks.md and its plots; with
 # CLUSTER_JSON=path (from `python -m bench.cluster --json path`) the cluster section shows that run,
-# and LARGE_JSON=path (the same at IPAMD_BENCH_NODES=2000) adds a section for the larger cluster.
+# and LARGE_JSON="path ..." (the same at IPAMD_BENCH_NODES=2000, 5000) adds a section for each larger
+# cluster and one with every size side by side.
 report: $(STAMP)
 	$(BIN)/python -m bench.report $(if $(CLUSTER_JSON),--cluster-json $(CLUSTER_JSON)) \
-		$(if $(LARGE_JSON),--large-json $(LARGE_JSON))
+		$(foreach json,$(LARGE_JSON),--large-json $(json))
 
 # The container image (Dockerfile); needs a container engine, which `make test` does not.
 #   IMAGE=registry/ipamd:tag       its name (default ipamd:<version>)

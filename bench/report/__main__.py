@@ -43,9 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--large-json",
         type=Path,
-        default=None,
+        action="append",
+        default=[],
         help="the document of a larger `python -m bench.cluster --json` run "
-        "(`IPAMD_BENCH_NODES=2000 make bench-cluster`), shown in a section of its own",
+        "(`IPAMD_BENCH_NODES=2000 make bench-cluster`), shown in a section of its own and beside "
+        "the others; may be given for several sizes",
     )
     args = parser.parse_args(argv)
     docs: Path = args.docs
@@ -54,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = _collect(work)
     if args.cluster_json is not None:
         figures.cluster = json.loads(args.cluster_json.read_text())
-    if args.large_json is not None:
-        figures.large = json.loads(args.large_json.read_text())
+    figures.large = [json.loads(path.read_text()) for path in args.large_json]
     images = docs / "benchmarks"
     figures_with_plots = _draw(figures, images, docs)
     (docs / "benchmarks.md").write_text(markdown.render(figures_with_plots))
@@ -70,7 +71,7 @@ class _Collected:
         self.cluster: dict[str, Any] = {}
         self.sizes: dict[int, dict[str, float]] = {}
         self.chaos: dict[str, Any] = {}
-        self.large: dict[str, Any] = {}
+        self.large: list[dict[str, Any]] = []
 
 
 def _collect(work: Path) -> _Collected:
