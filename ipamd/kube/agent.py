@@ -12,7 +12,8 @@
 
 A missing or invalid ENIConfig is a start-up refusal (`SettingUnusable`) naming the resource, as the
 file's absence is; the API unreachable at start falls back to IPAMD_ENI_CONFIG_FILE when there is
-one.
+one. One read from the API is then followed (`ipamd.kube.eniconfigs`): a change applies to the next
+ENI.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ipamd.engine.state import NodeState
 from ipamd.errors import SettingUnusable
 from ipamd.kube.client import KubeApi, KubeError, KubeRefused, KubeUnavailable
 from ipamd.kube.credentials import CredentialsError, find
+from ipamd.kube.eniconfigs import EniConfigFollower, EniConfigTarget
 from ipamd.kube.node import NodeObjects, capacity_pods, eniconfig_name
 from ipamd.kube.pods import PodWatch
 from ipamd.model import PodRef
@@ -66,8 +68,10 @@ class KubeNode:
         self._rng = rng or random.Random()
         self.reachable = False
         self.node_at_start: dict[str, Any] = {}
-        self._events: set[asyncio.Task[None]] = set()
         """The node's object as start-up read it ({} when it could not)."""
+        self.eni_config_read: EniConfig | None = None
+        """Custom networking's ENIConfig as start-up read it from the API (None: not read)."""
+        self._events: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
         await self.objects.api.close()
@@ -140,7 +144,25 @@ class KubeNode:
             spec.subnet,
             list(spec.security_groups),
         )
-        return EniConfig(spec.name, spec.subnet, spec.security_groups)
+        self.eni_config_read = EniConfig(spec.name, spec.subnet, spec.security_groups)
+        return self.eni_config_read
+
+    def follow_eni_config(self, target: EniConfigTarget) -> EniConfigFollower | None:
+        """The watch that applies the node's ENIConfig, as it changes, to the next ENI (None
+        when none was read from the API at start). Run it with `EniConfigFollower.run`."""
+        if self.eni_config_read is None:
+            return None
+        c = self._config
+        return EniConfigFollower(
+            self.objects,
+            c.eni_config_annotation,
+            c.eni_config_label,
+            self.eni_config_read,
+            target,
+            partial(self._event, "Warning", "InvalidENIConfig", "ReadENIConfig"),
+            sleep=self._sleep,
+            rng=self._rng,
+        )
 
     async def remove_startup_taint(self) -> None:
         """Remove IPAMD_STARTUP_TAINT from this node, retrying with backoff until it is gone (or
@@ -254,6 +276,9 @@ class PoolLike(Protocol):
     def hold_while(self, reason: Callable[[], str]) -> None: ...
 
     def on_failure(self, listener: Callable[[Any], None]) -> None: ...
+
+    @property
+    def subnets(self) -> EniConfigTarget: ...
 
 
 class EngineLike(Protocol):
@@ -408,8 +433,8 @@ def start_when_ready(
 ) -> None:
     """Once ADDs are served the node may take pods: IPAMD_STARTUP_TAINT goes, in the background,
     retried until it is gone; the pool holds while the node is cordoned, reports missing
-    permissions as Events, and is fed the pods bound here (IPAMD_POD_AWARE_POOL). Every task
-    stops with `stack`."""
+    permissions as Events, is fed the pods bound here (IPAMD_POD_AWARE_POOL), and new ENIs follow
+    the node's ENIConfig as it changes. Every task stops with `stack`."""
     if kube is None or not ready:
         return
     tasks = [
@@ -420,5 +445,8 @@ def start_when_ready(
     watch = kube.watch_pods(pool, engine)
     if watch is not None:
         tasks.append(asyncio.create_task(watch.run(), name="pod-watch"))
+    follower = kube.follow_eni_config(pool.subnets)
+    if follower is not None:
+        tasks.append(asyncio.create_task(follower.run(), name="eniconfig-watch"))
     for task in tasks:
         stack.callback(task.cancel)

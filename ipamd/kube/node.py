@@ -55,6 +55,16 @@ def eniconfig_name(node: dict[str, Any], annotation_def: str, label_def: str) ->
     return DEFAULT_ENICONFIG
 
 
+def eniconfig_spec(name: str, doc: dict[str, Any]) -> EniConfigSpec:
+    """What an ENIConfig gives new ENIs; ValueError when it has no subnet."""
+    spec = doc.get("spec") or {}
+    subnet = spec.get("subnet")
+    if not isinstance(subnet, str) or not subnet:
+        raise ValueError(f"ENIConfig {name!r} has no spec.subnet")
+    groups = tuple(g for g in spec.get("securityGroups") or () if isinstance(g, str))
+    return EniConfigSpec(name, subnet, groups)
+
+
 def capacity_pods(node: dict[str, Any]) -> int | None:
     """The Node's `status.capacity.pods` (None when it has none that is a number)."""
     pods = ((node.get("status") or {}).get("capacity") or {}).get("pods")
@@ -81,13 +91,7 @@ class NodeObjects:
     async def eniconfig(self, name: str) -> EniConfigSpec:
         """The ENIConfig `name`; raises `KubeRefused` (404 when there is none) or
         `KubeUnavailable`, and ValueError when it has no subnet."""
-        doc = await self.api.get(f"{ENICONFIGS}/{quote(name, safe='')}")
-        spec = doc.get("spec") or {}
-        subnet = spec.get("subnet")
-        if not isinstance(subnet, str) or not subnet:
-            raise ValueError(f"ENIConfig {name!r} has no spec.subnet")
-        groups = tuple(g for g in spec.get("securityGroups") or () if isinstance(g, str))
-        return EniConfigSpec(name, subnet, groups)
+        return eniconfig_spec(name, await self.api.get(f"{ENICONFIGS}/{quote(name, safe='')}"))
 
     async def remove_taint(self, taint: Taint, attempts: int = 3) -> bool:
         """Remove `taint` from this node if it has it; returns whether it was there. Only that

@@ -124,10 +124,11 @@ class Daemon:
 
     def degraded(self) -> tuple[str, ...]:
         """What works less than it should while ready, one reason each (`/readyz` names them): the
-        datapath's, and a pool that cannot grow because EC2 refuses it for good."""
+        datapath's, a pool that cannot grow because EC2 refuses it for good, and an ENIConfig the
+        node chose that cannot be used."""
         reasons = tuple(self.datapath.health.degraded()) if self.datapath is not None else ()
-        blocked = self.pool.blocked_by()
-        return (*reasons, blocked) if blocked else reasons
+        pool = (self.pool.blocked_by(), self.pool.subnets.eni_config_problem)
+        return (*reasons, *(reason for reason in pool if reason))
 
     @property
     def node_ip(self) -> str:

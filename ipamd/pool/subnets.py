@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from cloud.errors import CloudError, SubnetExhausted, SubnetFragmented
@@ -106,6 +106,8 @@ class SubnetCatalogue:
         self.reads = 0
         self.failures = 0
         self._failed_in_row = 0
+        self.eni_config_problem = ""
+        """Why the ENIConfig the node chose cannot be used ("" when it can): `follow_eni_config`."""
 
     @property
     def discovering(self) -> bool:
@@ -117,6 +119,15 @@ class SubnetCatalogue:
     def eni_config(self) -> EniConfig | None:
         """The ENIConfig new ENIs follow under custom networking; None without it."""
         return self._settings.eni_config
+
+    def follow_eni_config(self, config: EniConfig, problem: str = "") -> None:
+        """Custom networking: the next ENI follows `config` (the node's ENIConfig changed);
+        `problem`: why the one the node chose cannot be used ("" once it can), a degraded reason.
+        ENIs already made keep theirs; without custom networking it changes nothing."""
+        if self._settings.eni_config is None:
+            return
+        self._settings = replace(self._settings, eni_config=config)
+        self.eni_config_problem = problem
 
     @property
     def security_groups(self) -> tuple[str, ...]:

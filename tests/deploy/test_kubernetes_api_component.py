@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
 import os
@@ -43,8 +42,10 @@ from ipamd.config.kinds import Taint
 from ipamd.config.settings import SETTINGS
 from ipamd.kube.client import JSON_PATCH, KubeApi
 from ipamd.kube.credentials import SERVICE_ACCOUNT, from_kubeconfig
+from ipamd.kube.eniconfigs import EniConfigFollower
 from ipamd.kube.node import POD_IPS, NodeObjects
 from ipamd.kube.pods import PodWatch
+from ipamd.policy.eni_config import EniConfig
 from tests.deploy.repo import DEPLOY, REPO, Doc, all_objects, daemonset, env_of, load_documents
 from tests.deploy.repo import pod_spec as base_pod_spec
 from tests.deploy.test_validation import kustomize, needs_kubectl, validate_strict
@@ -66,7 +67,11 @@ CLUSTER_RULES = {
     ("", "pods", "patch"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
     ("crd.k8s.amazonaws.com", "eniconfigs", "get"),
+    ("crd.k8s.amazonaws.com", "eniconfigs", "list"),
+    ("crd.k8s.amazonaws.com", "eniconfigs", "watch"),
 }
 """(API group, resource, verb) of the ClusterRole: what ipamd calls (ipamd/kube/)."""
 EVENTS_NAMESPACE = "default"
@@ -349,8 +354,9 @@ OTHER_TAINT = "example.com/gpu=true:NoSchedule"
 async def test_every_request_ipamd_makes_is_one_rule_and_every_rule_is_used(
     tmp_path: Path,
 ) -> None:
-    """Every call of ipamd's to the API (its node's objects, ipamd/kube/node.py, and the watch of
-    its pods, ipamd/kube/pods.py), as the daemon makes them for each feature, against a test API
+    """Every call of ipamd's to the API (its node's objects, ipamd/kube/node.py, the watch of its
+    pods, ipamd/kube/pods.py, and of its Node and ENIConfig, ipamd/kube/eniconfigs.py), as the
+    daemon makes them for each feature, against a test API
     server: what it asked is the ClusterRole and the Role, rule for rule."""
     calls = {
         name
@@ -378,13 +384,18 @@ async def test_every_request_ipamd_makes_is_one_rule_and_every_rule_is_used(
             await objects.annotate_pod("shop", "web-0", "10.0.0.5")
             await objects.clear_pod_ips("shop", "web-0", "10.0.0.5")
             await objects.event("Warning", "MissingIAMPermissions", "AssignPrivateIpAddresses", "")
-            watch = asyncio.create_task(PodWatch(api, NODE).run())
+            chosen = EniConfig("us-west-2a", "subnet-0a1b2c3d4e5f60718")
+            follower = EniConfigFollower(objects, "", "", chosen, _Catalogue(), _no_event)
+            watches = [
+                asyncio.create_task(PodWatch(api, NODE).run()),
+                asyncio.create_task(follower.run()),
+            ]
             try:
-                await server.wait_for_watches(1)
+                await server.wait_for_watches(3)
             finally:
-                watch.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watch
+                for watch in watches:
+                    watch.cancel()
+                await asyncio.gather(*watches, return_exceptions=True)
         finally:
             await api.close()
         recorded = list(server.requests)
@@ -395,6 +406,15 @@ async def test_every_request_ipamd_makes_is_one_rule_and_every_rule_is_used(
     assert asked == by_role | by_cluster_role, "every request is granted"
     assert {a[1:] for a in by_cluster_role} == CLUSTER_RULES, "every rule is used"
     assert {a[1:] for a in by_role} == EVENT_RULES
+
+
+class _Catalogue:
+    def follow_eni_config(self, config: EniConfig, problem: str = "") -> None:
+        pass
+
+
+async def _no_event(note: str) -> None:
+    pass
 
 
 # -- the admission policies, evaluated ------------------------------------------------------------

@@ -5,7 +5,8 @@ as a process started with KUBECONFIG, as an operator runs it off-cluster:
 - the startup taint goes once ipamd serves ADDs, and no other taint is touched;
 - ANNOTATE_POD_IP: an ADD annotates the pod with `vpc.amazonaws.com/pod-ips`, its DEL clears it;
 - custom networking takes the ENIConfig VPC CNI would choose for the node (its label), and a
-  missing one stops the start with one line naming it;
+  missing one stops the start with one line naming it; one relabelled to a missing one while
+  running is degraded until it exists;
 - the API down at start, and failing with 5xx and 429 later, stops no ADD;
 - every request names this node: nothing cluster-wide is read.
 """
@@ -16,10 +17,13 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench.kube_api.kinds import NODES
 from tests.support.embedded_daemon import BIN, NETWORK, EmbeddedDaemon, clean_env, start_daemon
 from tests.support.kube_api import KubeApiServer
 
@@ -171,9 +175,41 @@ def test_custom_networking_takes_the_eniconfig_the_nodes_label_names(
     daemon.wait_for("/readyz")
     line = daemon.wait_for_line(r"kube\.eniconfig name=pods-a subnet=(subnet-\w+)")
     assert line.group(1) == subnet
-    assert [r.path for r in api.requests_for("eniconfigs")] == [
-        "/apis/crd.k8s.amazonaws.com/v1alpha1/eniconfigs/pods-a"
-    ], "only the node's own ENIConfig is read"
+    _until(lambda: any(r.is_watch for r in api.requests_for("eniconfigs")))
+    for request in api.requests_for("eniconfigs"):
+        assert request.path.endswith("/eniconfigs/pods-a") or (
+            request.field_selector == "metadata.name=pods-a"
+        ), ("only the node's own ENIConfig is read and watched", request.path)
+
+    # Relabelled to one that does not exist: degraded, said once as an Event, new ENIs keep pods-a's.
+    api.update(NODES, ("", NODE), partial(_labelled, "pods-c"))
+    _until(lambda: _degraded(daemon))
+    (reason,) = _degraded(daemon)
+    assert "ENIConfig 'pods-c' does not exist" in reason and subnet in reason, reason
+    _until(lambda: any(e["reason"] == "InvalidENIConfig" for e in api.events()))
+    status = subprocess.run(
+        [str(BIN / "ipamctl"), "--socket", str(daemon.socket_path), "status"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "degraded: custom networking: ENIConfig 'pods-c' does not exist" in status.stdout
+
+    api.add_eniconfig("pods-c", subnet)
+    daemon.wait_for_line(r"kube\.eniconfig_followed name=pods-c subnet=")
+    _until(lambda: not _degraded(daemon))
+
+
+def _labelled(value: str, node: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(node["metadata"])
+    meta["labels"] = dict(meta.get("labels") or {}, **{"k8s.amazonaws.com/eniConfig": value})
+    return dict(node, metadata=meta)
+
+
+def _degraded(daemon: EmbeddedDaemon) -> list[str]:
+    _, body = daemon.call("GET", "/readyz")
+    return list(body.get("degraded") or ())
 
 
 def test_a_missing_eniconfig_stops_the_start_naming_it(

@@ -156,3 +156,33 @@ async def test_what_the_primary_held_before_custom_networking_goes_back(
         node.check()
     finally:
         await node.engine.close()
+
+
+async def test_a_changed_eniconfig_goes_to_the_next_eni_and_no_other(
+    embedded: EmbeddedEc2, tmp_path: Path
+) -> None:
+    """The node's ENIConfig changes while ipamd runs (`ipamd.kube.eniconfigs` follows it): the ENI
+    made before keeps its subnet and its pods; the next ENI is made in the new subnet."""
+    other = "100.64.32.0/19"
+    layout = Layout(
+        secondary_cidrs=("100.64.0.0/16",), subnets=(SubnetSpec(POD_SUBNET), SubnetSpec(other))
+    )
+    world = embedded.world("m5.large", layout=layout, seed=7)
+    node = await _open(world, _config(tmp_path, world, custom=True), FakeClock())
+    try:
+        await node.settle()
+        first = [await _add(node, f"pod-{i}") for i in range(9)]
+        (first_eni,) = {p.eni_id for p in first}
+        moved = EniConfig("pods-b", world.subnet(other).subnet_id, (world.security_group_id,))
+        node.pool.subnets.follow_eni_config(moved)
+        assert node.pool.subnets.candidates() == (moved.subnet_id,)
+
+        later = [await _add(node, f"later-{i}") for i in range(9)]
+        enis = {e.eni_id: e for e in node.engine.state.enis().values()}
+        assert {p.eni_id for p in later}.isdisjoint({first_eni}), "the first ENI is full"
+        assert {enis[p.eni_id].subnet_id for p in later} == {moved.subnet_id}
+        assert enis[first_eni].subnet_id == world.subnet(POD_SUBNET).subnet_id, "it keeps its own"
+        assert all(node.engine.state.allocations().get(p.key) for p in first), "pods keep theirs"
+        node.check()
+    finally:
+        await node.engine.close()

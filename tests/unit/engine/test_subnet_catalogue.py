@@ -194,3 +194,28 @@ async def test_the_parts_wire_the_catalogue_from_the_configuration(tmp_path: Pat
     assert catalogue.reads == 2
     for parts in opened:
         await parts.engine.close()
+
+
+async def test_a_followed_eniconfig_is_the_next_enis_and_its_problem_is_kept() -> None:
+    start = EniConfig("pods-a", "subnet-0aaaaaaaaaaaaaaa1")
+    catalogue, ec2, _, pods = await _catalogue(SubnetSettings(eni_config=start))
+    primary = (await ec2.describe_instance(ec2.instance_id)).security_groups
+    assert catalogue.candidates() == ("subnet-0aaaaaaaaaaaaaaa1",)
+    assert catalogue.security_groups == primary, "none named: the primary ENI's"
+
+    catalogue.follow_eni_config(EniConfig("pods-b", pods, ("sg-0123456789abcdef0",)))
+    assert catalogue.candidates() == (pods,)
+    assert catalogue.security_groups == ("sg-0123456789abcdef0",)
+    assert catalogue.eni_config_problem == ""
+
+    catalogue.follow_eni_config(catalogue.eni_config or start, "ENIConfig 'pods-c' does not exist")
+    assert catalogue.candidates() == (pods,), "the last good one stays"
+    assert catalogue.eni_config_problem == "ENIConfig 'pods-c' does not exist"
+
+
+async def test_without_custom_networking_an_eniconfig_changes_nothing() -> None:
+    catalogue, ec2, _, _ = await _catalogue()
+    catalogue.follow_eni_config(EniConfig("pods-b", "subnet-0bbbbbbbbbbbbbbb2"), "a problem")
+    assert catalogue.eni_config is None
+    assert catalogue.eni_config_problem == ""
+    assert catalogue.candidates() == (ec2.subnet_id,)

@@ -13,6 +13,7 @@ from ipamd.kube.agent import KubeNode
 from ipamd.kube.client import KubeApi
 from ipamd.kube.credentials import from_kubeconfig
 from ipamd.kube.node import NodeObjects
+from ipamd.policy.eni_config import EniConfig
 from tests.support.kube_api import KubeApiServer, kube_api
 
 NODE = "ip-10-0-0-10.us-west-2.compute.internal"
@@ -34,6 +35,12 @@ class Pool:
     def expect_pods(self, pods_to_come: Callable[[], int]) -> None: ...
 
     def hold_while(self, reason: Callable[[], str]) -> None: ...
+
+    @property
+    def subnets(self) -> Pool:
+        return self
+
+    def follow_eni_config(self, config: EniConfig, problem: str = "") -> None: ...
 
 
 async def test_a_missing_permission_is_an_event_on_the_node_once(kube_api: KubeApiServer) -> None:
