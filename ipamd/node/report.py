@@ -49,10 +49,14 @@ def in_force(daemon: Daemon) -> dict[str, object]:
     IP target > 0 overrides the ENI and prefix targets; the other mode's target has no effect)."""
     if daemon.config.enable_ipv6:
         return {"goal": "ipv6", "targets": [], "ignored": {}}
-    targets, strategy = daemon.parts.targets, daemon.pool.report().strategy
+    targets, strategy = daemon.pool.targets(), daemon.pool.report().strategy
     goal = strategy.goal_for(targets, daemon.parts.node.limits).name
     ignored: dict[str, str] = {}
-    if goal == "warm_ip":
+    if goal == "pods":
+        used = ["IPAMD_POD_AWARE_POOL"]
+        why = "0 with a pod-aware pool: it keeps addresses for the pods bound here alone"
+        ignored = {"WARM_ENI_TARGET": why, "WARM_PREFIX_TARGET": why}
+    elif goal == "warm_ip":
         used = ["WARM_IP_TARGET", "MINIMUM_IP_TARGET"]
         why = "WARM_IP_TARGET or MINIMUM_IP_TARGET is set, which overrides it"
         ignored = {"WARM_ENI_TARGET": why, "WARM_PREFIX_TARGET": why}

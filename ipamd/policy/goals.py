@@ -85,6 +85,15 @@ def warm_ip_goal(targets: PoolTargets) -> Goal:
     )
 
 
+def pods_goal(targets: PoolTargets) -> Goal:
+    """A pod-aware pool (IPAMD_POD_AWARE_POOL) whose mode's warm target is 0 and with no IP target:
+    free addresses for the pods bound here that hold none yet, and nothing more. Single units go
+    back once spare (after the release delay), and growth adds just what is short: VPC CNI's
+    rule for a warm target of 0 (keep one free; fill whole ENIs and never return a single
+    address) sized a pool for pods it could not see coming."""
+    return Goal("pods", keep_available=targets.pods_to_come)
+
+
 def warm_eni_goal(targets: PoolTargets, limits: NodeLimits, unit_size: int) -> Goal:
     """Keep WARM_ENI_TARGET ENIs' worth of free addresses, growing an ENI at a time.
 

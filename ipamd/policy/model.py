@@ -88,6 +88,10 @@ class PoolTargets:
     pods_to_come: int = 0
     """Pods bound to this node that want an address and hold none yet (IPAMD_POD_AWARE_POOL): the
     pool keeps at least that many free, whatever the warm targets ask (`UnitStrategy.goal_for`)."""
+    pod_aware: bool = False
+    """IPAMD_POD_AWARE_POOL is in force (the pods bound here are known): with every warm target
+    at 0 the pool holds what its pods use and the pods on their way, and no more
+    (`ipamd.policy.goals.pods_goal`)."""
 
     @classmethod
     def from_config(cls, config: Config) -> PoolTargets:

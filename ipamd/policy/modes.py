@@ -16,6 +16,7 @@ from typing import Literal
 
 from ipamd.policy.goals import (
     Goal,
+    pods_goal,
     uses_ip_targets,
     warm_eni_goal,
     warm_ip_goal,
@@ -34,6 +35,8 @@ class UnitStrategy:
     """1 or 16."""
     warm_goal: Callable[[PoolTargets, NodeLimits, int], Goal] = field(repr=False)
     """The mode's own goal, used when neither WARM_IP_TARGET nor MINIMUM_IP_TARGET is set."""
+    warm_target: Callable[[PoolTargets], int] = field(repr=False)
+    """The mode's own warm target (WARM_ENI_TARGET or WARM_PREFIX_TARGET)."""
     replaces_smaller_units: bool = False
     """Whether wholly free units smaller than this mode's (the /32s prefix mode's fallback to
     secondary IPs left) are leftovers rather than capacity: the plan counts the pool without them,
@@ -54,12 +57,14 @@ class UnitStrategy:
 
     def goal_for(self, targets: PoolTargets, limits: NodeLimits) -> Goal:
         """The goal the knobs set in this mode: the IP targets win when either is > 0, as in VPC
-        CNI; otherwise the mode's own warm target."""
-        goal = (
-            warm_ip_goal(targets)
-            if uses_ip_targets(targets)
-            else self.warm_goal(targets, limits, self.addresses_per_unit)
-        )
+        CNI; otherwise the mode's own warm target, or, for a pod-aware pool with that target at 0,
+        the pods on their way alone (`pods_goal`)."""
+        if uses_ip_targets(targets):
+            goal = warm_ip_goal(targets)
+        elif targets.pod_aware and self.warm_target(targets) == 0:
+            return pods_goal(targets)
+        else:
+            goal = self.warm_goal(targets, limits, self.addresses_per_unit)
         if targets.pods_to_come > goal.keep_available:
             # The pods the scheduler bound here are on their way: their addresses come first.
             return replace(goal, keep_available=targets.pods_to_come)
@@ -70,8 +75,10 @@ def _warm_prefix(targets: PoolTargets, limits: NodeLimits, unit_size: int) -> Go
     return warm_prefix_goal(targets)
 
 
-SECONDARY_IPS = UnitStrategy("ip", 1, warm_eni_goal)
-PREFIXES = UnitStrategy("prefix", 16, _warm_prefix, replaces_smaller_units=True)
+SECONDARY_IPS = UnitStrategy("ip", 1, warm_eni_goal, lambda t: t.warm_eni_target)
+PREFIXES = UnitStrategy(
+    "prefix", 16, _warm_prefix, lambda t: t.warm_prefix_target, replaces_smaller_units=True
+)
 
 
 def strategy_for(prefix_delegation: bool) -> UnitStrategy:

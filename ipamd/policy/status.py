@@ -20,8 +20,8 @@ from ipamd.policy.plan import (
 @dataclass(frozen=True, slots=True)
 class PoolStatus:
     goal: str
-    """`warm_ip`, `warm_eni` or `warm_prefix`: which knobs are in charge; `scarce` while the
-    subnets are (`ipamd.policy.scarcity`)."""
+    """`warm_ip`, `warm_eni`, `warm_prefix` or `pods` (a pod-aware pool whose warm targets are 0):
+    which knobs are in charge; `scarce` while the subnets are (`ipamd.policy.scarcity`)."""
     enis: int
     max_enis: int
     """`effective_max_enis`: the instance type's limit, capped by MAX_ENI."""

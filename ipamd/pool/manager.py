@@ -100,6 +100,7 @@ class PoolManager:
         self._planned_for: tuple[object, ...] = ()
         engine.explain_starvation(self.blocked_by)
         self._pods_to_come: Callable[[], int] = int
+        self._pod_aware = False
         self._held_by: Callable[[], str] = str
         self._failure_listeners: list[Callable[[CloudError | StoreWriteFailed], None]] = []
 
@@ -112,6 +113,7 @@ class PoolManager:
         """From now on the pool keeps free addresses for `pods_to_come()` pods, the ones bound to
         this node that hold none yet (IPAMD_POD_AWARE_POOL)."""
         self._pods_to_come = pods_to_come
+        self._pod_aware = True
 
     def blocked_by(self) -> str:
         """Why the pool cannot grow now, for an ADD's error, `/readyz` and `ipamctl status`: the last
@@ -188,11 +190,16 @@ class PoolManager:
             self._planned, self._planned_for = self._plan_on(aged(counted, now), targets), inputs
         return self._planned
 
+    def targets(self) -> PoolTargets:
+        """The targets the pool follows now: as configured, with the pods on their way."""
+        return self._targets()
+
     def _targets(self) -> PoolTargets:
         """The configured targets, with the pods on their way to this node (`expect_pods`)."""
-        coming = self._pods_to_come()
         targets = self._settings.targets
-        return replace(targets, pods_to_come=coming) if coming else targets
+        if not self._pod_aware:
+            return targets
+        return replace(targets, pods_to_come=self._pods_to_come(), pod_aware=True)
 
     def _plan_on(self, stats: NodeStats, targets: PoolTargets) -> PoolPlan:
         """The plan for `stats`: the targets met on the ENIs that take pods (at their minimum while
