@@ -16,7 +16,14 @@ budget; `--runs` picks some):
 - `churn`: the steady run while 20 % of the nodes an hour are terminated and replaced (under the
   budget, in the window), for half of `--hours`;
 - `subnet_takeover`: at most 100 nodes share a subnet that runs dry and a tagged pod subnet takes
-  over, the steady workload at 12 pods per node (`bench.cluster.subnets_run`).
+  over, the steady workload at 12 pods per node (`bench.cluster.subnets_run`);
+- `bound_warm_pool` and `bound_pod_aware`: the steady run for half of `--hours` with each pod bound
+  to its node a while before its ADD (the kubelet's sync of the new pod: log-normal, median 2 s,
+  sigma 0.8, `workload.PodSettings`), the same pods in both: VPC CNI's default warm pool, then the
+  pod-aware pool (IPAMD_POD_AWARE_POOL=on, fed the pods bound and not yet answered, as the API's pod
+  watch feeds it) with every warm target at 0. Side by side: the p99 from binding to an answered
+  ADD, addresses per node and EC2 mutating calls per 1,000 pods, the second over the first
+  (`<prefix>_bound_pod_aware_<figure>_over_bound_warm_pool`).
 
 Up to 500 nodes the default is all five; above, `steady` and `burst` (how the one account's budget
 bears a larger cluster; the others are measured at 500 or fewer).
@@ -44,16 +51,26 @@ from pathlib import Path
 from bench.cluster import limits
 from bench.cluster.front import Ec2Budget
 from bench.cluster.parallel import RunFailed, run_all, say
-from bench.cluster.report import document, lines, write_json
-from bench.cluster.sim import RunResult, RunSpec
+from bench.cluster.report import document, lines, side_by_side, write_json
+from bench.cluster.sim import POD_AWARE, RunResult, RunSpec
 from bench.cluster.subnets_run import takeover_spec
+from bench.cluster.workload import PodSettings
 
 NODES_ENV = "IPAMD_BENCH_NODES"
 DEFAULT_NODES = 500
 DEFAULT_HOURS = 1.0
 """Measured cluster hours of the steady run (churn and prefix mode: half)."""
-RUN_KINDS = ("steady", "burst", "steady_prefix", "churn", "subnet_takeover")
+RUN_KINDS = (
+    "steady",
+    "burst",
+    "steady_prefix",
+    "churn",
+    "subnet_takeover",
+    "bound_warm_pool",
+    "bound_pod_aware",
+)
 DEFAULT_RUNS = RUN_KINDS
+BIND_TO_ADD_MEDIAN_S = 2.0
 LARGE_RUNS = ("steady", "burst")
 """The default runs above `DEFAULT_NODES` nodes."""
 
@@ -63,6 +80,13 @@ def specs(
 ) -> dict[str, RunSpec]:
     base = RunSpec("steady", nodes, measure_s=hours * 3600, budget=budget, seed=seed)
     grown = replace(base, build_unmetered=True)
+    bound_first = replace(
+        grown,
+        name="bound_warm_pool",
+        measure_s=hours * 1800,
+        pods=PodSettings(bind_to_add_median_s=BIND_TO_ADD_MEDIAN_S),
+        seed=seed + 5,
+    )
     return {
         "steady": grown,
         "burst": replace(
@@ -75,6 +99,8 @@ def specs(
             grown, name="steady_prefix", prefix=True, measure_s=hours * 1800, seed=seed + 3
         ),
         "subnet_takeover": takeover_spec(replace(base, seed=seed + 4), nodes),
+        "bound_warm_pool": bound_first,
+        "bound_pod_aware": replace(bound_first, name="bound_pod_aware", settings=POD_AWARE),
     }
 
 
@@ -158,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(1)
     results = {spec.name: done[spec.name] for spec in chosen.values()}
     total_violations = sum(r.violations for r, _ in results.values())
+    for name, value in side_by_side(results, "bound_warm_pool", "bound_pod_aware").items():
+        print(f"{prefix}_{name}: {value:.3f}")
     print(f"{prefix}_invariant_violations: {total_violations:.3f}")
     print(f"{prefix}_throttled_calls: {sum(r.throttled_total for r, _ in results.values()):.3f}")
     wall_s = time.perf_counter() - started

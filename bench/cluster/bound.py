@@ -69,6 +69,8 @@ class PodTrace:
     still held or wanted one at the end."""
     gave_up: bool = False
     """Its ADD was given up at its deadline, without an address."""
+    bound_s: float | None = None
+    """When the scheduler bound it to its node (None: not known)."""
 
 
 @dataclass(slots=True)

@@ -186,6 +186,17 @@ class SimNode:
     waiting: Waiting | None = None
     """Its pods waiting for an address, once one has waited (`bench.cluster.workload`)."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    coming: set[str] = field(default_factory=set)
+    """Pods bound here whose ADD has not yet got them an address: what the API's pod watch tells
+    a pod-aware pool (`ipamd.kube.pods.PodWatch.waiting`)."""
+    pod_aware: bool = False
+    """IPAMD_POD_AWARE_POOL: the pool keeps addresses for the pods `coming`."""
+
+    def bound(self, container_id: str) -> None:
+        """The scheduler bound a pod here; its ADD comes after the kubelet's sync."""
+        self.coming.add(container_id)
+        if self.pod_aware:
+            self.engine.want_pool()
 
     def counted_commit(self) -> None:
         self.commits += 1
@@ -313,6 +324,9 @@ async def start_node(
     daemon.jobs = jobs
     await daemon.start()
     node.ready = daemon.ready
+    if config.pod_aware_pool == "on":  # the API's pod watch, as the workload binds pods
+        node.pod_aware = True
+        node.pool.expect_pods(lambda: len(node.coming))
     loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
         ("pool", lambda: node.pool.run(config.pool_interval_s)),
         (

@@ -59,6 +59,58 @@ def times_to_address(result: RunResult) -> list[float]:
     return [_waited_s(p) for p in measured(result.pods.traces, result.since_s, result.until_s)]
 
 
+def _bind_to_address_s(pod: PodTrace, deadline_s: float) -> float:
+    """From its binding to its address (its ADD answered); for a pod given up, to its deadline."""
+    assert pod.bound_s is not None
+    end = pod.address_s if pod.address_s is not None else pod.first_add_s + deadline_s
+    return end - pod.bound_s
+
+
+def demand_metrics(result: RunResult) -> dict[str, float]:
+    """What a pool that knows the pods on their way is judged by: time from binding to an answered
+    ADD (where the run binds pods ahead of their ADD), addresses held per node in the window (every
+    node at every sample), EC2 mutating calls per 1,000 pods measured."""
+    out: dict[str, float] = {}
+    if result.spec.pods.bind_to_add_median_s > 0:
+        pods = measured(result.pods.traces, result.since_s, result.until_s)
+        deadline_s = result.spec.pods.deadline_s
+        waits = [_bind_to_address_s(p, deadline_s) for p in pods if p.bound_s is not None]
+        out["bind_to_address_p50_s"] = percentile(waits, 0.50)
+        out["bind_to_address_p99_s"] = percentile(waits, 0.99)
+    held, using = result.node_addresses, result.node_pods
+    if held:
+        out["addresses_per_node_mean"] = sum(held) / len(held)
+        out["addresses_per_node_p99"] = percentile(held, 0.99)
+        out["pods_with_address_per_node_mean"] = sum(using) / max(len(using), 1)
+    count = len(measured(result.pods.traces, result.since_s, result.until_s))
+    if count:
+        mutations = sum(n for op, n in result.calls.items() if AccountFront.mutating(op))
+        out["mutating_calls_per_1000_pods"] = 1000.0 * mutations / count
+    return out
+
+
+def side_by_side(
+    results: Mapping[str, tuple[RunResult, float]], base: str, other: str
+) -> dict[str, float]:
+    """`other` against `base` (the same pods, bound and deleted alike): its p99 from binding to an
+    answered ADD and its mean addresses per node, each over `base`'s."""
+    if base not in results or other not in results:
+        return {}
+    a, b = demand_metrics(results[base][0]), demand_metrics(results[other][0])
+    out: dict[str, float] = {}
+    for key, name in (
+        ("bind_to_address_p99_s", "bind_to_address_p99"),
+        ("addresses_per_node_mean", "addresses_per_node_mean"),
+        ("mutating_calls_per_1000_pods", "mutating_calls_per_1000_pods"),
+    ):
+        if key in a and key in b:
+            # Both 0: no worse. A base of 0 against more: infinitely worse, said as such.
+            out[f"{other}_{name}_over_{base}"] = (
+                b[key] / a[key] if a[key] else (1.0 if not b[key] else math.inf)
+            )
+    return out
+
+
 def bound_metrics(result: RunResult, tta: list[float]) -> dict[str, float]:
     """The lower bound (`bench.cluster.bound`) beside the run's own figures. The ratios divide by
     the bound, or by the runtime's retry interval when the bound is 0 (every pod could have had
@@ -108,6 +160,7 @@ def metrics(result: RunResult, wall_s: float) -> dict[str, float]:
         "time_to_address_p99_s": percentile(tta, 0.99),
         "time_to_address_max_s": max(tta, default=0.0),
         **bound_metrics(result, tta),
+        **demand_metrics(result),
         "invariant_checkpoints": float(result.checkpoints),
         "invariant_violations": float(result.violations),
         "enis_awaiting_eni_gc": float(result.awaiting_eni_gc),

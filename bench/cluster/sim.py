@@ -58,6 +58,15 @@ class LocalFailure(RuntimeError):
     """A run stopped by a local error (`Cluster.failed`); the message names the first."""
 
 
+POD_AWARE = (
+    ("IPAMD_POD_AWARE_POOL", "on"),
+    ("WARM_ENI_TARGET", "0"),
+    ("WARM_IP_TARGET", "0"),
+    ("MINIMUM_IP_TARGET", "0"),
+)
+"""`RunSpec.settings` of the pod-aware pool with every warm target at 0: it keeps addresses for
+the pods bound to its node (`SimNode.coming`), as the API's pod watch tells it, and no more."""
+
 CLUSTER_NAME = "sim"
 """Every node runs with this CLUSTER_NAME: the ENIs it creates carry it, and its ENI GC sweeps
 the cluster's leftovers, those of terminated nodes included."""
@@ -93,6 +102,8 @@ class RunSpec:
     5,000 nodes those 15,000 calls take 50 minutes, where the ramp lasts ten: no node-local
     policy could serve the ramp's pods within their deadline."""
     pods: PodSettings = field(default_factory=PodSettings)
+    settings: tuple[tuple[str, str], ...] = ()
+    """ipamd's settings for every node, beyond VPC CNI's defaults (environment variable, value)."""
     seed: int = 1
 
 
@@ -118,6 +129,10 @@ class RunResult:
     """Detached ENIs of live nodes left to their ENI GC, at the end."""
     series: list[tuple[float, int, int]] = field(default_factory=list)
     """(seconds since the workload began, pods holding an address, addresses in the pools)."""
+    node_addresses: list[int] = field(default_factory=list)
+    """Addresses in one node's pool, for every node at every sample in the measured window."""
+    node_pods: list[int] = field(default_factory=list)
+    """Pods holding an address on one node, alike."""
     sim_s: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
     """A run's own figures, reported with the common ones (`bench.cluster.subnets_run`)."""
@@ -154,7 +169,7 @@ class Cluster:
         self.instances: dict[str, Any] = {}
         self.nodes: list[SimNode] = []
         self.retired: list[SimNode] = []
-        env = {"CLUSTER_NAME": CLUSTER_NAME}
+        env = {"CLUSTER_NAME": CLUSTER_NAME, **dict(spec.settings)}
         if spec.prefix:
             env["ENABLE_PREFIX_DELEGATION"] = "true"
         self.config = Config.from_env(env)
@@ -358,9 +373,12 @@ class Cluster:
             if failures:
                 why = RuntimeError(f"{failures} pool rounds could not write the state file")
                 self.failed(LOCAL, f"{node.name}: pool", why)
-        pods = sum(len(n.engine.state.allocations()) for n in self.nodes)
-        addresses = sum(n.pool_addresses() for n in self.nodes)
-        self.result.series.append((round(t_s, 1), pods, addresses))
+        using = [len(n.engine.state.allocations()) for n in self.nodes]
+        held = [n.pool_addresses() for n in self.nodes]
+        self.result.series.append((round(t_s, 1), sum(using), sum(held)))
+        if self.result.since_s and not self.result.until_s:
+            self.result.node_addresses += held
+            self.result.node_pods += using
 
 
 def new_front(spec: RunSpec, clock: VirtualClock) -> AccountFront:

@@ -69,6 +69,12 @@ class PodSettings:
     """After its first ADD, a pod still without an address counts as failed."""
     missed_del_ratio: float = 0.01
     """Share of deletions whose CNI DEL never reaches ipamd."""
+    bind_to_add_median_s: float = 0.0
+    """From the scheduler's binding to the pod's first ADD: the kubelet's sync of the new pod
+    (its volumes, the sandbox image) before it creates the sandbox. 0: the ADD comes at the
+    binding. Otherwise log-normal with this median and `bind_to_add_sigma` (`Draws.bind_to_add_s`):
+    at 2 s and 0.8, 0.3 s at the 1st percentile and 13 s at the 99th."""
+    bind_to_add_sigma: float = 0.8
 
 
 LOCAL = "local_error"
@@ -130,6 +136,7 @@ class Draws:
         self._arrivals = random.Random(f"{seed}/arrivals")
         self._lifetimes = random.Random(f"{seed}/lifetimes")
         self._dels = random.Random(f"{seed}/dels")
+        self._syncs = random.Random(f"{seed}/syncs")
 
     def offers(self, nodes: Sequence[SimNode]) -> list[SimNode]:
         return [nodes[int(self._offers.random() * len(nodes))] for _ in range(self.OFFERS)]
@@ -145,6 +152,11 @@ class Draws:
 
     def del_missed(self, ratio: float) -> bool:
         return self._dels.random() < ratio
+
+    def bind_to_add_s(self, median_s: float, sigma: float) -> float:
+        """Drawn for every pod (0 when `median_s` is 0): log-normal, `median_s` at its median."""
+        draw = self._syncs.gauss(0.0, 1.0)
+        return median_s * math.exp(sigma * draw) if median_s > 0 else 0.0
 
 
 def _standing(node: SimNode, retry_s: float) -> Callable[[], float]:
@@ -203,6 +215,8 @@ class Workload:
         """Schedule one pod; False if no node has room for it."""
         lifetime_s = self._draws.lifetime_s(self.mean_lifetime_s)
         missed_del = self._draws.del_missed(self._settings.missed_del_ratio)
+        s = self._settings
+        sync_s = self._draws.bind_to_add_s(s.bind_to_add_median_s, s.bind_to_add_sigma)
         node = self.place()
         if node is None:
             self.stats.unschedulable += 1
@@ -211,7 +225,8 @@ class Workload:
         cid = hashlib.sha256(f"{self._family}-{self._serial}".encode()).hexdigest()
         node.pods.add(cid)
         self.stats.scheduled += 1
-        task = asyncio.get_running_loop().create_task(self._pod(node, cid, lifetime_s, missed_del))
+        pod = self._pod(node, cid, lifetime_s, missed_del, sync_s)
+        task = asyncio.get_running_loop().create_task(pod)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
@@ -231,19 +246,27 @@ class Workload:
             trace.released_s = self._clock.now()
 
     async def _pod(
-        self, node: SimNode, cid: str, lifetime_s: float | None, missed_del: bool
+        self, node: SimNode, cid: str, lifetime_s: float | None, missed_del: bool, sync_s: float
     ) -> None:
         try:
-            await self._life(node, cid, lifetime_s, missed_del)
+            await self._life(node, cid, lifetime_s, missed_del, sync_s)
         except Exception as err:  # not ipamd's answer: the simulator's own, which ends the run
             self._failed(LOCAL, f"{node.name}: pod {cid[:12]}", err)
+        finally:
+            node.coming.discard(cid)
 
     async def _life(
-        self, node: SimNode, cid: str, lifetime_s: float | None, missed_del: bool
+        self, node: SimNode, cid: str, lifetime_s: float | None, missed_del: bool, sync_s: float
     ) -> None:
         key = AllocationKey(NETWORK, cid, "eth0")
+        bound_s = self._clock.now()
+        if sync_s > 0:
+            node.bound(cid)
+            await asyncio.sleep(sync_s)
+            if node.gone:
+                return  # rescheduled elsewhere (`reschedule`)
         node.runtime.start(cid)
-        if not await self._add(node, key):
+        if not await self._add(node, key, bound_s):
             node.runtime.stop(cid)
             node.pods.discard(cid)
             await self._release(node, key)  # the runtime's DEL after a failed ADD
@@ -254,9 +277,9 @@ class Workload:
         if not node.gone:
             await self._delete(node, key, missed_del)
 
-    async def _add(self, node: SimNode, key: AllocationKey) -> bool:
+    async def _add(self, node: SimNode, key: AllocationKey, bound_s: float) -> bool:
         started = self._clock.now()
-        trace = PodTrace(node.name, started)
+        trace = PodTrace(node.name, started, bound_s=bound_s)
         self.stats.traces.append(trace)
         self._live[key.container_id] = trace
         pod = PodRef("default", key.container_id[:12], key.container_id[:32])
@@ -271,6 +294,7 @@ class Workload:
                         raise NoAddressAvailable("refused as the node's last ADD")
                     try:
                         await node.datapath.add(key, pod)
+                        node.coming.discard(key.container_id)  # it holds its address now
                     except NoAddressAvailable:
                         node.refusal = Refusal.of(node, self._clock.now())
                         node.changed()

@@ -7,16 +7,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from bench.cluster.bound import PodTrace
 from bench.cluster.front import THROTTLED, AccountFront, Ec2Budget
 from bench.cluster.moto_client import MotoEc2Client
-from bench.cluster.report import calls_per_node_hour, metrics, percentile, times_to_address
+from bench.cluster.report import (
+    calls_per_node_hour,
+    demand_metrics,
+    metrics,
+    percentile,
+    side_by_side,
+    times_to_address,
+)
 from bench.cluster.runner import run_spec
-from bench.cluster.sim import RunResult, RunSpec
+from bench.cluster.sim import POD_AWARE, RunResult, RunSpec
 from bench.cluster.vtime import LatencyExecutor, VirtualTimeLoop
+from bench.cluster.workload import PodSettings
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.world import EmbeddedEc2, World
 from cloud.errors import Throttled
@@ -213,3 +222,37 @@ def test_node_churn_keeps_the_address_invariants(host: EmbeddedEc2) -> None:
     assert result.pods.failed_no_address == 0
     assert result.problems == [], result.problems
     assert result.violations == 0
+
+
+def test_a_pod_aware_pool_keeps_addresses_for_the_pods_bound_and_no_more(host: EmbeddedEc2) -> None:
+    """The same pods, bound a while before their ADD, on the default warm pool and on the pod-aware
+    pool with every warm target at 0 (`python -m bench.cluster`'s `bound_*` runs, smaller and at
+    8 pods a node): the pod-aware pool answers as soon, holds at most half the addresses, and
+    tracks its pods."""
+    warm = RunSpec(
+        "bound_warm_pool",
+        8,
+        pods_per_node=8,
+        ramp_s=300,
+        measure_s=1200,
+        warmup_s=60,
+        build_unmetered=True,
+        pods=PodSettings(bind_to_add_median_s=2.0),
+        seed=6,
+    )
+    aware = replace(warm, name="bound_pod_aware", settings=POD_AWARE)
+    results = {spec.name: (run_spec(spec, host), 0.0) for spec in (warm, aware)}
+    for result, _ in results.values():
+        assert result.violations == 0 and result.local_errors == 0, result.problems
+        assert result.pods.failed_no_address == 0
+    first, second = (demand_metrics(results[name][0]) for name in (warm.name, aware.name))
+    assert first["bind_to_address_p50_s"] >= 0.5, "the ADD comes after the kubelet's sync"
+    assert second["addresses_per_node_mean"] < first["addresses_per_node_mean"]
+    assert second["addresses_per_node_mean"] - second["pods_with_address_per_node_mean"] < 6, (
+        "what it holds beyond its pods: the ones on their way, cooling and spare for a while"
+    )
+    assert second["mutating_calls_per_1000_pods"] > 0, "it grows and shrinks by the pod"
+    ratios = side_by_side(results, warm.name, aware.name)
+    # At 8 pods a node the default pool holds about 2.6 addresses a pod (an ENI of 9 kept warm).
+    assert ratios["bound_pod_aware_addresses_per_node_mean_over_bound_warm_pool"] <= 0.5
+    assert ratios["bound_pod_aware_bind_to_address_p99_over_bound_warm_pool"] <= 1.0
