@@ -244,3 +244,47 @@ def test_without_the_burst_there_is_no_comparison() -> None:
         markdown.Figures("m", {"engine_add_p50_ms": 0.3}, [], CLUSTER, {}, CHAOS)
     )
     assert "VPC CNI before #3764" not in page
+
+
+def test_the_pod_aware_pool_is_shown_beside_the_warm_pool_with_its_targets() -> None:
+    warm = {
+        "bind_to_address_p99_s": 12.5,
+        "addresses_per_node_mean": 27.0,
+        "pods_with_address_per_node_mean": 15.5,
+        "mutating_calls_per_1000_pods": 0.0,
+    }
+    aware = {
+        "bind_to_address_p99_s": 12.5,
+        "addresses_per_node_mean": 18.3,
+        "pods_with_address_per_node_mean": 15.5,
+        "mutating_calls_per_1000_pods": 449.6,
+    }
+    cluster = {**CLUSTER, "runs": {"bound_warm_pool": warm, "bound_pod_aware": aware}}
+    page = markdown.render(
+        markdown.Figures(
+            machine="m",
+            bench={},
+            del_p50_ms_by_intents=[],
+            cluster=cluster,
+            cluster_sizes={},
+            chaos=CHAOS,
+        )
+    )
+    assert "| addresses_per_node_mean | 27 | 18.300 |" in page
+    assert "over the warm pool's: 1.000 (target ≤ 1 (met))" in page
+    assert "over the warm pool's: 0.678 (target ≤ 0.500 (NOT met))" in page
+    assert "the pods alone hold 0.574 of the warm pool's addresses" in page
+
+
+def test_without_both_pools_there_is_no_pod_aware_comparison() -> None:
+    page = markdown.render(
+        markdown.Figures(
+            machine="m",
+            bench={},
+            del_p50_ms_by_intents=[],
+            cluster=CLUSTER,
+            cluster_sizes={},
+            chaos=CHAOS,
+        )
+    )
+    assert "bound_pod_aware" not in page
