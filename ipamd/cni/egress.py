@@ -1,15 +1,15 @@
 """IPv4 egress for an IPv6 pod, as VPC CNI's `egress-cni` gives one in IPv6 mode: the pod reaches
 IPv4-only destinations through a second veth pair whose address the node SNATs to its own.
 
-The conf's `v4Egress` block turns it on (the interface plugin's conf, `ipamd.cni.invocation`):
-`{"ifname": "v4if0", "subnet": "169.254.172.0/22", "dataDir": "/run/ipamd/v4egress"}`, all three
-keys required, a bad one CNI error 7 naming it. The pod's IPv4 address comes from the Debian
-`host-local` IPAM plugin found in CNI_PATH, executed as the CNI spec says (CNI_COMMAND,
-CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME = the egress ifname, CNI_PATH; stdin a conf naming the subnet
-and `dataDir`, where host-local keeps one file per address it handed out). It is sent cniVersion
-1.0.0, or 0.4.0 for a 0.4.0 conf: the IPAM result of 1.1.0 is 1.0.0's, and Debian's host-local
-knows no later version. The next hop is the subnet's first address, held by nobody (as 169.254.1.1
-is for an IPv4 pod): `ipamd.cni.pod_interface.set_up` makes the pair with it.
+The conf's `v4Egress` block turns it on (the interface plugin's conf, checked by
+`ipamd.cni.invocation.parse_v4_egress`): `{"ifname": "v4if0", "subnet": "169.254.172.0/22",
+"dataDir": "/run/ipamd/v4egress"}`, all three keys required, a bad one CNI error 7 naming it. The
+pod's IPv4 address comes from the Debian `host-local` IPAM plugin found in CNI_PATH, executed as the
+CNI spec says (CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME = the egress ifname, CNI_PATH;
+stdin a conf naming the subnet and `dataDir`, where host-local keeps one file per address it handed
+out). It is sent cniVersion 1.0.0, or 0.4.0 for a 0.4.0 conf: the IPAM result of 1.1.0 is 1.0.0's,
+and Debian's host-local knows no later version. The next hop is the subnet's first address, held by
+nobody (as 169.254.1.1 is for an IPv4 pod): `ipamd.cni.pod_interface.set_up` makes the pair with it.
 
 The host veth of the pair is `v4-` + the last 11 characters of the pod's main host veth (the same
 digest of the pod's name or container ID): found again from the same input, 14 characters, and
@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import os
 
-from ipamd.cni.invocation import ERR_INVALID_CONFIG, CniError
-from ipamd.wire import WireError, check_ifname, dumps, parse_object
+from ipamd.wire import WireError, dumps, parse_object
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ipamd.cni.invocation import Invocation
+    from ipamd.cni.invocation import Invocation, V4Egress
 
 EGRESS_VETH_PREFIX = "v4-"
 HOST_LOCAL = "host-local"
@@ -40,19 +39,6 @@ SIGKILL = 9
 _READ_BYTES = 65536
 
 
-class V4Egress:
-    """The conf's `v4Egress` block, checked: the pod's interface, the subnet and its gateway,
-    host-local's dataDir."""
-
-    __slots__ = ("data_dir", "gateway", "ifname", "subnet")
-
-    def __init__(self, ifname: str, subnet: str, gateway: str, data_dir: str) -> None:
-        self.ifname = ifname
-        self.subnet = subnet
-        self.gateway = gateway
-        self.data_dir = data_dir
-
-
 class DelegateError(Exception):
     """host-local could not be run, or answered with an error."""
 
@@ -60,52 +46,6 @@ class DelegateError(Exception):
         super().__init__(f"{msg}: {details}" if details else msg)
         self.msg = msg
         self.details = details
-
-
-def parse_v4_egress(block: object) -> V4Egress:
-    """The `v4Egress` block, or CNI error 7 naming the key at fault."""
-    if not isinstance(block, dict):
-        raise CniError(ERR_INVALID_CONFIG, "v4Egress must be an object", repr(block))
-    for key in ("ifname", "subnet", "dataDir"):
-        if key not in block:
-            raise CniError(ERR_INVALID_CONFIG, f"v4Egress.{key} is required")
-    try:
-        ifname = check_ifname(block["ifname"], "v4Egress.ifname")
-    except WireError as err:
-        raise CniError(ERR_INVALID_CONFIG, "invalid v4Egress.ifname", str(err)) from None
-    subnet = block["subnet"]
-    gateway = _first_address(subnet)
-    if gateway is None:
-        raise CniError(
-            ERR_INVALID_CONFIG,
-            "v4Egress.subnet must be an IPv4 network with a prefix of /1 to /30",
-            repr(subnet),
-        )
-    data_dir = block["dataDir"]
-    if not isinstance(data_dir, str) or not data_dir.startswith("/"):
-        raise CniError(
-            ERR_INVALID_CONFIG, "v4Egress.dataDir must be an absolute path", repr(data_dir)
-        )
-    return V4Egress(ifname, subnet, gateway, data_dir)
-
-
-def _first_address(subnet: object) -> str | None:
-    """The first address of IPv4 network `subnet` (host bits zero, room for a gateway and a
-    pod), or None when it is not one."""
-    import _socket
-
-    if not isinstance(subnet, str):
-        return None
-    network, _, length = subnet.partition("/")
-    if not length.isdigit() or not 1 <= int(length) <= 30:
-        return None
-    try:
-        raw = int.from_bytes(_socket.inet_pton(_socket.AF_INET, network), "big")
-    except OSError:
-        return None
-    if raw & ((1 << (32 - int(length))) - 1):
-        return None
-    return _socket.inet_ntop(_socket.AF_INET, (raw + 1).to_bytes(4, "big"))
 
 
 def egress_veth_name(host_name: str) -> str:

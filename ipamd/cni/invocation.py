@@ -56,8 +56,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ipamd.cni.egress import V4Egress
-
 ERR_INCOMPATIBLE_VERSION = 1
 ERR_UNSUPPORTED_FIELD = 2
 ERR_UNKNOWN_CONTAINER = 3
@@ -93,6 +91,19 @@ class CniError(Exception):
         """The config's cniVersion once known: the error is answered in it."""
         self.log = ("", "")
         """The config's `pluginLogFile` and `pluginLogLevel` once it is decoded."""
+
+
+class V4Egress:
+    """The conf's `v4Egress` block, checked: the pod's interface, the subnet and its gateway,
+    host-local's dataDir."""
+
+    __slots__ = ("data_dir", "gateway", "ifname", "subnet")
+
+    def __init__(self, ifname: str, subnet: str, gateway: str, data_dir: str) -> None:
+        self.ifname = ifname
+        self.subnet = subnet
+        self.gateway = gateway
+        self.data_dir = data_dir
 
 
 class InterfaceConf:
@@ -245,8 +256,6 @@ def _interface(conf: Mapping[str, object]) -> InterfaceConf:
         )
     if "v4Egress" not in conf:
         return InterfaceConf(prefix, mtu)
-    from ipamd.cni.egress import parse_v4_egress
-
     return InterfaceConf(prefix, mtu, parse_v4_egress(conf["v4Egress"]))
 
 
@@ -353,3 +362,49 @@ def parse_invocation(command: str, conf: NetConf, environ: Mapping[str, str]) ->
         pod = _pod_if_given(environ) if conf.interface is not None else None
     netns = environ.get("CNI_NETNS", "")
     return Invocation(command, conf, container_id, ifname, pod, netns, environ.get("CNI_PATH", ""))
+
+
+def parse_v4_egress(block: object) -> V4Egress:
+    """The `v4Egress` block, or CNI error 7 naming the key at fault."""
+    if not isinstance(block, dict):
+        raise CniError(ERR_INVALID_CONFIG, "v4Egress must be an object", repr(block))
+    for key in ("ifname", "subnet", "dataDir"):
+        if key not in block:
+            raise CniError(ERR_INVALID_CONFIG, f"v4Egress.{key} is required")
+    try:
+        ifname = check_ifname(block["ifname"], "v4Egress.ifname")
+    except WireError as err:
+        raise CniError(ERR_INVALID_CONFIG, "invalid v4Egress.ifname", str(err)) from None
+    subnet = block["subnet"]
+    gateway = _first_address(subnet)
+    if gateway is None:
+        raise CniError(
+            ERR_INVALID_CONFIG,
+            "v4Egress.subnet must be an IPv4 network with a prefix of /1 to /30",
+            repr(subnet),
+        )
+    data_dir = block["dataDir"]
+    if not isinstance(data_dir, str) or not data_dir.startswith("/"):
+        raise CniError(
+            ERR_INVALID_CONFIG, "v4Egress.dataDir must be an absolute path", repr(data_dir)
+        )
+    return V4Egress(ifname, subnet, gateway, data_dir)
+
+
+def _first_address(subnet: object) -> str | None:
+    """The first address of IPv4 network `subnet` (host bits zero, room for a gateway and a
+    pod), or None when it is not one."""
+    import _socket
+
+    if not isinstance(subnet, str):
+        return None
+    network, _, length = subnet.partition("/")
+    if not length.isdigit() or not 1 <= int(length) <= 30:
+        return None
+    try:
+        raw = int.from_bytes(_socket.inet_pton(_socket.AF_INET, network), "big")
+    except OSError:
+        return None
+    if raw & ((1 << (32 - int(length))) - 1):
+        return None
+    return _socket.inet_ntop(_socket.AF_INET, (raw + 1).to_bytes(4, "big"))

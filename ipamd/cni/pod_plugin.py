@@ -48,10 +48,10 @@ from __future__ import annotations
 from ipamd.cni import pod_interface
 from ipamd.cni.client import segment
 from ipamd.cni.invocation import ERR_INVALID_CONFIG, CniError, Invocation
+from ipamd.cni.ipam import ERR_IPAMD, allocate, ask
+from ipamd.cni.ipam import check as check_allocation
+from ipamd.cni.ipam import delete as delete_allocation
 from ipamd.cni.netlink import NetlinkError, Netns
-from ipamd.cni.plugin import ERR_IPAMD, allocate, ask
-from ipamd.cni.plugin import check as check_allocation
-from ipamd.cni.plugin import delete as delete_allocation
 from ipamd.wire import PATH_ALLOCATIONS, Allocation
 from ipamd.wire.pod import POLICY_SEGMENT, PolicyRequest, veth_name
 
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import IO
 
-    from ipamd.cni.egress import V4Egress
+    from ipamd.cni.invocation import V4Egress
 
 ERR_INTERFACE = 106
 """The pod's interface cannot be made (ADD) or is missing (CHECK)."""

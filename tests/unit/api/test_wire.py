@@ -126,7 +126,7 @@ def test_deeply_nested_json_is_a_wire_error_not_a_crash() -> None:
 
 
 def test_interface_address_covers_the_node_gateway_for_ptp() -> None:
-    from ipamd.cni.plugin import interface_address
+    from ipamd.cni.ipam import interface_address
 
     assert interface_address("10.0.145.101/32", "10.0.0.5") == "10.0.145.101/16"
     assert interface_address("10.0.0.7/32", "10.0.0.6") == "10.0.0.7/31"
@@ -141,7 +141,7 @@ def test_interface_address_covers_the_node_gateway_for_ptp() -> None:
 def test_interface_address_never_makes_either_end_a_network_or_broadcast_address() -> None:
     import ipaddress
 
-    from ipamd.cni.plugin import interface_address
+    from ipamd.cni.ipam import interface_address
 
     gateway = ipaddress.IPv4Address("10.0.1.203")
     for last in range(256):

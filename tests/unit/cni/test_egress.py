@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from ipamd.cni import egress
-from ipamd.cni.invocation import CniError, Invocation, parse_conf, parse_invocation
+from ipamd.cni.invocation import (
+    CniError,
+    Invocation,
+    V4Egress,
+    parse_conf,
+    parse_invocation,
+    parse_v4_egress,
+)
 from ipamd.cni.pod_interface import PodInterface
 from ipamd.cni.pod_plugin import add, interface_result
 
@@ -46,7 +53,7 @@ def test_the_block_is_read_with_its_subnets_first_address_as_the_gateway() -> No
         "169.254.172.1",
         "/run/ipamd/v4egress",
     )
-    assert egress.parse_v4_egress({**BLOCK, "subnet": "10.9.0.0/30"}).gateway == "10.9.0.1"
+    assert parse_v4_egress({**BLOCK, "subnet": "10.9.0.0/30"}).gateway == "10.9.0.1"
 
 
 def test_without_the_block_there_is_no_egress() -> None:
@@ -135,9 +142,7 @@ def fake_host_local(directory: Path, body: str) -> Path:
     return script
 
 
-def egress_invocation(
-    command: str, cni_path: str, **env: str
-) -> tuple[Invocation, egress.V4Egress]:
+def egress_invocation(command: str, cni_path: str, **env: str) -> tuple[Invocation, V4Egress]:
     inv = invocation(command, conf(v4Egress=BLOCK), CNI_PATH=cni_path, **env)
     assert inv.conf.interface is not None and inv.conf.interface.v4_egress is not None
     return inv, inv.conf.interface.v4_egress

@@ -10,7 +10,7 @@ import pytest
 
 from ipamd.cni.client import DaemonError
 from ipamd.cni.invocation import CniError, Invocation, parse_conf, parse_invocation
-from ipamd.cni.plugin import ERR_NETWORK_POLICY, from_daemon
+from ipamd.cni.ipam import ERR_NETWORK_POLICY, from_daemon
 from ipamd.cni.pod_interface import PodInterface
 from ipamd.cni.pod_plugin import host_veth_name, interface_result
 from ipamd.wire import CODE_NETWORK_POLICY_REFUSED, ErrorBody
