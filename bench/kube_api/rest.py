@@ -11,7 +11,7 @@ import binascii
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -43,11 +43,25 @@ from bench.kube_api.paths import (
     status_body,
     status_response,
 )
-from bench.kube_api.schemas import Invalid
-from bench.kube_api.store import BulkAdded, Change, StoreError, Watcher, watch_events
+from bench.kube_api.schemas import Invalid, Schemas
+from bench.kube_api.store import BulkAdded, Change, Store, StoreError, Watcher, watch_events
 
-if TYPE_CHECKING:
-    from bench.kube_api.server import KubeApiServer
+
+class KubeApiServer(Protocol):
+    """What the REST surface reads of the server (`bench.kube_api.server.KubeApiServer`)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def schemas(self) -> Schemas: ...
+
+    @property
+    def default_watch_timeout_s(self) -> float | None: ...
+
+    @property
+    def bookmark_interval_s(self) -> float | None: ...
+
 
 LIST_CHUNK = 500
 
