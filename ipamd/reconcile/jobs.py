@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,14 +44,38 @@ class Job:
     jitter_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """One job of the schedule, as `Jobs.scheduled` lists it."""
+
+    name: str
+    interval_s: float
+    jitter_s: float
+    last_run_at: float | None
+    """When its last round ended (the clock's seconds; None: it has not run)."""
+    last_outcome: str
+    """`ok`, the expected error's class, `crash`, or "" before its first round."""
+
+
 class Jobs:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._scheduler = AsyncIOScheduler()
+        self._clock = clock
+        self._jobs: dict[str, Job] = {}
+        self._last: dict[str, tuple[float, str]] = {}
         self.outcomes: Counter[tuple[str, str]] = Counter()
         self.failed = asyncio.Event()
         self.fatal: BaseException | None = None
 
+    def scheduled(self) -> tuple[Scheduled, ...]:
+        """Every job added, in the order added, with when it last ran and how that went."""
+        return tuple(
+            Scheduled(job.name, job.interval_s, job.jitter_s, *self._last.get(job.name, (None, "")))
+            for job in self._jobs.values()
+        )
+
     def add(self, job: Job) -> None:
+        self._jobs[job.name] = job
         self._scheduler.add_job(
             self._guarded(job),
             "interval",
@@ -73,17 +98,21 @@ class Jobs:
         try:
             await job.run()
         except EXPECTED as err:
-            self.outcomes[(job.name, type(err).__name__)] += 1
+            self._count(job, type(err).__name__)
             logger.warning("job.failed job=%s error=%s", job.name, err)
             return False
         except Exception as err:
-            self.outcomes[(job.name, "crash")] += 1
+            self._count(job, "crash")
             logger.exception("job.crashed job=%s", job.name)
             self.fatal = err
             self.failed.set()
             return False
-        self.outcomes[(job.name, "ok")] += 1
+        self._count(job, "ok")
         return True
+
+    def _count(self, job: Job, outcome: str) -> None:
+        self.outcomes[(job.name, outcome)] += 1
+        self._last[job.name] = (self._clock(), outcome)
 
     def start(self) -> None:
         """Start the schedule on the running event loop."""

@@ -144,8 +144,8 @@ async def test_without_discovery_the_daemon_reads_at_start_and_schedules_the_job
         subnets = {"free_addresses": reading.free(), "scarce": False, "prefix_fallback": False}
         assert pool_report(daemon)["subnets"] == subnets, "what GET /v1/pool reports"
         daemon.schedule()
-        job = daemon.jobs._scheduler.get_job("subnet_free")  # the schedule has no public listing
-        assert job is not None and job.trigger.interval.total_seconds() == 1800
+        (job,) = (j for j in daemon.jobs.scheduled() if j.name == "subnet_free")
+        assert job.interval_s == 1800
     finally:
         await daemon.close()
 
@@ -160,6 +160,6 @@ async def test_with_discovery_the_daemon_schedules_no_read_of_its_own(tmp_path: 
         free = daemon.pool.subnets.free_addresses()
         assert free is not None and pool_report(daemon)["subnets"]["free_addresses"] == free  # type: ignore[index]
         daemon.schedule()
-        assert daemon.jobs._scheduler.get_job("subnet_free") is None
+        assert "subnet_free" not in {job.name for job in daemon.jobs.scheduled()}
     finally:
         await daemon.close()

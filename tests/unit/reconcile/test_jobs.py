@@ -50,3 +50,31 @@ async def test_schedule_starts_and_stops_on_the_running_loop() -> None:
     jobs.start()
     jobs.shutdown()
     assert not jobs.failed.is_set()
+
+
+async def test_the_schedule_lists_each_job_with_its_last_round() -> None:
+    now = [100.0]
+    jobs = Jobs(clock=lambda: now[0])
+
+    async def nothing() -> None:
+        return None
+
+    async def refused() -> None:
+        raise Throttled("DescribeSubnets", "RequestLimitExceeded")
+
+    hint, drift = Job("hint", nothing, 5.0, jitter_s=1.0), Job("drift", refused, 300.0)
+    jobs.add(hint)
+    jobs.add(drift)
+    assert [
+        (j.name, j.interval_s, j.jitter_s, j.last_run_at, j.last_outcome) for j in jobs.scheduled()
+    ] == [
+        ("hint", 5.0, 1.0, None, ""),
+        ("drift", 300.0, 0.0, None, ""),
+    ]
+    await jobs.run_now(hint)
+    now[0] = 160.0
+    await jobs.run_now(drift)
+    assert [(j.name, j.last_run_at, j.last_outcome) for j in jobs.scheduled()] == [
+        ("hint", 100.0, "ok"),
+        ("drift", 160.0, "Throttled"),
+    ]
