@@ -42,11 +42,14 @@ _ITEM_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 
 
 @dataclass(frozen=True, slots=True)
-class EniConfigSpec:
-    """One ENIConfig as the file gives it: VPC CNI's `ENIConfigSpec` and the resource's name."""
+class EniConfig:
+    """One ENIConfig, as VPC CNI names the Kubernetes resource (its name and VPC CNI's
+    `ENIConfigSpec`), from the file or from the API: where a node's secondary ENIs go under custom
+    networking."""
 
     name: str
-    subnet: str
+    """The resource's name: by default the zone's, as VPC CNI's `ENI_CONFIG_LABEL_DEF` keys it."""
+    subnet_id: str
     security_groups: tuple[str, ...] = ()
     """Empty: the primary ENI's security groups, as VPC CNI does when an ENIConfig names none."""
 
@@ -56,9 +59,9 @@ class EniConfigFile:
     """The file's ENIConfigs, checked, and where they were read from."""
 
     path: str
-    specs: tuple[EniConfigSpec, ...]
+    specs: tuple[EniConfig, ...]
 
-    def find(self, name: str) -> EniConfigSpec | None:
+    def find(self, name: str) -> EniConfig | None:
         return next((s for s in self.specs if s.name == name), None)
 
     @property
@@ -100,7 +103,7 @@ def show_eni_config_file(value: EniConfigFile | None) -> str:
     return value.path if value is not None else ""
 
 
-def parse_eni_configs(text: str) -> tuple[EniConfigSpec, ...]:
+def parse_eni_configs(text: str) -> tuple[EniConfig, ...]:
     """The ENIConfigs of a file's text, in either shape. Raises `ValueError` listing every problem,
     one a line."""
     try:
@@ -115,7 +118,7 @@ def parse_eni_configs(text: str) -> tuple[EniConfigSpec, ...]:
     if not entries:
         raise ValueError(f"the ENIConfig file names no ENIConfig; {_SHAPES}")
     problems: list[str] = []
-    specs: list[EniConfigSpec] = []
+    specs: list[EniConfig] = []
     names = [name for _, name, _ in entries]
     for where, name, spec in entries:
         found = _entry_problems(name, spec)
@@ -234,8 +237,8 @@ def _security_group_problems(groups: object) -> list[str]:
     return problems
 
 
-def _spec(name: object, spec: object) -> EniConfigSpec:
+def _spec(name: object, spec: object) -> EniConfig:
     assert isinstance(name, str) and isinstance(spec, dict)  # checked by _entry_problems
     groups = _groups(spec)
     assert isinstance(groups, list)
-    return EniConfigSpec(name, spec["subnet"], tuple(groups))
+    return EniConfig(name, spec["subnet"], tuple(groups))

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from cloud.errors import CloudError
 from datastore.records import AllocationKey, AllocationRecord
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.kinds import Taint
 from ipamd.config.kubelet import KubeletConfig
 from ipamd.config.settings import Config
@@ -40,7 +41,6 @@ from ipamd.kube.eniconfigs import EniConfigFollower, EniConfigTarget
 from ipamd.kube.node import NodeObjects, capacity_pods, eniconfig_name
 from ipamd.kube.pods import PodWatch
 from ipamd.model import PodRef
-from ipamd.policy.eni_config import EniConfig
 
 logger = logging.getLogger(__name__)
 
@@ -141,11 +141,11 @@ class KubeNode:
         logger.info(
             "kube.eniconfig name=%s subnet=%s security_groups=%s",
             spec.name,
-            spec.subnet,
+            spec.subnet_id,
             list(spec.security_groups),
         )
-        self.eni_config_read = EniConfig(spec.name, spec.subnet, spec.security_groups)
-        return self.eni_config_read
+        self.eni_config_read = spec
+        return spec
 
     def follow_eni_config(self, target: EniConfigTarget) -> EniConfigFollower | None:
         """The watch that applies the node's ENIConfig, as it changes, to the next ENI (None

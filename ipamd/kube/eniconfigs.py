@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, Protocol
 
-from ipamd.kube.node import ENICONFIGS, NodeObjects, eniconfig_name, eniconfig_spec
+from ipamd.config.eniconfig import EniConfig
+from ipamd.kube.node import ENICONFIGS, NodeObjects, eniconfig_name, parse_eniconfig
 from ipamd.kube.watch import ListWatch
-from ipamd.policy.eni_config import EniConfig
 
 logger = logging.getLogger(__name__)
 
@@ -129,11 +129,10 @@ class EniConfigFollower:
             self._unusable(name, f"ENIConfig {name!r} was deleted")
             return
         try:
-            spec = eniconfig_spec(name, obj)
+            config = parse_eniconfig(name, obj)
         except ValueError as err:
             self._unusable(name, str(err))
             return
-        config = EniConfig(spec.name, spec.subnet, spec.security_groups)
         if config == self.current and not self.problem:
             return
         logger.info(

@@ -18,12 +18,11 @@ Every object named here is this node's or one of its pods': nothing cluster-wide
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY
+from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, EniConfig
 from ipamd.config.kinds import Taint
 from ipamd.kube.client import JSON_PATCH, KubeApi, KubeRefused
 
@@ -31,13 +30,6 @@ EXTERNAL_ENICONFIG_LABEL = "vpc.amazonaws.com/externalEniConfig"
 DEFAULT_ENICONFIG = "default"
 POD_IPS = "vpc.amazonaws.com/pod-ips"
 ENICONFIGS = "/apis/crd.k8s.amazonaws.com/v1alpha1/eniconfigs"
-
-
-@dataclass(frozen=True, slots=True)
-class EniConfigSpec:
-    name: str
-    subnet: str
-    security_groups: tuple[str, ...]
 
 
 def eniconfig_name(node: dict[str, Any], annotation_def: str, label_def: str) -> str:
@@ -55,14 +47,14 @@ def eniconfig_name(node: dict[str, Any], annotation_def: str, label_def: str) ->
     return DEFAULT_ENICONFIG
 
 
-def eniconfig_spec(name: str, doc: dict[str, Any]) -> EniConfigSpec:
-    """What an ENIConfig gives new ENIs; ValueError when it has no subnet."""
+def parse_eniconfig(name: str, doc: dict[str, Any]) -> EniConfig:
+    """What the ENIConfig resource `doc` gives new ENIs; ValueError when it has no subnet."""
     spec = doc.get("spec") or {}
     subnet = spec.get("subnet")
     if not isinstance(subnet, str) or not subnet:
         raise ValueError(f"ENIConfig {name!r} has no spec.subnet")
     groups = tuple(g for g in spec.get("securityGroups") or () if isinstance(g, str))
-    return EniConfigSpec(name, subnet, groups)
+    return EniConfig(name, subnet, groups)
 
 
 def capacity_pods(node: dict[str, Any]) -> int | None:
@@ -88,10 +80,10 @@ class NodeObjects:
     async def node(self) -> dict[str, Any]:
         return await self.api.get(self._node_path)
 
-    async def eniconfig(self, name: str) -> EniConfigSpec:
+    async def eniconfig(self, name: str) -> EniConfig:
         """The ENIConfig `name`; raises `KubeRefused` (404 when there is none) or
         `KubeUnavailable`, and ValueError when it has no subnet."""
-        return eniconfig_spec(name, await self.api.get(f"{ENICONFIGS}/{quote(name, safe='')}"))
+        return parse_eniconfig(name, await self.api.get(f"{ENICONFIGS}/{quote(name, safe='')}"))
 
     async def remove_taint(self, taint: Taint, attempts: int = 3) -> bool:
         """Remove `taint` from this node if it has it; returns whether it was there. Only that

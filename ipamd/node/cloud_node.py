@@ -27,6 +27,7 @@ from cloud.ports import Ec2Api, ImdsIdentity, ImdsInterface
 from cloud.ratelimit import RateLimits
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.engine.invariants import InvariantBroken, check_invariants
@@ -38,7 +39,6 @@ from ipamd.node.engine_parts import (
     open_parts,
 )
 from ipamd.node.engine_parts import strategy as unit_strategy
-from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.pool.manager import PoolManager

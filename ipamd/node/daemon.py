@@ -29,6 +29,7 @@ from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointKeeper
 from ipamd.awsnode.takeover import Takeover
 from ipamd.clock import Clock
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed, utc_text
@@ -46,7 +47,6 @@ from ipamd.node.engine_parts import (
     open_parts,
     rebuild_drift,
 )
-from ipamd.policy.eni_config import EniConfig
 from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc

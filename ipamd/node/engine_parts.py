@@ -31,13 +31,12 @@ from cloud.models import ListedKind
 from cloud.ports import CallPolicy, Ec2Api, Ec2Catalog, Imds, Instance
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
-from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, ZONE_LABELS
+from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, ZONE_LABELS, EniConfig
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.state import IPV6_PREFIX
 from ipamd.errors import SettingUnusable
-from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.max_pods import address_family
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
@@ -168,7 +167,7 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
             f"none, and this node may have only one (MAX_ENI={config.max_eni}, "
             f"{node.instance.instance_type} takes {node.limits.max_enis})"
         )
-    return EniConfig(spec.name, spec.subnet, spec.security_groups)
+    return spec
 
 
 def pool_settings(config: Config) -> PoolSettings:

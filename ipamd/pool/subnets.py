@@ -28,8 +28,8 @@ from cloud.errors import CloudError, SubnetExhausted, SubnetFragmented
 from cloud.models import NetworkInterface, Subnet, UnitKind
 from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
+from ipamd.config.eniconfig import EniConfig
 from ipamd.engine.state import NodeState
-from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import NodeStats
 from ipamd.policy.subnets import (
     SubnetFacts,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ipamd.config.eniconfig import EniConfigSpec, parse_eni_configs
+from ipamd.config.eniconfig import EniConfig, parse_eni_configs
 from ipamd.telemetry.catalogue import CATALOGUE
 from tests.deploy.repo import REPO
 
@@ -58,8 +58,8 @@ def test_the_eniconfig_files_of_custom_networking_are_read_as_shown() -> None:
     files = re.findall(r"^```json\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
     assert len(files) == 2, "the kubectl list and the map of zone to spec"
     expected = (
-        EniConfigSpec("us-west-2a", "subnet-0a1b2c3d4e5f60718", ("sg-0123456789abcdef0",)),
-        EniConfigSpec("us-west-2b", "subnet-1b2c3d4e5f6071829"),
+        EniConfig("us-west-2a", "subnet-0a1b2c3d4e5f60718", ("sg-0123456789abcdef0",)),
+        EniConfig("us-west-2b", "subnet-1b2c3d4e5f6071829"),
     )
     for text in files:
         assert parse_eni_configs(text) == expected

@@ -38,6 +38,7 @@ from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.kinds import Taint
 from ipamd.config.settings import SETTINGS
 from ipamd.kube.client import JSON_PATCH, KubeApi
@@ -45,7 +46,6 @@ from ipamd.kube.credentials import SERVICE_ACCOUNT, from_kubeconfig
 from ipamd.kube.eniconfigs import EniConfigFollower
 from ipamd.kube.node import POD_IPS, NodeObjects
 from ipamd.kube.pods import PodWatch
-from ipamd.policy.eni_config import EniConfig
 from tests.deploy.repo import DEPLOY, REPO, Doc, all_objects, daemonset, env_of, load_documents
 from tests.deploy.repo import pod_spec as base_pod_spec
 from tests.deploy.test_validation import kustomize, needs_kubectl, validate_strict

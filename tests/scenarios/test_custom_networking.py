@@ -17,13 +17,13 @@ from cloud.embedded.world_layout import Layout, SubnetSpec
 from datastore.records import AllocationRecord
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import NoAddressAvailable, NodeFull
 from ipamd.node.cloud_node import FAST, CloudNode, NoImds
 from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.node.engine_parts import strategy as unit_strategy
-from ipamd.policy.eni_config import EniConfig
 from ipamd.runtime.fake import FakeRuntime
 from tests.support.node import key
 

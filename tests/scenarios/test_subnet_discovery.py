@@ -21,11 +21,11 @@ from cloud.fakes import FakeEc2, FakeImds
 from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED_BY
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
+from ipamd.config.eniconfig import EniConfig
 from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.cloud_node import CloudNode, node_config, open_cloud_node
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
 from ipamd.runtime.fake import FakeRuntime

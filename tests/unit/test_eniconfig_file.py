@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ipamd.config.eniconfig import EniConfigFile, EniConfigSpec, parse_eni_configs
+from ipamd.config.eniconfig import EniConfig, EniConfigFile, parse_eni_configs
 from ipamd.config.settings import Config, ConfigError
 
 SUBNET_A = "subnet-0a1b2c3d4e5f60718"
@@ -42,8 +42,8 @@ KUBECTL_LIST = {
     ],
 }
 EXPECTED = (
-    EniConfigSpec("us-west-2a", SUBNET_A, (SG_1, SG_2)),
-    EniConfigSpec("us-west-2b", SUBNET_B, ()),
+    EniConfig("us-west-2a", SUBNET_A, (SG_1, SG_2)),
+    EniConfig("us-west-2b", SUBNET_B, ()),
 )
 
 

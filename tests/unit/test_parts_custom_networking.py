@@ -11,6 +11,7 @@ import pytest
 
 from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.errors import SettingUnusable
@@ -21,7 +22,6 @@ from ipamd.node.engine_parts import (
     node_eni_config,
     open_parts,
 )
-from ipamd.policy.eni_config import EniConfig
 from ipamd.runtime.fake import FakeRuntime
 
 ZONE = "us-west-2a"  # FakeEc2's instance's

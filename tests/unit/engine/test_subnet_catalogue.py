@@ -10,9 +10,9 @@ from typing import Any
 from cloud.fakes import FakeEc2, FakeEc2View, FakeImds
 from cloud.ports import CallPolicy
 from ipamd.clock import FakeClock
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.policy.eni_config import EniConfig
 from ipamd.policy.subnets import ROLE_TAG
 from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings
 from ipamd.runtime.fake import FakeRuntime

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from bench.kube_api.kinds import ENICONFIGS, NODES
+from ipamd.config.eniconfig import EniConfig
 from ipamd.kube.client import KubeApi
 from ipamd.kube.credentials import from_kubeconfig
 from ipamd.kube.eniconfigs import EniConfigFollower
 from ipamd.kube.node import NodeObjects
-from ipamd.policy.eni_config import EniConfig
 from tests.support.kube_api import KubeApiServer, kube_api
 
 NODE = "ip-10-0-0-10.us-west-2.compute.internal"

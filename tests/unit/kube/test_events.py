@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from cloud.errors import Rejected, Throttled
+from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
 from ipamd.kube.agent import KubeNode
 from ipamd.kube.client import KubeApi
 from ipamd.kube.credentials import from_kubeconfig
 from ipamd.kube.node import NodeObjects
-from ipamd.policy.eni_config import EniConfig
 from tests.support.kube_api import KubeApiServer, kube_api
 
 NODE = "ip-10-0-0-10.us-west-2.compute.internal"
