@@ -17,7 +17,7 @@ Ordering, which is what makes an address safe to hand out:
   reconcile, which also catches anything changed behind ipamd's back.
 - The periodic reconcile lists ipamd's rules and routes (its own protocol number only) and makes
   them exactly the plan. A listing that fails proves nothing: that round deletes nothing.
-- Taking over from aws-node (`ipamd.hostnet.takeover`): in the same round, once ipamd's rules are
+- Taking over from aws-node (`ipamd.hostnet.aws_node_rules`): in the same round, once ipamd's rules are
   in, VPC CNI's twins go; its ENI tables' routes are replaced in place; its SNAT chains go once
   ipamd's table is live.
 
@@ -39,6 +39,7 @@ from datastore.records import AllocationKey, AllocationRecord, EniRecord, Mutati
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable
+from ipamd.hostnet.aws_node_rules import AwsNodeRules
 from ipamd.hostnet.aws_snat import AwsNodeSnat
 from ipamd.hostnet.datapath_values import DatapathHealth, DatapathSettings
 from ipamd.hostnet.plan import (
@@ -54,7 +55,6 @@ from ipamd.hostnet.plan import (
 from ipamd.hostnet.ports import EniLink, HostNetError, HostNetwork, LinkNotFound
 from ipamd.hostnet.snat import SnatPlan, SnatTable
 from ipamd.hostnet.sysctl import STRICT
-from ipamd.hostnet.takeover import Takeover
 from ipamd.model import PodRef
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class Datapath:
         self._subnets: dict[str, str] = {}
         self._wanted = asyncio.Event()
         self.health = DatapathHealth()
-        self._takeover = Takeover(
+        self._takeover = AwsNodeRules(
             host, aws_node_snat, self.health.fixes, self.health.takeover_failures
         )
         for eni in engine.state.enis().values():

@@ -46,7 +46,9 @@ class Foreign:
     routes: frozenset[Route]
 
 
-class Takeover:
+class AwsNodeRules:
+    """aws-node's rules, routes and SNAT on this node, removed as ipamd's own take their place."""
+
     def __init__(
         self,
         host: HostNetwork,
