@@ -22,7 +22,7 @@ from ipamd.telemetry.metrics import Recorders
 from ipamd.telemetry.totals import V6_PREFIX_SIZE, total_addresses
 from tests.support.ipv6 import MAX_PODS, PREFIX, hold_prefix, v6
 from tests.support.node import NodeFixture, key
-from tests.unit.metrics.test_collectors import scrape, sources, value
+from tests.unit.telemetry.test_collectors import scrape, sources, value
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 

@@ -18,7 +18,7 @@ from cloud.errors import CallTimeout, NotFound, Rejected, ServiceUnavailable, Th
 from cloud.imds import OP_GET, OP_TOKEN, Imdsv2Client
 from cloud.ports import ImdsInterface
 from cloud.ratelimit import RetryPolicy
-from tests.unit.imds.conftest import (
+from tests.unit.cloud.imds.conftest import (
     FakeTime,
     assign_ips,
     assign_prefixes,

@@ -15,7 +15,7 @@ from cloud.embedded.world import EmbeddedEc2, World
 from cloud.embedded.world_layout import Layout
 from cloud.imds import Imdsv2Client
 from cloud.ports import ImdsInterface
-from tests.unit.imds.conftest import (
+from tests.unit.cloud.imds.conftest import (
     FakeTime,
     assign_ips,
     assign_prefixes,

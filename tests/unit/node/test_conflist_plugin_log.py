@@ -12,7 +12,7 @@ import pytest
 from ipamd.config.settings import Config
 from ipamd.node import conflist
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "cni" / "10-ipamd.conflist"
+TEMPLATE = Path(__file__).resolve().parents[3] / "deploy" / "cni" / "10-ipamd.conflist"
 
 
 def plugins(plugin_log: tuple[str, str] | None = None) -> list[dict[str, Any]]:

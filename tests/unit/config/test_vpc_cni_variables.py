@@ -15,7 +15,7 @@ from ipamd.config.settings import SETTINGS, Config, ConfigError
 IMPLEMENTED = sorted(vpc_cni.README_VARIABLES & {s.env for s in SETTINGS})
 REFUSABLE = [v for v in vpc_cni.VARIABLES if v.status == "default only"]
 INERT = [v for v in vpc_cni.VARIABLES if v.status == "inert"]
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
 
 def _other(var: vpc_cni.VpcCniVariable) -> str:

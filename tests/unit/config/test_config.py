@@ -15,7 +15,7 @@ from ipamd.config.kubelet import DEFAULT_KUBELET_CONFIG, read_kubelet_config
 from ipamd.config.settings import SETTINGS, Config, ConfigError
 
 TAGS = (("team", "net"), ("env", "x"))
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
 
 def problems_of(environ: dict[str, str]) -> tuple[str, ...]:
