@@ -18,10 +18,10 @@ listening, a timeout, or a connection closed or garbled before the whole answer 
 
 from __future__ import annotations
 
-import _socket
 import time
 
 from ipamd.wire import ErrorBody, WireError, dumps, parse_answer
+from ipamd.wire.fast import socket_core as _socket
 
 TIMEOUT_S = 10.0
 """Per call, from connect to the answer's last byte. ADD is served from the warm pool and never

@@ -394,7 +394,7 @@ def parse_v4_egress(block: object) -> V4Egress:
 def _first_address(subnet: object) -> str | None:
     """The first address of IPv4 network `subnet` (host bits zero, room for a gateway and a
     pod), or None when it is not one."""
-    import _socket
+    from ipamd.wire.fast import socket_core as _socket
 
     if not isinstance(subnet, str):
         return None

@@ -27,9 +27,10 @@ namespace is entered.
 
 from __future__ import annotations
 
-import _socket
 import os
-from _struct import pack, unpack_from
+
+from ipamd.wire.fast import pack, unpack_from
+from ipamd.wire.fast import socket_core as _socket
 
 NETLINK_ROUTE = 0
 CLONE_NEWNET = 0x40000000

@@ -53,13 +53,8 @@ from ipamd.cni.ipam import check as check_allocation
 from ipamd.cni.ipam import delete as delete_allocation
 from ipamd.cni.netlink import NetlinkError, Netns
 from ipamd.wire import PATH_ALLOCATIONS, Allocation
+from ipamd.wire.fast import sha1
 from ipamd.wire.pod import POLICY_SEGMENT, PolicyRequest, veth_name
-
-# As in `ipamd.wire.pod`: CPython's own SHA-1, not hashlib's OpenSSL (2 ms of every ADD).
-try:
-    from _sha1 import sha1  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # not CPython
-    from hashlib import sha1
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -6,22 +6,20 @@ value-type base (`Value`), and `WireError`, the error of a body that does not ha
 The `json` package pulls in `re` (and `enum`, `functools`, ...): imported on every pod's ADD and DEL
 it would cost the plugin several times a bare interpreter's start. So JSON goes through `_json`, the
 C accelerator `json` itself runs on, with the settings `json.loads` and `json.dumps` use; `json` is
-imported only to word the error of a body that is not JSON (or where `_json` is missing). Nothing
+imported only to word the error of a body that is not JSON (or where `_json` is missing:
+`ipamd.wire.fast`). Nothing
 here may import `re`, `typing`, `enum`, `dataclasses` or `collections` at run time.
 """
 
 from __future__ import annotations
 
+from ipamd.wire.fast import encode_basestring_ascii as _encode_string
+from ipamd.wire.fast import make_encoder as _make_encoder
+from ipamd.wire.fast import make_scanner as _make_scanner
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-
-try:
-    from _json import encode_basestring_ascii as _encode_string
-    from _json import make_encoder as _make_encoder
-    from _json import make_scanner as _make_scanner
-except ImportError:  # an interpreter without the accelerator: `json` does the work
-    _make_encoder = _make_scanner = None  # type: ignore[assignment, misc]
 
 _JSON_WHITESPACE = " \t\n\r"
 """What `json` skips around a document (JSON's whitespace; not `str.isspace`'s)."""

@@ -12,13 +12,8 @@ The plugin imports this module on every ADD and DEL: standard library C modules 
 
 from __future__ import annotations
 
-# `hashlib` loads OpenSSL (about 2 ms on every plugin run); CPython's own SHA-1 is all this needs.
-try:
-    from _sha1 import sha1  # type: ignore[import-not-found,unused-ignore]
-except ImportError:  # not CPython
-    from hashlib import sha1
-
 from ipamd.wire.codec import Value, WireError, fields_of
+from ipamd.wire.fast import sha1
 
 DEFAULT_VETH_PREFIX = "eni"
 MAX_VETH_PREFIX = 4
