@@ -30,14 +30,16 @@ read and the ADD counts as not ready: the figure errs low, never high.
   `IPAMD_POD_AWARE_POOL=off` (the API still on), in the same run: the pool learns of a pod at its
   ADD, as VPC CNI's does. The floor the watch is measured against.
 
-With every warm target at 0 the pool follows VPC CNI's `WARM_ENI_TARGET=0`: it fills each ENI it
-attaches (the primary ENI's 14 addresses are free before the first binding) and attaches the next
-one only once nothing is free. Without the watch, the ADD that takes an ENI's last address leaves
-nothing free, which the pool sees at its next round (every `IPAMD_POOL_INTERVAL`, 5 s) or at once
-when an ADD finds nothing: at this pace the next pod's ADD is refused and waits for the new ENI,
-one pod late per ENI boundary (2 of 30 here). The embedded EC2 answers within milliseconds; real
-EC2's latency would leave more pods waiting behind each new ENI. With the watch, the next ENI is
-attached while the pods bound ahead of it pull their images.
+Without the watch, every warm target at 0 is VPC CNI's `WARM_ENI_TARGET=0`: the pool fills each
+ENI it attaches (the primary ENI's 14 addresses are free before the first binding) and attaches the
+next one only once nothing is free. The ADD that takes an ENI's last address leaves nothing free,
+which the pool sees at its next round (every `IPAMD_POOL_INTERVAL`, 5 s) or at once when an ADD
+finds nothing: the next pod's ADD is refused and waits for the new ENI, one pod late per ENI
+boundary (2 of 30 here). With the watch the pool holds nothing before the first binding (the goal
+`pods`, `ipamd.policy.goals.pods_goal`) and grows on the bindings, filling the ENI it touches: the
+next ENI is attached while the pods bound ahead of it are on their way. The embedded EC2 attaches an
+ENI in about 2 s; real EC2's latency would leave more pods waiting behind each new ENI without
+the watch.
 """
 
 from __future__ import annotations

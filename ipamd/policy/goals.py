@@ -33,6 +33,7 @@ class Goal:
     fill_whole_enis: bool = False
     """Grow by filling each ENI it touches, as VPC CNI does under WARM_ENI_TARGET; otherwise add
     just what is short."""
+
     releases_units: bool = True
     """Whether single units may go back to EC2; under WARM_ENI_TARGET only whole ENIs do."""
     eni_release_floor: int = 0
@@ -87,11 +88,13 @@ def warm_ip_goal(targets: PoolTargets) -> Goal:
 
 def pods_goal(targets: PoolTargets) -> Goal:
     """A pod-aware pool (IPAMD_POD_AWARE_POOL) whose mode's warm target is 0 and with no IP target:
-    free addresses for the pods bound here that hold none yet, and nothing more. Single units go
-    back once spare (after the release delay), and growth adds just what is short: VPC CNI's
-    rule for a warm target of 0 (keep one free; fill whole ENIs and never return a single
-    address) sized a pool for pods it could not see coming."""
-    return Goal("pods", keep_available=targets.pods_to_come)
+    free addresses for the pods bound here that hold none yet, and nothing more kept. It grows as
+    VPC CNI's warm ENI goal does, filling each ENI it touches (one call per ENI, not per pod, and
+    the next ENI is attached while the pods bound ahead of it are on their way), and gives single
+    units back once spare (after the release delay), as the warm IP goal does: VPC CNI's rule for a
+    warm target of 0 (keep one free and never return a single address) sized a pool for pods it
+    could not see coming, and kept whatever it had grown to."""
+    return Goal("pods", keep_available=targets.pods_to_come, fill_whole_enis=True)
 
 
 def warm_eni_goal(targets: PoolTargets, limits: NodeLimits, unit_size: int) -> Goal:

@@ -1,6 +1,7 @@
 """A pod-aware pool (IPAMD_POD_AWARE_POOL): the pods bound here and holding no address are one more
-input of the pure plan. With the mode's warm target at 0 (and no IP target) the pool holds what its
-pods use and the pods on their way, no more; with a warm target, the larger of the two."""
+input of the pure plan. With the mode's warm target at 0 (and no IP target) the pool grows only for
+the pods on their way (filling the ENI it touches, as the warm ENI goal grows) and gives back what
+neither its pods nor those on their way need; with a warm target, the larger of the two."""
 
 from __future__ import annotations
 
@@ -32,15 +33,15 @@ def test_the_pods_goal_needs_a_pod_aware_pool_and_every_warm_target_at_0(
     assert PREFIXES.goal_for(targets, LIMITS).name == prefix_goal
 
 
-def test_it_grows_by_the_pods_on_their_way_not_by_whole_enis() -> None:
+def test_it_grows_only_for_pods_on_their_way_and_fills_the_eni_it_touches() -> None:
     stats = node(eni(0, units(0, 4, assigned=1)))  # four pods, nothing free
-    plan = plan_pool(stats, replace(ZERO, pods_to_come=3), LIMITS, SECONDARY_IPS)
-    assert plan.assign == (("eni-0", 3),), plan
     assert plan_pool(stats, ZERO, LIMITS, SECONDARY_IPS).is_empty(), "nobody coming: no growth"
+    plan = plan_pool(stats, replace(ZERO, pods_to_come=3), LIMITS, SECONDARY_IPS)
+    assert plan.assign == (("eni-0", 5),), "one call fills the ENI, as the warm ENI goal grows"
 
-    unaware = PoolTargets(warm_eni_target=0, pods_to_come=3)
+    unaware = PoolTargets(warm_eni_target=0)
     assert plan_pool(stats, unaware, LIMITS, SECONDARY_IPS).assign == (("eni-0", 5),), (
-        "VPC CNI's WARM_ENI_TARGET=0 fills the ENI it grows"
+        "VPC CNI's WARM_ENI_TARGET=0 grows with nobody coming: one free address at least"
     )
 
 
