@@ -33,7 +33,7 @@ that all receive at once (their start is not timed), and each reports every pair
 waiting, a pair's time is mostly the queue ahead of it (32 over the rate a second is about 26 ms),
 and the slowest are those in flight when the daemon stops. Measured (client marks against the
 daemon's own timestamps): a full garbage collection, which walked start-up's objects with the loop
-stopped for about 50 ms (now frozen out of collections at start, `ipamd.main.freeze_start_up`), and
+stopped for about 50 ms (now frozen out of collections at start, `ipamd.node.compose.freeze_start_up`), and
 the clients' own interpreter exits at the end of the run (a client now exits only once all have
 reported). What is left is the daemon's share of two cores with the 32 clients and whatever else
 runs: it is on the CPU for about 80% of the clients' run and waits for it, runnable, another 5-30%.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ipamd.main import freeze_start_up
+from ipamd.node.compose import freeze_start_up
 
 
 class _Made:
