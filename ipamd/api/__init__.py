@@ -5,6 +5,6 @@ See `ipamd.api.app` for the routes, bodies and error codes.
 
 from ipamd.api.app import create_app
 from ipamd.api.server import serve_unix
-from ipamd.wire.unix_socket import SocketPathError
+from ipamd.unix_socket import SocketPathError
 
 __all__ = ["SocketPathError", "create_app", "serve_unix"]

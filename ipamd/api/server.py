@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ipamd.wire.unix_socket import MAX_SOCKET_PATH, SocketPathError, clear_stale
+from ipamd.unix_socket import MAX_SOCKET_PATH, SocketPathError, clear_stale
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from ipamd.netpolicy._generated import rpc_pb2 as rpc
 from ipamd.netpolicy._generated import rpc_pb2_grpc as rpc_grpc
 from ipamd.netpolicy.enforcement import agent_mode
 from ipamd.netpolicy.ports import AgentConfig
-from ipamd.wire.unix_socket import SocketPathError, clear_stale
+from ipamd.unix_socket import SocketPathError, clear_stale
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from ipamd.telemetry.endpoint import (
 )
 from ipamd.telemetry.introspection import serve_introspection
 from ipamd.telemetry.metrics import Recorders
-from ipamd.wire.unix_socket import SocketPathError
+from ipamd.unix_socket import SocketPathError
 
 if TYPE_CHECKING:
     from ipamd.node.embedded import EmbeddedNode

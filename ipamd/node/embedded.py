@@ -47,7 +47,7 @@ from ipamd.errors import SettingUnusable, StateUnusable, os_reason
 from ipamd.model import PodRef
 from ipamd.runtime.embedded_cri import CriSandbox, to_ns
 from ipamd.runtime.embedded_runtime import RECORD_FILE, EmbeddedCri, SandboxRecordError
-from ipamd.wire.unix_socket import MAX_SOCKET_PATH, SocketPathError
+from ipamd.unix_socket import MAX_SOCKET_PATH, SocketPathError
 
 GONE_FILE: Final = "embedded-cri-gone"
 """In the state directory: sandbox IDs, one a line, of pods that vanished behind ipamd's back; the

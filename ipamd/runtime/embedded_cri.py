@@ -36,7 +36,7 @@ import grpc.aio
 
 from ipamd.runtime._generated import cri_v1_pb2 as cri
 from ipamd.runtime._generated import cri_v1_pb2_grpc as cri_grpc
-from ipamd.wire.unix_socket import clear_stale
+from ipamd.unix_socket import clear_stale
 
 logger = logging.getLogger(__name__)
 
