@@ -3,7 +3,7 @@
 The socket is bound under a temporary name, given mode 0660, then renamed over the final path, so no
 client ever sees it with the process umask's mode. A stale socket file left by a killed daemon is
 removed first, and a socket a live process still answers on or a path that is not a socket refused,
-as every socket ipamd serves on (`ipamd.wire.unix_socket.clear_stale`). On a clean stop the runner's
+as every socket ipamd serves on (`ipamd.unix_socket.clear_stale`). On a clean stop the runner's
 cleanup unlinks the socket if it is still ours.
 
 A refused upload (too large, wrong type) is not drained: with no lingering time the connection closes

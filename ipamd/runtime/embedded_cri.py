@@ -10,7 +10,7 @@ state file from). A `CriServer` holds the sandboxes its owner adds, stops and re
 RemovePodSandbox) on the same list.
 
 The server runs in its owner's event loop (grpc.aio). Before it binds, a stale socket (nobody answers
-on it) is replaced and a live one or a non-socket refused (`ipamd.wire.unix_socket.clear_stale`).
+on it) is replaced and a live one or a non-socket refused (`ipamd.unix_socket.clear_stale`).
 `close()` stops it and removes the socket, and `start()` serves again on the same path with the
 sandboxes kept, like a runtime restart. It can misbehave the ways a runtime does, for the chaos runner
 and the tests: `unavailable` answers every call with UNAVAILABLE, `delay_s` answers late (past the
