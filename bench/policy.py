@@ -21,7 +21,7 @@ from bench.timing import median
 from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.config.settings import Config
-from ipamd.node.engine_parts import describe_node
+from ipamd.node.engine_parts import describe_node, pool_targets
 from ipamd.policy import (
     PREFIXES,
     EniStats,
@@ -73,7 +73,7 @@ async def _ipv6_max_pods(instance_type: str, workdir: Path) -> int:
         world = host.world(instance_type)
         ec2 = Boto3Ec2(world.client(client_config()), rng=random.Random(1), fallback_limits={})
         node = await describe_node(ec2, world.instance_id)
-    targets = PoolTargets.from_config(config)
+    targets = pool_targets(config)
     strategy = strategy_for(config.enable_prefix_delegation)
     return compute_pod_limit(targets, node.limits, strategy, address_family(config.enable_ipv6))
 

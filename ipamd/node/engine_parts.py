@@ -106,7 +106,7 @@ def unit_kinds(config: Config) -> tuple[ListedKind, ...]:
 def engine_settings(config: Config, limits: NodeLimits) -> EngineSettings:
     """The engine's settings, final: the configuration's, with the pod and address limits the
     pool's targets leave on this instance type."""
-    targets, unit = PoolTargets.from_config(config), strategy(config)
+    targets, unit = pool_targets(config), strategy(config)
     family = address_family(config.enable_ipv6)
     max_pods = compute_pod_limit(targets, limits, unit, family)
     return EngineSettings(
@@ -161,7 +161,7 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
             f"(it has {names}): custom networking needs one per zone, named after it (without "
             "the Kubernetes API, a node's ENIConfig is the file's entry for its zone)"
         )
-    if enis_for_pods(PoolTargets.from_config(config), node.limits) == 0:
+    if enis_for_pods(pool_targets(config), node.limits) == 0:
         raise SettingUnusable(
             "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true leaves no ENI for pods: the primary carries "
             f"none, and this node may have only one (MAX_ENI={config.max_eni}, "
@@ -173,7 +173,7 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
 def pool_settings(config: Config) -> PoolSettings:
     """The pool manager's settings (where new ENIs go is the subnet catalogue's: `subnet_settings`)."""
     return PoolSettings(
-        targets=PoolTargets.from_config(config),
+        targets=pool_targets(config),
         strategy=strategy(config),
         fallback_strategy=fallback_strategy(config),
         subnet_scarcity_threshold=config.subnet_scarcity_threshold,
@@ -184,6 +184,23 @@ def pool_settings(config: Config) -> PoolSettings:
         shrink_interval_s=config.shrink_interval_s,
         release_delay_s=config.release_delay_s,
         provisioning=not config.disable_network_resource_provisioning,
+    )
+
+
+def pool_targets(config: Config) -> PoolTargets:
+    """The pool's knobs, as the configuration sets them (the pods on their way come later, from
+    the pool manager: `PoolManager.targets`)."""
+    kubelet = config.kubelet_config
+    return PoolTargets(
+        warm_eni_target=config.warm_eni_target,
+        warm_ip_target=config.warm_ip_target,
+        minimum_ip_target=config.minimum_ip_target,
+        warm_prefix_target=config.warm_prefix_target,
+        max_eni=config.max_eni,
+        max_pods=config.max_pods_override,
+        kubelet_max_pods=kubelet.max_pods if kubelet else None,
+        min_eni_lifetime_s=config.min_eni_lifetime_s,
+        custom_networking=config.custom_networking,
     )
 
 
@@ -308,7 +325,7 @@ async def open_parts(
         eni_gc=eni_gc,
         pending_enis=pending,
         node=node,
-        targets=PoolTargets.from_config(config),
+        targets=pool_targets(config),
         kinds=kinds,
         drift_wanted=drift_wanted,
         subnet_free=subnet_free,

@@ -1,16 +1,15 @@
 """The pool policy's inputs, as plain values: what the node holds (per ENI, per unit), the knobs, and
 the instance type's limits.
 
-The engine converts its state into `NodeStats` at one instant; `PoolTargets` comes from `Config`;
-`NodeLimits` from the instance type's limits. This module must not import asyncio, do I/O, or know
-about the engine, the datastore or the cloud adapters: the policy is a pure function of these values.
+The engine converts its state into `NodeStats` at one instant; `PoolTargets` comes from the
+configuration (`ipamd.node.engine_parts.pool_targets`), `NodeLimits` from the instance type's
+limits. This module must not import asyncio, do I/O, or know about the configuration, the engine,
+the datastore or the cloud adapters: the policy is a pure function of these values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from ipamd.config.settings import Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +91,6 @@ class PoolTargets:
     """IPAMD_POD_AWARE_POOL is in force (the pods bound here are known): with every warm target
     at 0 the pool holds what its pods use and the pods on their way, and no more
     (`ipamd.policy.goals.pods_goal`)."""
-
-    @classmethod
-    def from_config(cls, config: Config) -> PoolTargets:
-        return cls(
-            warm_eni_target=config.warm_eni_target,
-            warm_ip_target=config.warm_ip_target,
-            minimum_ip_target=config.minimum_ip_target,
-            warm_prefix_target=config.warm_prefix_target,
-            max_eni=config.max_eni,
-            max_pods=config.max_pods_override,
-            kubelet_max_pods=config.kubelet_config.max_pods if config.kubelet_config else None,
-            min_eni_lifetime_s=config.min_eni_lifetime_s,
-            custom_networking=config.custom_networking,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import pytest
 
 from ipamd.config.kubelet import KubeletConfig, parse_max_pods
 from ipamd.config.settings import Config, ConfigError
-from ipamd.policy import PoolTargets
+from ipamd.node.engine_parts import pool_targets
 
 # What nodeadm writes for a c5.18xlarge, trimmed: the uncapped ENI formula.
 NODEADM = {
@@ -42,7 +42,7 @@ def test_the_kubelet_max_pods_is_read_at_start(tmp_path: Path) -> None:
     path = write(tmp_path / "config.json", NODEADM)
     config = config_for(path)
     assert config.kubelet_config == KubeletConfig(str(path), 737, str(path), read=True)
-    assert PoolTargets.from_config(config).kubelet_max_pods == 737
+    assert pool_targets(config).kubelet_max_pods == 737
     assert config.describe()["IPAMD_KUBELET_CONFIG"] == str(path)
 
 
@@ -51,7 +51,7 @@ def test_a_missing_file_leaves_the_calculator(tmp_path: Path) -> None:
     for path in (tmp_path / "config.json", tmp_path / "no-such-dir" / "config.json"):
         config = config_for(path)
         assert config.kubelet_config == KubeletConfig(str(path))
-        assert PoolTargets.from_config(config).kubelet_max_pods is None
+        assert pool_targets(config).kubelet_max_pods is None
         assert config.kubelet_config.describe() == f"no file at {path}"
 
 
@@ -59,7 +59,7 @@ def test_a_file_without_max_pods_leaves_the_calculator(tmp_path: Path) -> None:
     path = write(tmp_path / "config.json", {k: v for k, v in NODEADM.items() if k != "maxPods"})
     config = config_for(path)
     assert config.kubelet_config == KubeletConfig(str(path), read=True)
-    assert PoolTargets.from_config(config).kubelet_max_pods is None
+    assert pool_targets(config).kubelet_max_pods is None
     assert "no maxPods in" in config.kubelet_config.describe()
 
 

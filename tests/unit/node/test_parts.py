@@ -25,6 +25,7 @@ from ipamd.node.engine_parts import (
     engine_settings,
     open_parts,
     pool_settings,
+    pool_targets,
 )
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
@@ -105,7 +106,7 @@ async def test_the_engine_opens_with_its_final_settings_from_the_configuration(
             cooldown_s=7.0, intent_ttl_s=42.0, max_pods=20, max_addresses=18
         )
         assert (tmp_path / STATE_FILE_NAME).exists(), "the state file is in IPAMD_STATE_DIR"
-        assert parts.targets == PoolTargets.from_config(config)
+        assert parts.targets == pool_targets(config)
         assert parts.node.limits.max_enis == 3 and parts.node.limits.units_per_eni == 9
         assert parts.kinds == ("ip",)
         assert parts.pool.strategy is SECONDARY_IPS
@@ -211,3 +212,19 @@ async def test_the_pools_pending_enis_are_left_to_it(node: Node, clock: FakeCloc
     assert await parts.eni_gc.run_once() == (detached,)
     await parts.drift.run_once()
     assert ec2.bound == {attaching}, "no longer pending: the drift binds it to the instance"
+
+
+def test_the_pool_targets_are_the_configured_knobs() -> None:
+    config = Config.from_env(
+        {
+            "WARM_ENI_TARGET": "2",
+            "WARM_IP_TARGET": "3",
+            "MINIMUM_IP_TARGET": "4",
+            "WARM_PREFIX_TARGET": "5",
+            "MAX_ENI": "6",
+            "IPAMD_MAX_PODS": "70",
+            "IPAMD_MIN_ENI_LIFETIME": "80",
+        }
+    )
+    assert pool_targets(config) == PoolTargets(2, 3, 4, 5, 6, 70, 80.0)
+    assert pool_targets(Config.from_env({})) == PoolTargets()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from ipamd.config.settings import Config
 from ipamd.policy import (
     PREFIXES,
     SECONDARY_IPS,
@@ -80,22 +79,6 @@ def test_pod_limit_is_the_override_or_the_formula_over_usable_enis() -> None:
 @pytest.mark.parametrize(("max_eni", "effective"), [(None, 4), (0, 4), (-1, 4), (2, 2), (9, 4)])
 def test_effective_max_enis(max_eni: int | None, effective: int) -> None:
     assert effective_max_enis(PoolTargets(max_eni=max_eni), NodeLimits(4, 3)) == effective
-
-
-def test_targets_from_config() -> None:
-    config = Config.from_env(
-        {
-            "WARM_ENI_TARGET": "2",
-            "WARM_IP_TARGET": "3",
-            "MINIMUM_IP_TARGET": "4",
-            "WARM_PREFIX_TARGET": "5",
-            "MAX_ENI": "6",
-            "IPAMD_MAX_PODS": "70",
-            "IPAMD_MIN_ENI_LIFETIME": "80",
-        }
-    )
-    assert PoolTargets.from_config(config) == PoolTargets(2, 3, 4, 5, 6, 70, 80.0)
-    assert PoolTargets.from_config(Config.from_env({})) == PoolTargets()
 
 
 def test_pool_status_counts_cooling_and_releasing_apart() -> None:
