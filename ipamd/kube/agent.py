@@ -23,7 +23,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -32,7 +32,6 @@ from datastore.records import AllocationKey, AllocationRecord
 from ipamd.config.eniconfig import EniConfig
 from ipamd.config.kinds import Taint
 from ipamd.config.kubelet import KubeletConfig
-from ipamd.config.settings import Config
 from ipamd.engine.state import NodeState
 from ipamd.errors import SettingUnusable
 from ipamd.kube.client import KubeApi, KubeError, KubeRefused, KubeUnavailable
@@ -51,19 +50,44 @@ EVENT_SPACING_S = 600.0
 """Least time between two Events of one reason and EC2 call."""
 
 
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """The settings of ipamd's part in its Node's life, as the composition root hands them
+    (`ipamd.node.compose.kube_settings`); each keeps its setting's name and meaning."""
+
+    mode: str = "auto"
+    """IPAMD_KUBERNETES: `auto`, `on` or `off`."""
+    node_name: str = ""
+    """MY_NODE_NAME."""
+    startup_taint: str = ""
+    """IPAMD_STARTUP_TAINT ("" for none)."""
+    eni_config_annotation: str = ""
+    """ENI_CONFIG_ANNOTATION_DEF."""
+    eni_config_label: str = ""
+    """ENI_CONFIG_LABEL_DEF."""
+    manage_enis_non_schedulable: bool = False
+    """AWS_MANAGE_ENIS_NON_SCHEDULABLE."""
+    pod_aware_pool: str = "auto"
+    """IPAMD_POD_AWARE_POOL: `auto`, `on` or `off`."""
+    annotate_pod_ip: bool = False
+    """ANNOTATE_POD_IP."""
+    custom_networking: bool = False
+    """AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG."""
+
+
 class KubeNode:
     """This node's objects in the API, and what ipamd does with them."""
 
     def __init__(
         self,
         objects: NodeObjects,
-        config: Config,
+        config: KubeSettings,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
         self.objects = objects
-        self._config = config
+        self.settings = config
         self._sleep = sleep
         self._rng = rng or random.Random()
         self.reachable = False
@@ -97,31 +121,29 @@ class KubeNode:
                     return False
                 await self._sleep(min(left, self._rng.uniform(0.5, min(5.0, 0.5 * 2**attempt))))
 
-    async def with_node_max_pods(self, config: Config) -> Config:
-        """`config` with the Node's `status.capacity.pods` as the kubelet's max pods when no
-        kubelet config file gives it (VPC CNI's order: the file first, then the Node)."""
-        kubelet = config.kubelet_config
+    async def node_max_pods(self, kubelet: KubeletConfig | None) -> KubeletConfig | None:
+        """`kubelet` (the kubelet config file's reading), or the Node's `status.capacity.pods` as
+        the kubelet's max pods when that file gives none (VPC CNI's order: the file first, then
+        the Node)."""
         if not self.reachable or (kubelet is not None and kubelet.max_pods is not None):
-            return config
+            return kubelet
         try:
             pods = capacity_pods(await self.objects.node())
         except KubeError as err:
             logger.warning("kube.node_unread error=%s", err)
-            return config
+            return kubelet
         if pods is None:
-            return config
+            return kubelet
         node = f"Node {self.objects.node_name} status.capacity.pods"
         path = kubelet.path if kubelet is not None else ""
-        return replace(
-            config, kubelet_config=KubeletConfig(path, max_pods=pods, source=node, read=True)
-        )
+        return KubeletConfig(path, max_pods=pods, source=node, read=True)
 
     async def eni_config(self) -> EniConfig:
         """Custom networking: the ENIConfig this node uses, by VPC CNI's rules. Raises
         `SettingUnusable` when it is missing or invalid, `KubeUnavailable` when the API did not
         answer."""
         node = await self.objects.node()
-        c = self._config
+        c = self.settings
         name = eniconfig_name(node, c.eni_config_annotation, c.eni_config_label)
         try:
             spec = await self.objects.eniconfig(name)
@@ -152,7 +174,7 @@ class KubeNode:
         when none was read from the API at start). Run it with `EniConfigFollower.run`."""
         if self.eni_config_read is None:
             return None
-        c = self._config
+        c = self.settings
         return EniConfigFollower(
             self.objects,
             c.eni_config_annotation,
@@ -167,9 +189,9 @@ class KubeNode:
     async def remove_startup_taint(self) -> None:
         """Remove IPAMD_STARTUP_TAINT from this node, retrying with backoff until it is gone (or
         was never there); call once ipamd serves ADDs."""
-        if not self._config.startup_taint:
+        if not self.settings.startup_taint:
             return
-        taint = Taint.parse(self._config.startup_taint)
+        taint = Taint.parse(self.settings.startup_taint)
         attempt = 0
         while True:
             attempt += 1
@@ -197,7 +219,7 @@ class KubeNode:
         """AWS_MANAGE_ENIS_NON_SCHEDULABLE=false: hold the pool while the node carries
         `node.kubernetes.io/unschedulable:NoSchedule`, read again every `every_s` (VPC CNI reads
         it before each pool change). An unreadable node holds nothing."""
-        if self._config.manage_enis_non_schedulable:
+        if self.settings.manage_enis_non_schedulable:
             return
         reason = _unschedulable(self.node_at_start)
         pool.hold_while(lambda: reason)
@@ -252,7 +274,7 @@ class KubeNode:
     def watch_pods(self, pool: PoolLike, engine: EngineLike) -> PodWatch | None:
         """IPAMD_POD_AWARE_POOL: the watch of this node's pods, feeding the pool the ones on their
         way (None when off). Run it with `PodWatch.run`."""
-        if self._config.pod_aware_pool == "off":
+        if self.settings.pod_aware_pool == "off":
             return None
         watch = PodWatch(self.objects.api, self.objects.node_name, engine.want_pool)
 
@@ -265,7 +287,7 @@ class KubeNode:
 
     def annotating(self, pods: PodAddressesLike) -> PodAddressesLike:
         """`pods` with ANNOTATE_POD_IP's writes after each ADD and DEL (`pods` itself when off)."""
-        return Annotating(pods, self.objects) if self._config.annotate_pod_ip else pods
+        return Annotating(pods, self.objects) if self.settings.annotate_pod_ip else pods
 
 
 class PoolLike(Protocol):
@@ -363,11 +385,11 @@ def _where(pod: PodRef, record: AllocationRecord) -> tuple[str, str, str]:
 
 
 async def connect(
-    config: Config, environ: Mapping[str, str], *, embedded: bool = False
+    config: KubeSettings, environ: Mapping[str, str], *, embedded: bool = False
 ) -> KubeNode | None:
     """This node's link to the API server, or None when it is not to be used. Raises
     `SettingUnusable` when IPAMD_KUBERNETES=on cannot be honoured."""
-    mode = config.kubernetes
+    mode = config.mode
     if mode == "off" or (mode == "auto" and embedded and not environ.get("KUBECONFIG")):
         return None
     try:
@@ -399,27 +421,26 @@ async def connect(
     return KubeNode(NodeObjects(KubeApi(credentials), config.node_name), config)
 
 
-__all__ = ["KubeNode", "KubeUnavailable", "connect"]
+__all__ = ["KubeNode", "KubeSettings", "KubeUnavailable", "connect"]
 
 
 async def open_for(
-    config: Config, environ: Mapping[str, str], embedded: bool, stack: AsyncExitStack
-) -> tuple[KubeNode | None, Config]:
+    config: KubeSettings, environ: Mapping[str, str], embedded: bool, stack: AsyncExitStack
+) -> KubeNode | None:
     """Start-up's step: this node's link to the API (None: not used), closed with `stack`, its
-    node read within the start-up wait, and `config` with the max pods the Node's capacity says
-    where no kubelet config file does. Raises `SettingUnusable` (`connect`)."""
+    node read within the start-up wait. Raises `SettingUnusable` (`connect`)."""
     kube = await connect(config, environ, embedded=embedded)
     if kube is None:
-        return None, config
+        return None
     stack.push_async_callback(kube.close)
     await kube.wait_for_node()
-    return kube, await kube.with_node_max_pods(config)
+    return kube
 
 
-async def eni_config_for(config: Config, kube: KubeNode | None) -> EniConfig | None:
+async def eni_config_for(kube: KubeNode | None) -> EniConfig | None:
     """Custom networking's ENIConfig from the API (None: the file's, or none is used). Raises
     `SettingUnusable` when the node's ENIConfig is missing or invalid."""
-    if kube is None or not kube.reachable or not config.custom_networking:
+    if kube is None or not kube.reachable or not kube.settings.custom_networking:
         return None
     try:
         return await kube.eni_config()

@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config
 from ipamd.errors import SettingUnusable, StartupError, os_reason
 from ipamd.kube import agent as kube_agent
-from ipamd.kube.agent import KubeNode
+from ipamd.kube.agent import KubeNode, KubeSettings
 from ipamd.netpolicy.agent import GrpcPolicyAgent
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
@@ -141,6 +142,33 @@ def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Pat
     return conflist.write(target.parent, target.name, data)
 
 
+def kube_settings(config: Config) -> KubeSettings:
+    """What the Kubernetes API part (`ipamd.kube.agent`) reads of the configuration."""
+    return KubeSettings(
+        mode=config.kubernetes,
+        node_name=config.node_name,
+        startup_taint=config.startup_taint,
+        eni_config_annotation=config.eni_config_annotation,
+        eni_config_label=config.eni_config_label,
+        manage_enis_non_schedulable=config.manage_enis_non_schedulable,
+        pod_aware_pool=config.pod_aware_pool,
+        annotate_pod_ip=config.annotate_pod_ip,
+        custom_networking=config.custom_networking,
+    )
+
+
+async def _kube(
+    config: Config, embedded: bool, stack: AsyncExitStack
+) -> tuple[KubeNode | None, Config]:
+    """The Kubernetes API part (None: not used), closed with `stack`, and `config` with the max
+    pods the Node's capacity says where no kubelet config file does."""
+    kube = await kube_agent.open_for(kube_settings(config), os.environ, embedded, stack)
+    if kube is None:
+        return None, config
+    kubelet = await kube.node_max_pods(config.kubelet_config)
+    return kube, replace(config, kubelet_config=kubelet)
+
+
 async def run(
     config: Config,
     embedded: bool,
@@ -172,7 +200,7 @@ async def run(
         runtime = GrpcCriRuntime(config.cri_socket_path)
         stack.push_async_callback(runtime.close)
         hostnet = await _hostnet(config, imds, stack)
-        kube, config = await kube_agent.open_for(config, os.environ, embedded, stack)
+        kube, config = await _kube(config, embedded, stack)
         try:
             daemon = await build_daemon(
                 config,
@@ -183,7 +211,7 @@ async def run(
                 clock=clock,
                 hostnet=hostnet,
                 checkpoint=CheckpointFile(Path(config.aws_node_checkpoint)),
-                eni_config=await kube_agent.eni_config_for(config, kube),
+                eni_config=await kube_agent.eni_config_for(kube),
             )
         except CloudError as err:
             raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err

@@ -9,8 +9,7 @@ from typing import Any
 
 from cloud.errors import Rejected, Throttled
 from ipamd.config.eniconfig import EniConfig
-from ipamd.config.settings import Config
-from ipamd.kube.agent import KubeNode
+from ipamd.kube.agent import KubeNode, KubeSettings
 from ipamd.kube.client import KubeApi
 from ipamd.kube.credentials import from_kubeconfig
 from ipamd.kube.node import NodeObjects
@@ -46,7 +45,7 @@ class Pool:
 async def test_a_missing_permission_is_an_event_on_the_node_once(kube_api: KubeApiServer) -> None:
     kube_api.add_node(NODE)
     api = KubeApi(from_kubeconfig(kube_api.kubeconfig))
-    node = KubeNode(NodeObjects(api, NODE), Config.from_env({"MY_NODE_NAME": NODE}))
+    node = KubeNode(NodeObjects(api, NODE), KubeSettings(node_name=NODE))
     pool = Pool()
     try:
         node.report_missing_permissions(pool)
