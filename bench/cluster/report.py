@@ -71,8 +71,8 @@ def demand_metrics(result: RunResult) -> dict[str, float]:
     ADD (where the run binds pods ahead of their ADD), addresses held per node in the window (every
     node at every sample), EC2 mutating calls per 1,000 pods measured."""
     out: dict[str, float] = {}
+    pods = measured(result.pods.traces, result.since_s, result.until_s)
     if result.spec.pods.bind_to_add_median_s > 0:
-        pods = measured(result.pods.traces, result.since_s, result.until_s)
         deadline_s = result.spec.pods.deadline_s
         waits = [_bind_to_address_s(p, deadline_s) for p in pods if p.bound_s is not None]
         out["bind_to_address_p50_s"] = percentile(waits, 0.50)
@@ -82,10 +82,9 @@ def demand_metrics(result: RunResult) -> dict[str, float]:
         out["addresses_per_node_mean"] = sum(held) / len(held)
         out["addresses_per_node_p99"] = percentile(held, 0.99)
         out["pods_with_address_per_node_mean"] = sum(using) / max(len(using), 1)
-    count = len(measured(result.pods.traces, result.since_s, result.until_s))
-    if count:
+    if pods:
         mutations = sum(n for op, n in result.calls.items() if AccountFront.mutating(op))
-        out["mutating_calls_per_1000_pods"] = 1000.0 * mutations / count
+        out["mutating_calls_per_1000_pods"] = 1000.0 * mutations / len(pods)
     return out
 
 
