@@ -22,6 +22,10 @@ released together, as a kubelet does when a deployment scales; for each sandbox 
 - `cni_burst_lone_add_ms`: the lone ADD, the floor's unit: a single pod through containerd on the
   same node in the same run, `LONE_RUNS` times one after the other, the median.
 - `cni_burst_30_wall_ms`: the burst's wall time itself.
+- `cni_burst_30_add_cpu_p50_ms`, `cni_burst_lone_add_cpu_ms`: the CPU time (user and system) the
+  plugin process itself used in a burst ADD (the p50) and in a lone one (the median). A burst ADD
+  whose wall time is many times its CPU time spent the rest waiting for a CPU that the other
+  sandboxes' processes held, not for ipamd.
 
 How each ADD is timed (`bench.cni_timing`): the node's CNI bin dir holds, under the name
 `ipamd-cni`, a static C wrapper that reads the monotonic clock, forks and execs the installed
@@ -184,6 +188,8 @@ def figures(burst: Sequence[Span], lone: Sequence[Span], cpus: int) -> dict[str,
     floor_ms = pods * lone_ms / cpus
     durations = [s.ms for s in burst]
     return {
+        f"cni_burst_{pods}_add_cpu_p50_ms": p50([s.cpu_ms for s in burst]),
+        "cni_burst_lone_add_cpu_ms": median([s.cpu_ms for s in lone]),
         f"cni_burst_{pods}_pods_p50_ms": p50(durations),
         f"cni_burst_{pods}_pods_p99_ms": p99(durations),
         f"cni_burst_{pods}_over_cpu_floor": wall_ms / floor_ms,

@@ -33,10 +33,16 @@ class Span:
     started_ns: int
     answered_ns: int
     status: int
+    cpu_ns: int = 0
+    """The plugin process's CPU time, user and system (0 in records written before it was kept)."""
 
     @property
     def ms(self) -> float:
         return (self.answered_ns - self.started_ns) / 1e6
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu_ns / 1e6
 
 
 def build(plugin: Path, records: Path, out: Path) -> str | None:

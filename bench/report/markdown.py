@@ -156,8 +156,22 @@ def _burst_section(f: Figures) -> str:
             "node) take spread over the CPUs; target "
             f"{_target('cni_burst_30_over_cpu_floor', ratio) if ratio is not None else 'unknown'}"
             ".\n",
+            _burst_cpu(b),
             BURST_COSTS,
         ]
+    )
+
+
+def _burst_cpu(b: dict[str, float]) -> str:
+    """What the plugin itself spent of a burst ADD, from the wrapper's CPU accounting."""
+    cpu = b.get("cni_burst_30_add_cpu_p50_ms")
+    if not cpu:
+        return ""
+    return (
+        f"The plugin process of a burst ADD used {num(cpu)} ms of CPU at the p50 (a lone one "
+        f"{num(b.get('cni_burst_lone_add_cpu_ms'))} ms): the ADD's p50 wall time is "
+        f"{num(b[BURST_P50] / cpu)} times its own CPU time, the rest spent runnable and waiting "
+        "for a CPU held by the other sandboxes' processes.\n"
     )
 
 

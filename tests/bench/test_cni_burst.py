@@ -17,13 +17,13 @@ from bench.cni_timing import Span
 MS = 1_000_000
 
 
-def _span(container_id: str, started_ms: int, answered_ms: int) -> Span:
-    return Span("ADD", container_id, "eth0", started_ms * MS, answered_ms * MS, 0)
+def _span(container_id: str, started_ms: int, answered_ms: int, cpu_ms: int = 20) -> Span:
+    return Span("ADD", container_id, "eth0", started_ms * MS, answered_ms * MS, 0, cpu_ms * MS)
 
 
 def test_the_figures_compare_the_burst_with_lone_adds_spread_over_the_cpus() -> None:
     burst = [_span("a", 0, 100), _span("b", 10, 210), _span("c", 20, 320), _span("d", 30, 400)]
-    lone = [_span("x", 0, 40), _span("y", 0, 50), _span("z", 0, 60)]
+    lone = [_span("x", 0, 40, 30), _span("y", 0, 50, 35), _span("z", 0, 60, 45)]
     figures = cni_burst.figures(burst, lone, cpus=2)
     assert figures["cni_burst_4_pods_p50_ms"] == pytest.approx(250.0)
     assert figures["cni_burst_4_pods_p99_ms"] == pytest.approx(367.9)
@@ -31,6 +31,9 @@ def test_the_figures_compare_the_burst_with_lone_adds_spread_over_the_cpus() -> 
     assert figures["cni_burst_lone_add_ms"] == pytest.approx(50.0)
     # 4 ADDs of 50 ms on 2 CPUs could end in 100 ms; the burst took 400.
     assert figures["cni_burst_4_over_cpu_floor"] == pytest.approx(4.0)
+    # The plugin's own CPU: 20 ms in each burst ADD, the lone ones' median 35.
+    assert figures["cni_burst_4_add_cpu_p50_ms"] == pytest.approx(20.0)
+    assert figures["cni_burst_lone_add_cpu_ms"] == pytest.approx(35.0)
 
 
 def test_the_node_holds_the_burst_before_it_and_asks_ec2_for_nothing_during_it() -> None:
@@ -73,6 +76,7 @@ def test_the_wrapper_records_a_run_and_changes_nothing_of_it(wrapped: tuple[Path
         7,
     )
     assert 0 < span.ms < 10_000
+    assert 0 < span.cpu_ms <= span.ms, "the plugin's CPU time, within its wall time"
 
 
 def test_the_wrapper_keeps_a_field_to_the_characters_an_id_has(
@@ -100,5 +104,7 @@ def test_a_small_burst_through_containerd_gives_the_named_figures(
         f"cni_burst_{pods}_over_cpu_floor",
         f"cni_burst_{pods}_wall_ms",
         "cni_burst_lone_add_ms",
+        f"cni_burst_{pods}_add_cpu_p50_ms",
+        "cni_burst_lone_add_cpu_ms",
     }
     assert all(value > 0 for value in figures.values()), figures

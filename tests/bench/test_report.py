@@ -237,6 +237,14 @@ def test_the_burst_is_shown_beside_vpc_cnis_with_the_machine_named() -> None:
     assert "1.800 times what 30 lone ADDs (33 ms each" in section
     assert "target ≤ 1.500 (NOT met)" in section
     assert "| cni_burst_30_pods_p50_ms | 180.500 | ≤ 250 (met) |" in page
+    assert "used" not in section.split("Where a burst")[0], "no CPU figure, no CPU sentence"
+
+
+def test_the_burst_adds_own_cpu_is_set_against_its_wall_time() -> None:
+    bench = {**BURST, "cni_burst_30_add_cpu_p50_ms": 19.0, "cni_burst_lone_add_cpu_ms": 21.5}
+    page = markdown.render(markdown.Figures("m", bench, [], CLUSTER, {}, CHAOS))
+    assert "used 19 ms of CPU at the p50 (a lone one 21.500 ms)" in page
+    assert "p50 wall time is 9.500 times its own CPU time" in page
 
 
 def test_without_the_burst_there_is_no_comparison() -> None:
