@@ -25,7 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,8 @@ class Containerd:
     config: Path
     netns: str | None = None
     """The network namespace (path) containerd runs in; None = this process's."""
+    launcher: tuple[str, ...] = ()
+    """What containerd's command is started under (a cgroup's `NodeCgroups.enter`), if anything."""
     process: subprocess.Popen[bytes] | None = None
     cri: CriClient | None = None
     made_shim_socket_dir: bool = field(default_factory=lambda: not SHIM_SOCKET_DIR.parent.exists())
@@ -99,11 +101,12 @@ class Containerd:
         cni_conf: Path,
         sandbox_image: str,
         netns: str | None = None,
+        launcher: Sequence[str] = (),
     ) -> Containerd:
         socket = workdir / "containerd.sock"
         config = workdir / "containerd.toml"
         config.write_text(_config(workdir, socket, cni_bin, cni_conf, sandbox_image))
-        return cls(workdir, socket, config, netns)
+        return cls(workdir, socket, config, netns, tuple(launcher))
 
     @property
     def log(self) -> Path:
@@ -119,6 +122,8 @@ class Containerd:
         if self.netns is not None:
             # nsenter execs containerd (no fork for a network namespace): the PID is containerd's.
             command = ["nsenter", f"--net={self.netns}", *command]
+        # The launcher execs what it starts too: the PID stays containerd's.
+        command = [*self.launcher, *command]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 command,
@@ -321,9 +326,11 @@ class CriClient:
         uid: str,
         attempt: int = 0,
         host_ports: Mapping[int, int] | None = None,
+        cgroup_parent: str = "",
     ) -> str:
         """RunPodSandbox; `host_ports` maps host ports to the pod's TCP ports, as the kubelet
-        passes a pod's `hostPort`s (the runtime hands them to portmap)."""
+        passes a pod's `hostPort`s (the runtime hands them to portmap); `cgroup_parent` the pod's
+        cgroup (`NodeCgroups.pod_parent`), where runc makes the sandbox's."""
         config = cri.PodSandboxConfig(
             metadata=cri.PodSandboxMetadata(
                 name=name, uid=uid, namespace=namespace, attempt=attempt
@@ -335,6 +342,8 @@ class CriClient:
             ],
             labels={"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace},
         )
+        if cgroup_parent:
+            config.linux.cgroup_parent = cgroup_parent
         answer = self._stub.RunPodSandbox(
             cri.RunPodSandboxRequest(config=config), timeout=_RPC_TIMEOUT_S
         )

@@ -33,6 +33,7 @@ from typing import TypeVar
 
 import grpc
 
+from bench.vpc.cgroups import NodeCgroups
 from bench.vpc.containerd import Containerd
 from bench.vpc.fabric import Namespaces, in_netns, netns_path, run
 from bench.vpc.pause.image import PAUSE_IMAGE
@@ -81,6 +82,9 @@ class VpcNode:
     made_namespaces: list[str] = field(default_factory=list)
     exit_log: str = ""
     """ipamd's log tail when its last stop did not exit 0."""
+    cgroups: NodeCgroups | None = None
+    """The node's CPU cgroups as the kubelet lays them out (containerd, ipamd and each pod in
+    theirs), or None: every process in the caller's."""
     _netns_paths: dict[str, str] = field(default_factory=dict)
 
     # -- bring-up ---------------------------------------------------------------------------------
@@ -138,6 +142,7 @@ class VpcNode:
             cni_conf=self.workdir / "net.d",
             sandbox_image=PAUSE_IMAGE,
             netns=netns_path(self.ns.node),
+            launcher=self.cgroups.enter("system.slice", []) if self.cgroups else (),
         )
         self.containerd.start()
         self.containerd.import_image(pause_image)
@@ -169,9 +174,12 @@ class VpcNode:
         """`ipamd run` in the node's namespace (not `--embedded`: the world outlives ipamd)."""
         assert self.ipamd is None or self.ipamd.process.poll() is not None, "ipamd is running"
         env = self.ipamd_env
+        command = in_netns(self.ns.node, str(BIN / "ipamd"), "run")
+        if self.cgroups is not None:
+            command = self.cgroups.enter("kubepods/burstable/pod-ipamd", command)
         with (self.workdir / "ipamd.log").open("ab") as log:
             process = subprocess.Popen(
-                in_netns(self.ns.node, str(BIN / "ipamd"), "run"),
+                command,
                 env=env,
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
@@ -227,9 +235,13 @@ class VpcNode:
         client = self.runtime.client
         failure: list[str] = []
 
+        parent = self.pod_cgroup(f"uid-{name}")
+
         def started() -> str | None:
             try:
-                return client.run_sandbox("e2e", name, f"uid-{name}", host_ports=host_ports)
+                return client.run_sandbox(
+                    "e2e", name, f"uid-{name}", host_ports=host_ports, cgroup_parent=parent
+                )
             except grpc.RpcError as err:
                 if "try again later" not in str(err.details()):
                     raise
@@ -240,6 +252,10 @@ class VpcNode:
             return wait_until(started, f"pod {name} running", deadline_s, every_s=0.2)
         except AssertionError as err:
             raise AssertionError(f"{err}; last error: {failure}") from None
+
+    def pod_cgroup(self, uid: str) -> str:
+        """The `cgroup_parent` of the pod `uid` ("" without the node's cgroups)."""
+        return "" if self.cgroups is None else self.cgroups.pod_parent(uid)
 
     def run_pod_through_failures(self, name: str, deadline_s: float = 120.0) -> str:
         """RunPodSandbox retried on any error (ipamd may be dead or restarting). A failed run whose
@@ -358,12 +374,14 @@ def vpc_node(
     env: Mapping[str, str] | None = None,
     *,
     ipv6: bool = False,
+    cgroups: NodeCgroups | None = None,
 ) -> Iterator[VpcNode]:
     """A node in an emulated VPC with containerd and a ready ipamd (`IPAMD_HOST_NETWORK` =
     `host_network`, plus `env`), its conflist written; everything gone afterwards. `ipv6`: a
-    dual-stack VPC and ipamd in IPv6 mode (`IPV6_ENV`, which `env` may still override). Needs
-    root, `TOOLS` and `PLUGINS` (`missing` says which are not there)."""
-    node = VpcNode(make_workdir("vpc"), Namespaces.unique())
+    dual-stack VPC and ipamd in IPv6 mode (`IPV6_ENV`, which `env` may still override);
+    `cgroups`: the CPU cgroups its processes and pods go in (the caller closes them once the node
+    is gone). Needs root, `TOOLS` and `PLUGINS` (`missing` says which are not there)."""
+    node = VpcNode(make_workdir("vpc"), Namespaces.unique(), cgroups=cgroups)
     with running(node, pause_image, host_network, env, ipv6=ipv6) as made:
         yield made
 

@@ -70,7 +70,7 @@ class PortMapping(_message.Message):
     def __init__(self, protocol: _Optional[_Union[Protocol, str]] = ..., container_port: _Optional[int] = ..., host_port: _Optional[int] = ..., host_ip: _Optional[str] = ...) -> None: ...
 
 class PodSandboxConfig(_message.Message):
-    __slots__ = ("metadata", "hostname", "log_directory", "port_mappings", "labels", "annotations")
+    __slots__ = ("metadata", "hostname", "log_directory", "port_mappings", "labels", "annotations", "linux")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,13 +91,21 @@ class PodSandboxConfig(_message.Message):
     PORT_MAPPINGS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    LINUX_FIELD_NUMBER: _ClassVar[int]
     metadata: PodSandboxMetadata
     hostname: str
     log_directory: str
     port_mappings: _containers.RepeatedCompositeFieldContainer[PortMapping]
     labels: _containers.ScalarMap[str, str]
     annotations: _containers.ScalarMap[str, str]
-    def __init__(self, metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., hostname: _Optional[str] = ..., log_directory: _Optional[str] = ..., port_mappings: _Optional[_Iterable[_Union[PortMapping, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    linux: LinuxPodSandboxConfig
+    def __init__(self, metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., hostname: _Optional[str] = ..., log_directory: _Optional[str] = ..., port_mappings: _Optional[_Iterable[_Union[PortMapping, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., linux: _Optional[_Union[LinuxPodSandboxConfig, _Mapping]] = ...) -> None: ...
+
+class LinuxPodSandboxConfig(_message.Message):
+    __slots__ = ("cgroup_parent",)
+    CGROUP_PARENT_FIELD_NUMBER: _ClassVar[int]
+    cgroup_parent: str
+    def __init__(self, cgroup_parent: _Optional[str] = ...) -> None: ...
 
 class RunPodSandboxRequest(_message.Message):
     __slots__ = ("config", "runtime_handler")
