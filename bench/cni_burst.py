@@ -9,6 +9,13 @@ installed by `install-cni.sh` as the DaemonSet's init container installs it
 released together, as a kubelet does when a deployment scales; for each sandbox containerd runs
 `loopback`, `ipamd-cni` and the chained `portmap`, and only `ipamd-cni` is timed.
 
+The node's processes share its CPUs as on a node (`bench.vpc.cgroups`): containerd, and so its
+shims and the CNI plugins it runs, in `system.slice`; ipamd in its pod's cgroup under
+`kubepods/burstable`, weighted by the DaemonSet's CPU request; each pod under
+`kubepods/besteffort`, where runc makes its sandbox's cgroup. In one flat group instead, ipamd's
+serving thread would get one share among the dozens of processes a burst makes runnable, and each
+ADD would queue behind it. Without a writable cgroup CPU controller the family prints no figure.
+
 - `cni_burst_30_pods_p50_ms`, `cni_burst_30_pods_p99_ms`: each burst pod's ADD, from before the
   plugin process exists to after it has exited with its answer. VPC CNI's figure for the same
   burst is the p50 of its plugin's ADD: 5 s, and 0.75 s since aws/amazon-vpc-cni-k8s#3764 (its
@@ -22,6 +29,12 @@ released together, as a kubelet does when a deployment scales; for each sandbox 
 - `cni_burst_lone_add_ms`: the lone ADD, the floor's unit: a single pod through containerd on the
   same node in the same run, `LONE_RUNS` times one after the other, the median.
 - `cni_burst_30_wall_ms`: the burst's wall time itself.
+- `cni_burst_30_bare_python_p50_ms`, `cni_burst_bare_python_lone_ms`: the floor of any plugin in
+  Python. On the same node, once the burst's pods are gone, the timed plugin is replaced by the
+  plugin's own runtime (its interpreter, with the launcher's flags) running nothing but a canned
+  answer, and the lone runs and the burst are repeated: the p50 of that burst's ADDs and the
+  median lone one. What ipamd-cni adds to an ADD (its imports, the call to ipamd, the interface)
+  is the difference; what contention does to an interpreter's start is the floor itself.
 - `cni_burst_30_add_cpu_p50_ms`, `cni_burst_lone_add_cpu_ms`: the CPU time (user and system) the
   plugin process itself used in a burst ADD (the p50) and in a lone one (the median). A burst ADD
   whose wall time is many times its CPU time spent the rest waiting for a CPU that the other
@@ -53,6 +66,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import sys
 import threading
@@ -63,7 +77,8 @@ from pathlib import Path
 from bench import cni_timing, shipped_plugin
 from bench.cni_timing import Span
 from bench.timing import median, p50, p99
-from bench.vpc.containerd import CriClient
+from bench.vpc import cgroups
+from bench.vpc.cgroups import NodeCgroups
 from bench.vpc.node import VpcNode, missing, vpc_node
 from bench.vpc.pause.image import PAUSE_IMAGE, build_pause_image
 from bench.vpc.processes import wait_until
@@ -77,6 +92,17 @@ KEPT_PACE = ("IP_COOLDOWN_PERIOD", "IPAMD_LOG_FORMAT", "IPAMD_LOG_LEVEL", "IPAMD
 """Of chaos' `TUNING` (which the node's environment starts from), what stays; the rest is cleared
 (an empty value is the default)."""
 RPC_DEADLINE_S = 120.0
+DAEMONSET = Path(__file__).resolve().parents[1] / "deploy" / "daemonset.yaml"
+BARE_ENTRY = """import os
+os.read(0, 1 << 20)
+if os.environ.get("CNI_COMMAND") == "ADD":
+    n = int(os.environ["CNI_CONTAINERID"][:4], 16)
+    print('{"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "%s"}], '
+          '"ips": [{"address": "198.18.%d.%d/32", "interface": 0}]}'
+          % (os.environ["CNI_NETNS"], n >> 8, n & 255))
+"""
+"""The bare plugin's program: the config read, and for an ADD an answer with one address of the
+benchmarking range (198.18.0.0/15) that containerd records for the sandbox and nothing uses."""
 
 
 def _note(text: str) -> None:
@@ -110,27 +136,79 @@ def measure(workdir: Path, pods: int, lone_runs: int = LONE_RUNS) -> dict[str, f
     if why is not None:
         _note(f"skipped: {why}")
         return {}
-    records = workdir / "cni-runs.jsonl"
+    records, bare_records = workdir / "cni-runs.jsonl", workdir / "bare-runs.jsonl"
     wrapper = _timed_plugin(workdir, records)
     if isinstance(wrapper, str):
         _note(f"skipped: {wrapper}")
         return {}
+    bare = _bare_plugin(workdir, shipped_plugin.bin_dir_of(workdir), bare_records)
+    if isinstance(bare, str):
+        _note(f"skipped: {bare}")
+        return {}
+    cgroups = node_cgroups(f"ipamd-bench-{os.getpid()}")
+    if isinstance(cgroups, str):
+        _note(f"skipped: {cgroups}")
+        return {}
     (workdir / "pause").mkdir()
     pause_image = build_pause_image(workdir / "pause", PAUSE_IMAGE)
-    with vpc_node(pause_image, "on", node_env(pods)) as node:
-        # Replaced by rename, as install-cni.sh replaces the plugin: each call runs the new file.
-        staged = node.cni_bin / ".ipamd-cni.timed"
-        shutil.copy2(wrapper, staged)
-        staged.replace(node.cni_bin / "ipamd-cni")
-        node.remove_pod(node.run_pod("warm-up"))  # the node's first ADD and DEL, untimed
-        lone = [node.run_pod(f"lone-{n}") for n in range(lone_runs)]
-        for sandbox_id in lone:
-            node.remove_pod(sandbox_id)
-        _wait_free(node, pods)
-        _note(f"load average {os.getloadavg()[0]:.2f} before the burst of {pods}")
-        burst = _burst(node.runtime.client, pods)
-    spans = cni_timing.read(records)
-    return figures(_adds(spans, burst), _adds(spans, lone), len(os.sched_getaffinity(0)))
+    try:
+        with vpc_node(pause_image, "on", node_env(pods), cgroups=cgroups) as node:
+            _install(node, wrapper)
+            node.remove_pod(node.run_pod("warm-up"))  # the node's first ADD and DEL, untimed
+            lone = _lone(node, "lone", lone_runs)
+            _wait_free(node, pods)
+            _note(f"load average {os.getloadavg()[0]:.2f} before the burst of {pods}")
+            burst = _burst(node, pods, "burst")
+            for sandbox_id in burst:
+                node.remove_pod(sandbox_id)
+            _install(node, bare)
+            bare_lone = _lone(node, "bare-lone", lone_runs)
+            bare_burst = _burst(node, pods, "bare-burst")
+    finally:
+        for left in cgroups.close():
+            _note(f"cgroup left behind: {left}")
+    spans, bare_spans = cni_timing.read(records), cni_timing.read(bare_records)
+    cpus = len(os.sched_getaffinity(0))
+    return figures(_adds(spans, burst), _adds(spans, lone), cpus) | bare_figures(
+        _adds(bare_spans, bare_burst), _adds(bare_spans, bare_lone)
+    )
+
+
+def _install(node: VpcNode, plugin: Path) -> None:
+    """`plugin` as the node's `ipamd-cni`, replaced by rename as install-cni.sh replaces it: each
+    run from then on runs the new file."""
+    staged = node.cni_bin / ".ipamd-cni.timed"
+    shutil.copy2(plugin, staged)
+    staged.replace(node.cni_bin / "ipamd-cni")
+
+
+def _lone(node: VpcNode, name: str, runs: int) -> list[str]:
+    """`runs` pods one after the other, then removed: their sandboxes' IDs."""
+    sandbox_ids = [node.run_pod(f"{name}-{n}") for n in range(runs)]
+    for sandbox_id in sandbox_ids:
+        node.remove_pod(sandbox_id)
+    return sandbox_ids
+
+
+def _bare_plugin(workdir: Path, cni_bin: Path, records: Path) -> Path | str:
+    """The bare plugin behind its own timing wrapper: the runtime installed in `cni_bin` started as
+    the launcher starts it (`ld.so --library-path lib bin/python3 -I -S -B`) on `BARE_ENTRY`, from
+    a shell script that execs it (the shell's start stands for the launcher's)."""
+    runtime = (cni_bin / "ipamd-cni.d" / "current").resolve()
+    script = workdir / "bare" / "ipamd-cni-bare"
+    script.parent.mkdir()
+    argv = [
+        str(runtime / "lib" / "ld.so"),
+        "--library-path",
+        str(runtime / "lib"),
+        str(runtime / "bin" / "python3"),
+        *("-I", "-S", "-B", "-c", BARE_ENTRY),
+    ]
+    script.write_text(f"#!/bin/sh\nexec {shlex.join(argv)}\n")
+    script.chmod(0o755)
+    wrapper = workdir / "bare" / "ipamd-cni"
+    why = cni_timing.build(script, records, wrapper)
+    return wrapper if why is None else why
 
 
 def _timed_plugin(workdir: Path, records: Path) -> Path | str:
@@ -146,6 +224,13 @@ def _timed_plugin(workdir: Path, records: Path) -> Path | str:
     return wrapper if why is None else why
 
 
+def node_cgroups(root: str) -> NodeCgroups | str:
+    """The bench node's CPU cgroups (`bench.vpc.cgroups`) with ipamd's CPU request and limit as
+    the DaemonSet declares them, or why they cannot be made here."""
+    request, limit = cgroups.pod_cpu(DAEMONSET, "ipamd")
+    return NodeCgroups.open(root, len(os.sched_getaffinity(0)), request, limit)
+
+
 def _wait_free(node: VpcNode, pods: int) -> None:
     def free() -> bool | None:
         counts = node.daemon.get("/v1/pool")["counts"]
@@ -155,13 +240,17 @@ def _wait_free(node: VpcNode, pods: int) -> None:
     wait_until(free, f"{pods} free addresses", 120.0)
 
 
-def _burst(client: CriClient, pods: int) -> list[str]:
-    """RunPodSandbox `pods` times at once; the sandboxes' IDs (CNI_CONTAINERID of their ADDs)."""
+def _burst(node: VpcNode, pods: int, name: str) -> list[str]:
+    """RunPodSandbox `pods` times at once, each pod in its cgroup; the sandboxes' IDs
+    (CNI_CONTAINERID of their ADDs)."""
+    client = node.runtime.client
+    uids = [f"uid-{name}-{n}" for n in range(pods)]
+    parents = [node.pod_cgroup(uid) for uid in uids]  # made before, as the kubelet makes them
     start = threading.Barrier(pods, timeout=RPC_DEADLINE_S)
 
     def one(n: int) -> str:
         start.wait()
-        return client.run_sandbox(NAMESPACE, f"burst-{n}", f"uid-burst-{n}")
+        return client.run_sandbox(NAMESPACE, f"{name}-{n}", uids[n], cgroup_parent=parents[n])
 
     with ThreadPoolExecutor(max_workers=pods) as pool:
         return list(pool.map(one, range(pods)))
@@ -195,4 +284,12 @@ def figures(burst: Sequence[Span], lone: Sequence[Span], cpus: int) -> dict[str,
         f"cni_burst_{pods}_over_cpu_floor": wall_ms / floor_ms,
         f"cni_burst_{pods}_wall_ms": wall_ms,
         "cni_burst_lone_add_ms": lone_ms,
+    }
+
+
+def bare_figures(burst: Sequence[Span], lone: Sequence[Span]) -> dict[str, float]:
+    """The bare plugin's figures: its burst's p50 and its median lone run."""
+    return {
+        f"cni_burst_{len(burst)}_bare_python_p50_ms": p50([s.ms for s in burst]),
+        "cni_burst_bare_python_lone_ms": median([s.ms for s in lone]),
     }

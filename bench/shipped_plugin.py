@@ -50,6 +50,11 @@ def link_static(source: Path, out: Path, *defines: str) -> str | None:
     return None
 
 
+def bin_dir_of(workdir: Path) -> Path:
+    """The CNI bin dir `install` installs into: `ipamd-cni` and its runtime, `ipamd-cni.d`."""
+    return workdir / "cni-bin"
+
+
 def install(workdir: Path, bundle: Path) -> Path | str:
     """The launcher, linked statically, and `bundle` installed by `install-cni.sh` into the bin
     dir `workdir/cni-bin`: the installed `ipamd-cni`, or why it could not be built."""
@@ -58,7 +63,7 @@ def install(workdir: Path, bundle: Path) -> Path | str:
     why = link_static(IMAGE_DIR / "cni-launcher.c", launcher)
     if why is not None:
         return why
-    bin_dir = workdir / "cni-bin"
+    bin_dir = bin_dir_of(workdir)
     bin_dir.mkdir()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

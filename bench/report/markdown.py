@@ -136,6 +136,11 @@ def _burst_section(f: Figures) -> str:
         ),
         *((name, num(ms), "not published", "") for name, ms in VPC_CNI_BURST_P50_MS),
     ]
+    bare = b.get("cni_burst_30_bare_python_p50_ms")
+    if bare is not None:
+        rows.insert(
+            1, ("ipamd-cni's interpreter alone, a canned answer (this run)", num(bare), "", "")
+        )
     ratio = b.get("cni_burst_30_over_cpu_floor")
     return "\n".join(
         [
@@ -146,8 +151,10 @@ def _burst_section(f: Figures) -> str:
             f"[aws/amazon-vpc-cni-k8s#3764]({VPC_CNI_PR}) reports for a 30-pod concurrent create "
             "burst, before and after that change (the host veth created straight in the host's "
             "namespace, as ipamd-cni creates it), on its authors' node. ipamd's row was measured "
-            f"on the emulated VPC's node with the shipped plugin, on {f.machine}. The machines "
-            "differ: the rows compare magnitudes, not hardware.\n",
+            f"on the emulated VPC's node with the shipped plugin, on {f.machine}, its processes in "
+            "the CPU cgroups a node gives them (containerd and the plugins it runs in "
+            "`system.slice`, ipamd and the pods under `kubepods`, weighted as the kubelet weighs "
+            "them). The machines differ: the rows compare magnitudes, not hardware.\n",
             table(("CNI ADD in a 30-pod burst", "p50 (ms)", "p99 (ms)", "target"), rows),
             "",
             f"The burst took {num(b.get('cni_burst_30_wall_ms'))} ms from the first ADD's start "
@@ -162,7 +169,7 @@ def _burst_section(f: Figures) -> str:
     )
 
 
-def _burst_cpu(b: dict[str, float]) -> str:
+def _burst_cpu(b: Mapping[str, float]) -> str:
     """What the plugin itself spent of a burst ADD, from the wrapper's CPU accounting."""
     cpu = b.get("cni_burst_30_add_cpu_p50_ms")
     if not cpu:
@@ -176,16 +183,15 @@ def _burst_cpu(b: dict[str, float]) -> str:
 
 
 BURST_COSTS = (
-    "Where a burst's time goes on this machine (CPU time per process kind around a burst, profiled "
-    "by hand when the bench was written, not by `make report`): both CPUs are busy from the first "
-    "ADD to the last. Each pod costs about 90 to 110 ms of CPU in all: ipamd-cni about 18 ms "
-    "(interpreter start about 9 ms of it, the call to ipamd about 4 ms), loopback and portmap "
-    "about 13 ms, containerd, its shim, runc and the pause process about 29 ms, the kernel's work "
-    "for a new namespace and veth 25 to 35 ms, ipamd itself about 3 ms. An ADD in the burst is its "
-    "own few milliseconds of CPU stretched by the other runnable processes, so its p50 follows "
-    "the plugin's cost times the contention; and the floor counts only the lone ADD, so the "
-    "ratio measures containerd's and the kernel's share of a pod more than ipamd's. From run to "
-    "run here the p50 moves between about 350 and 650 ms with the machine's other load.\n"
+    "Where a burst ADD's time goes (profiled by hand with the kernel's delay accounting on, which "
+    "`make bench` does not turn on): the plugin process's run time is its CPU time above, and "
+    "almost all the rest it spends runnable, waiting in the run queue for a CPU that containerd, "
+    "its shims, the other plugins and runc hold; in one run the wait was 80 to 90 % of each slow "
+    "ADD's wall time and the plugin slept (on ipamd's answer, on the kernel) for a few "
+    "milliseconds. So an ADD's p50 follows its plugin's CPU times the contention, and the bare "
+    "interpreter's row is the floor of a plugin in Python here. The floor of the ratio counts only "
+    "the lone ADD, while each pod costs containerd, runc and the kernel two to three times as much "
+    "CPU again, so the ratio measures their share of a pod more than ipamd's.\n"
 )
 """What a burst costs besides ipamd: measured once, by hand, and said beside the figures."""
 

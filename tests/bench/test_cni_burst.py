@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,36 @@ def test_the_figures_compare_the_burst_with_lone_adds_spread_over_the_cpus() -> 
     # The plugin's own CPU: 20 ms in each burst ADD, the lone ones' median 35.
     assert figures["cni_burst_4_add_cpu_p50_ms"] == pytest.approx(20.0)
     assert figures["cni_burst_lone_add_cpu_ms"] == pytest.approx(35.0)
+
+
+def test_the_bare_pythons_figures_are_its_bursts_p50_and_its_median_lone_run() -> None:
+    burst = [_span("a", 0, 90), _span("b", 0, 110), _span("c", 0, 300)]
+    lone = [_span("x", 0, 12), _span("y", 0, 14), _span("z", 0, 19)]
+    assert cni_burst.bare_figures(burst, lone) == {
+        "cni_burst_3_bare_python_p50_ms": pytest.approx(110.0),
+        "cni_burst_bare_python_lone_ms": pytest.approx(14.0),
+    }
+
+
+def test_the_bare_plugin_answers_an_add_with_one_address_and_a_del_with_nothing(
+    tmp_path: Path,
+) -> None:
+    """`BARE_ENTRY` run by this interpreter as the launcher's flags run it: an ADD's answer is a
+    CNI result with eth0 in the sandbox and one address; a DEL prints nothing."""
+    env = {"CNI_CONTAINERID": "0a1bffff", "CNI_NETNS": "/run/netns/x"}
+    args = [sys.executable, "-I", "-S", "-B", "-c", cni_burst.BARE_ENTRY]
+    add = subprocess.run(
+        args, input=b"{}", env={**env, "CNI_COMMAND": "ADD"}, capture_output=True, check=True
+    )
+    assert json.loads(add.stdout) == {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+        "ips": [{"address": "198.18.10.27/32", "interface": 0}],
+    }
+    delete = subprocess.run(
+        args, input=b"{}", env={**env, "CNI_COMMAND": "DEL"}, capture_output=True, check=True
+    )
+    assert delete.stdout == b""
 
 
 def test_the_node_holds_the_burst_before_it_and_asks_ec2_for_nothing_during_it() -> None:
@@ -106,5 +137,10 @@ def test_a_small_burst_through_containerd_gives_the_named_figures(
         "cni_burst_lone_add_ms",
         f"cni_burst_{pods}_add_cpu_p50_ms",
         "cni_burst_lone_add_cpu_ms",
+        f"cni_burst_{pods}_bare_python_p50_ms",
+        "cni_burst_bare_python_lone_ms",
     }
     assert all(value > 0 for value in figures.values()), figures
+    root = f"ipamd-bench-{os.getpid()}"
+    left = [str(m / root) for m in Path("/sys/fs/cgroup").iterdir() if (m / root).exists()]
+    assert left == [], "the node's cgroups are removed with it"

@@ -240,6 +240,17 @@ def test_the_burst_is_shown_beside_vpc_cnis_with_the_machine_named() -> None:
     assert "used" not in section.split("Where a burst")[0], "no CPU figure, no CPU sentence"
 
 
+def test_the_bare_interpreter_is_shown_as_the_floor_of_a_python_plugin() -> None:
+    bench = {**BURST, "cni_burst_30_bare_python_p50_ms": 120.0}
+    page = markdown.render(markdown.Figures("m", bench, [], CLUSTER, {}, CHAOS))
+    rows = [line for line in page.splitlines() if line.startswith("| ")]
+    ours = rows.index("| ipamd (this run) | 180.500 | 310 | ≤ 250 (met) |")
+    assert (
+        rows[ours + 1]
+        == "| ipamd-cni's interpreter alone, a canned answer (this run) | 120 |  |  |"
+    )
+
+
 def test_the_burst_adds_own_cpu_is_set_against_its_wall_time() -> None:
     bench = {**BURST, "cni_burst_30_add_cpu_p50_ms": 19.0, "cni_burst_lone_add_cpu_ms": 21.5}
     page = markdown.render(markdown.Figures("m", bench, [], CLUSTER, {}, CHAOS))
