@@ -52,7 +52,8 @@ from ipamd.awsnode.checkpoint import (
     parse,
 )
 from ipamd.engine.engine import Engine
-from ipamd.engine.state import V6_HOSTS, NodeState
+from ipamd.engine.state import NodeState
+from ipamd.engine.units_v6 import V6_HOSTS
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ def _with_cooling(
         for cidr in state.units_on(eni_id)
         for address in (
             _v6_cooling(state, cidr, adopted, max_pods)
-            if state.is_v6(cidr)
+            if state.unlisted(cidr)
             else state.addresses_of(cidr)
         )
         if address not in adopted and state.owner_of(address) is None

@@ -8,7 +8,7 @@ once it has committed. They never change the state themselves. ADD is the hot pa
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from itertools import islice
 
@@ -22,6 +22,12 @@ from datastore.records import (
 from ipamd.engine.state import NodeState
 from ipamd.errors import DeleteIntentActive, MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.model import PodRef
+
+Pick = Callable[
+    [NodeState, int, float, float, Collection[str], bool],
+    "tuple[str, list[tuple[str, str]]] | None",
+]
+"""(state, count, now, cooldown_s, blocked ENIs, skip the primary) → (ENI, [(address, unit)])."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,12 @@ class EngineSettings:
     pods_on_primary: bool = True
     """False with custom networking: no address of the primary ENI is handed to a pod, whatever
     units it holds (the pool gives its free ones back)."""
+    pick: Pick | None = None
+    """How ADD picks its addresses, chosen once for the node's family: None is `pick_addresses`
+    over listed units (IPv4); an IPv6 node's is `pick_v6_addresses` (`ipamd/engine/pick_v6.py`)."""
+
+    def picker(self) -> Pick:
+        return self.pick or pick_addresses
 
 
 OTHER_REFUSALS = (DeleteIntentActive, MaxPodsReached, NodeFull)
@@ -63,7 +75,7 @@ def plan_assign(
         return Mutation(), existing
     if settings.max_pods is not None and len(state._allocations) >= settings.max_pods:
         raise MaxPodsReached(f"the node holds {settings.max_pods} pod allocations, its max pods")
-    picked = pick_addresses(
+    picked = settings.picker()(
         state, count, now, settings.cooldown_s, blocked_enis, not settings.pods_on_primary
     )
     full = settings.max_addresses is not None and len(state._owner) + count > settings.max_addresses
@@ -106,10 +118,10 @@ def pick_addresses(
 
     "Full" counts assigned and cooling addresses, so freshly emptied units stay empty and can go back
     to EC2 whole. Ties go to the lower device index and the lower CIDR, so the choice is deterministic.
-    `skip_primary` (custom networking): never the primary ENI.
+    `skip_primary` (custom networking): never the primary ENI. The pick of a node of listed units
+    (IPv4); an IPv6 node's is `pick_v6_addresses` (`ipamd/engine/pick_v6.py`), chosen once in
+    `EngineSettings.pick`.
     """
-    if state._v6:
-        return pick_v6_addresses(state, count, now, cooldown_s, blocked_enis, skip_primary)
     horizon = now - cooldown_s  # an address released after this instant is still cooling
     best: tuple[int, str, list[tuple[int, str]]] | None = None
     for eni_id, cidrs in state._units_by_eni.items():
@@ -127,50 +139,11 @@ def pick_addresses(
     chosen = [min(candidates)] if count == 1 else sorted(candidates)
     pairs: list[tuple[str, str]] = []
     for _, cidr in chosen:
-        pairs.extend((a, cidr) for a in state._addresses_of[cidr] if _is_free(state, a, horizon))
+        addresses = state._spaces[cidr].addresses
+        pairs.extend((a, cidr) for a in addresses if _is_free(state, a, horizon))
         if len(pairs) >= count:
             break
     return eni_id, pairs[:count]
-
-
-def pick_v6_addresses(
-    state: NodeState,
-    count: int,
-    now: float,
-    cooldown_s: float,
-    blocked_enis: Collection[str] = (),
-    skip_primary: bool = False,
-) -> tuple[str, list[tuple[str, str]]] | None:
-    """IPv6 mode: `count` addresses of the first active /80 (by device index, then CIDR) of an ENI
-    that may serve, the lowest host addresses from ::1 up that are neither owned nor cooling.
-
-    The /80 is never enumerated: the search steps over the owned and cooling offsets only, so it
-    costs O(pods + cooling addresses); the max-pods check before it bounds how far it goes."""
-    horizon = now - cooldown_s
-    cooling: list[str] | None = None
-    for eni in sorted(state._enis.values(), key=lambda e: (e.device_index, e.eni_id)):
-        if eni.eni_id in blocked_enis or (skip_primary and eni.is_primary):
-            continue
-        for cidr in sorted(state._units_by_eni.get(eni.eni_id, ())):
-            v6 = state._v6.get(cidr)
-            if v6 is None or state._units[cidr].state != "active":
-                continue
-            if cooling is None:  # looked for once, and only when there is a /80 to serve from
-                cooling = [a for a, at in state._cooldowns.items() if at > horizon and ":" in a]
-                cooling.extend(a for a in state._held if ":" in a)  # quarantined claims' too
-            taken = v6.owned
-            if cooling and (held := {at for a in cooling if (at := v6.offset(a)) is not None}):
-                taken = taken | held
-            offsets: list[int] = []
-            # Every offset up to len(taken) is taken when the largest is len(taken): the usual case
-            # (addresses are handed out from the bottom), found without a loop over the pods.
-            at = len(taken) + 1 if taken and max(taken) == len(taken) else 1
-            while len(offsets) < count:
-                if at not in taken:
-                    offsets.append(at)
-                at += 1
-            return eni.eni_id, [(v6.address(at), cidr) for at in offsets]
-    return None
 
 
 def _is_free(state: NodeState, address: str, horizon: float) -> bool:
@@ -189,13 +162,13 @@ def _scan_eni(
     The hot loop of ADD: locals and an inlined test for single-address units keep it to a few
     dictionary lookups per unit."""
     owner, cooldowns, units, held = state._owner, state._cooldowns, state._units, state._held
-    addresses_of, owned_in_unit = state._addresses_of, state._owned_in_unit
+    spaces, owned_in_unit = state._spaces, state._owned_in_unit
     occupied = available = 0
     candidates: list[tuple[int, str]] = []
     for cidr in cidrs:
         if units[cidr].state != "active":
             continue
-        addresses = addresses_of[cidr]
+        addresses = spaces[cidr].addresses  # none listed for a /80: never picked here
         size = len(addresses)
         if owned_in_unit[cidr] == size:
             occupied += size

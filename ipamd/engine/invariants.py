@@ -86,7 +86,7 @@ def check_state(state: NodeState, now: float, cooldown_s: float, intent_ttl_s: f
             _require(inside, f"{address} not in its unit {cidr}")
     # An IPv6 /80's owned addresses (its index of owned host offsets) are its records' addresses.
     for cidr in state.units():
-        if state.is_v6(cidr):
+        if state.unlisted(cidr):
             indexed = {a for a in state.addresses_of(cidr) if state.owner_of(a) is not None}
             recorded = {
                 a

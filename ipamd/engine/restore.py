@@ -23,7 +23,8 @@ from datastore.records import (
     StateImage,
 )
 from datastore.store import Store
-from ipamd.engine.state import NodeState, unit_holds
+from ipamd.engine.state import NodeState
+from ipamd.engine.units import unit_holds
 
 logger = logging.getLogger("ipamd.engine.engine")
 

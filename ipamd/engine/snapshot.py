@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from ipamd.engine.state import V6_HOSTS, NodeState
+from ipamd.engine.state import NodeState
+from ipamd.engine.units_v6 import V6_HOSTS
 from ipamd.model import AddressState, EniView, PoolSnapshot, UnitView
 
 
@@ -36,7 +37,7 @@ def take_snapshot(
                 if (s := state.address_state(address, unit, now, cooldown_s)) is not None
             )
             unlisted = 0
-            if state.is_v6(cidr):
+            if state.unlisted(cidr):
                 addresses = tuple(p for p in addresses if p[1] is not AddressState.FREE)
                 unlisted = _allocatable(state, len(addresses), max_pods, unit.state)
                 if unlisted:

@@ -9,12 +9,11 @@ dictionary access they wrap.
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from collections import OrderedDict, deque
 from collections.abc import KeysView, Mapping
 from itertools import chain
 from types import MappingProxyType
+from typing import cast
 
 from datastore.records import (
     AllocationKey,
@@ -28,72 +27,13 @@ from datastore.records import (
     UnitKind,
     UnitRecord,
 )
+from ipamd.engine.units import UnitSpace, unit_space
+from ipamd.engine.units_v6 import V6Unit
 from ipamd.model import AddressState
 
 _NO_UNITS: dict[str, None] = {}
 
 IPV6_PREFIX: UnitKind = "ipv6_prefix"
-V6_HOSTS = 2**48 - 1
-"""Addresses of an IPv6 /80 that ipamd hands out: every one but the prefix's own (::0), from ::1 up."""
-
-
-def unit_addresses(cidr: str) -> tuple[str, ...]:
-    """Every address of a unit: one for a /32, sixteen for a /28 (EC2 lets pods use all of a prefix).
-
-    An IPv6 /80 holds 2^48 addresses and is never enumerated: ValueError."""
-    net = ipaddress.ip_network(cidr)
-    if net.version == 6:
-        raise ValueError(f"{cidr}: an IPv6 prefix's addresses are never enumerated")
-    return tuple(str(a) for a in net)
-
-
-def unit_holds(cidr: str, kind: UnitKind, address: str) -> bool:
-    """Whether `address` is one a unit of `kind` at `cidr` hands out (for a /80: any but its ::0),
-    written as ipamd writes it (an address has one text, which keys its owner and its cooldown)."""
-    if kind != IPV6_PREFIX:
-        return address in unit_addresses(cidr)
-    return _canonical_in(int(ipaddress.IPv6Network(cidr).network_address), address)
-
-
-def _canonical_in(base: int, address: str) -> bool:
-    at = _offset_from(base, address)
-    return at is not None and _v6_text(base + at) == address
-
-
-def _offset_from(base: int, address: str) -> int | None:
-    # inet_pton: a tenth of what ipaddress takes to parse, on ADD's path.
-    try:
-        at = int.from_bytes(socket.inet_pton(socket.AF_INET6, address), "big") - base
-    except OSError:  # not an IPv6 address at all
-        return None
-    return at if 0 < at <= V6_HOSTS else None
-
-
-def _v6_text(value: int) -> str:
-    """An IPv6 address as ipaddress writes it (RFC 5952). inet_ntop writes the same, ten times
-    faster, except in the IPv4-compatible and -mapped ranges (::/96, ::ffff:0:0/96), which it
-    writes with a dotted quad: those go through ipaddress."""
-    if value >> 32 in (0, 0xFFFF):
-        return str(ipaddress.IPv6Address(value))
-    return socket.inet_ntop(socket.AF_INET6, value.to_bytes(16, "big"))
-
-
-class V6Unit:
-    """An IPv6 /80 of the inventory: its 2^48 addresses are never listed, only the host offsets
-    (address minus the prefix) that allocations own are kept."""
-
-    __slots__ = ("base", "net", "owned")
-
-    def __init__(self, cidr: str) -> None:
-        self.net = ipaddress.IPv6Network(cidr)
-        self.base = int(self.net.network_address)
-        self.owned: set[int] = set()
-
-    def address(self, offset: int) -> str:
-        return _v6_text(self.base + offset)
-
-    def offset(self, address: str) -> int | None:
-        return _offset_from(self.base, address)
 
 
 class NodeState:
@@ -104,16 +44,16 @@ class NodeState:
         contents (a reader may keep what it derived from them)."""
         self._enis: dict[str, EniRecord] = {}
         self._units: dict[str, UnitRecord] = {}
-        self._addresses_of: dict[str, tuple[str, ...]] = {}
+        self._spaces: dict[str, UnitSpace] = {}
+        """CIDR → the unit's arithmetic (`ipamd.engine.units`), chosen by its kind as it enters:
+        an IPv4 unit's listed addresses, an IPv6 /80's owned offsets. A /80 still owned stays
+        after its unit leaves, until its owners go, as the counts do."""
         self._units_by_eni: dict[str, dict[str, None]] = {}
         self._released: dict[str, ReleasedUnitRecord] = {}
         self._allocations: dict[AllocationKey, AllocationRecord] = {}
         self._by_container: dict[str, set[AllocationKey]] = {}
         self._owner: dict[str, AllocationKey] = {}
         self._owned_in_unit: dict[str, int] = {}
-        self._v6: dict[str, V6Unit] = {}
-        """The IPv6 /80s (CIDR → unit), kept apart from `_addresses_of`: empty on an IPv4 node,
-        so IPv4's paths pay one test of an empty map at most."""
         # Pruning looks at the oldest entries only, so its cost is O(batch) however many there are:
         # intents keep their first-DEL order in a deque beside the map (entries whose intent was
         # since replaced are skipped and dropped as they reach the front); cooldowns are an
@@ -218,11 +158,8 @@ class NodeState:
         if previous is not None and previous.eni_id != unit.eni_id:
             self._units_by_eni.get(previous.eni_id, {}).pop(unit.cidr, None)
         self._units[unit.cidr] = unit
-        if unit.kind == IPV6_PREFIX:
-            if unit.cidr not in self._v6:
-                self._v6[unit.cidr] = V6Unit(unit.cidr)
-        elif unit.cidr not in self._addresses_of:
-            self._addresses_of[unit.cidr] = unit_addresses(unit.cidr)
+        if unit.cidr not in self._spaces:
+            self._spaces[unit.cidr] = unit_space(unit.kind, unit.cidr)
         self._units_by_eni.setdefault(unit.eni_id, {})[unit.cidr] = None
         self._owned_in_unit.setdefault(unit.cidr, 0)
 
@@ -230,20 +167,21 @@ class NodeState:
         unit = self._units.pop(cidr, None)
         if unit is not None:
             self._units_by_eni.get(unit.eni_id, {}).pop(cidr, None)
-            self._addresses_of.pop(cidr, None)
-            v6 = self._v6.get(cidr)
-            if v6 is not None and not v6.owned:
-                del self._v6[cidr]  # one still owned stays until its owners go, as the counts do
+            space = self._spaces.get(cidr)
+            if space is not None and not space.owned_any():
+                del self._spaces[
+                    cidr
+                ]  # one still owned stays until its owners go, as the counts do
 
     def _put_allocation(self, alloc: AllocationRecord) -> None:
         self._allocations[alloc.key] = alloc
         self._by_container.setdefault(alloc.key.container_id, set()).add(alloc.key)
-        v6 = self._v6
+        spaces = self._spaces
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
             self._owner[address] = alloc.key
             self._owned_in_unit[cidr] = self._owned_in_unit.get(cidr, 0) + 1
-            if v6 and (unit := v6.get(cidr)) is not None and (at := unit.offset(address)):
-                unit.owned.add(at)
+            if (space := spaces.get(cidr)) is not None:
+                space.own(address)
 
     def _drop_allocation(self, key: AllocationKey) -> None:
         alloc = self._allocations.pop(key, None)
@@ -254,15 +192,15 @@ class NodeState:
             keys.discard(key)
             if not keys:
                 del self._by_container[key.container_id]
-        v6 = self._v6
+        spaces = self._spaces
         for address, cidr in zip(alloc.addresses, alloc.unit_cidrs, strict=True):
             if self._owner.get(address) == key:
                 del self._owner[address]
             self._owned_in_unit[cidr] = self._owned_in_unit.get(cidr, 1) - 1
-            if v6 and (unit := v6.get(cidr)) is not None and (at := unit.offset(address)):
-                unit.owned.discard(at)
-                if not unit.owned and cidr not in self._units:
-                    del v6[cidr]
+            if (space := spaces.get(cidr)) is not None:
+                space.disown(address)
+                if not space.owned_any() and cidr not in self._units:
+                    del spaces[cidr]
 
     # -- reading ---------------------------------------------------------------------------------
     # The way in for code outside `ipamd.engine`: read-only views and answers, never the maps.
@@ -289,34 +227,28 @@ class NodeState:
         """Every address of a unit of the inventory (KeyError for a unit it does not hold).
 
         An IPv6 /80's 2^48 are never listed: for one, the addresses of it in use, owned or with a
-        cooldown record (expired or not), lowest first; every other address of it is free."""
-        try:
-            return self._addresses_of[cidr]
-        except KeyError:
-            if cidr not in self._units or (v6 := self._v6.get(cidr)) is None:
-                raise
-        return self._v6_in_use(v6)
+        cooldown record (expired or not) or held, lowest first; every other address of it is
+        free (`unlisted`)."""
+        if cidr not in self._units:
+            raise KeyError(cidr)
+        return self._spaces[cidr].in_use(chain(self._cooldowns, self._held))
 
-    def _v6_in_use(self, v6: V6Unit) -> tuple[str, ...]:
-        offsets = set(v6.owned)
-        for address in chain(self._cooldowns, self._held):
-            if ":" in address and (at := v6.offset(address)) is not None:
-                offsets.add(at)
-        return tuple(v6.address(at) for at in sorted(offsets))
-
-    def is_v6(self, cidr: str) -> bool:
-        """Whether the unit at `cidr` is an IPv6 /80 (whose addresses `addresses_of` does not list)."""
-        return cidr in self._v6 and cidr in self._units
+    def unlisted(self, cidr: str) -> bool:
+        """Whether the inventory's unit at `cidr` hands out addresses that `addresses_of` does not
+        list (an IPv6 /80: only those in use are); False for no unit."""
+        space = self._spaces.get(cidr)
+        return space is not None and cidr in self._units and not space.listed
 
     def unit_size(self, cidr: str) -> int:
         """How many addresses the unit hands out: 1, 16, or `V6_HOSTS` for an IPv6 /80."""
-        return V6_HOSTS if self.is_v6(cidr) else len(self._addresses_of[cidr])
+        if cidr not in self._units:
+            raise KeyError(cidr)
+        return self._spaces[cidr].size
 
     def holds(self, cidr: str, address: str) -> bool:
         """Whether `address` is one the inventory's unit at `cidr` hands out (False for no unit)."""
-        if (v6 := self._v6.get(cidr)) is not None and cidr in self._units:
-            return _canonical_in(v6.base, address)
-        return address in self._addresses_of.get(cidr, ())
+        space = self._spaces.get(cidr)
+        return space is not None and cidr in self._units and space.holds(address)
 
     def active_unit_of(self, address: str) -> str | None:
         """The active unit that hands out `address` (`holds`), or None: for the rare readers that
@@ -328,11 +260,11 @@ class NodeState:
 
     def v6_offset(self, cidr: str, address: str) -> int | None:
         """`address`'s host offset in the /80 at `cidr` (None when it is not one of its own)."""
-        return self._v6[cidr].offset(address)
+        return cast(V6Unit, self._spaces[cidr]).offset(address)
 
     def v6_address(self, cidr: str, offset: int) -> str:
         """The address at host `offset` of the /80 at `cidr`, in the one text ipamd writes."""
-        return self._v6[cidr].address(offset)
+        return cast(V6Unit, self._spaces[cidr]).address(offset)
 
     def owned_in(self, cidr: str) -> int:
         """How many addresses of the unit are owned by an allocation."""

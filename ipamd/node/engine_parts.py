@@ -33,11 +33,12 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, ZONE_LABELS, EniConfig
 from ipamd.config.settings import Config
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineSettings, Pick
 from ipamd.engine.engine import Engine
+from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.engine.state import IPV6_PREFIX
 from ipamd.errors import SettingUnusable
-from ipamd.policy.max_pods import address_family
+from ipamd.policy.max_pods import AddressFamily, address_family
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
@@ -95,6 +96,10 @@ def fallback_strategy(config: Config) -> UnitStrategy | None:
     return SECONDARY_IPS if config.prefix_fallback_to_ips and prefix_mode else None
 
 
+PICKS: dict[AddressFamily, Pick | None] = {"ipv4": None, "ipv6": pick_v6_addresses}
+"""ADD's pick for each family: IPv4's over listed units (the engine's default), IPv6's /80."""
+
+
 def unit_kinds(config: Config) -> tuple[ListedKind, ...]:
     """The kinds of unit the node may hold, the one it grows by first (IPv6 mode: its /80)."""
     if config.enable_ipv6:
@@ -118,6 +123,7 @@ def engine_settings(config: Config, limits: NodeLimits) -> EngineSettings:
         if family == "ipv6"
         else compute_address_capacity(targets, limits, unit),
         pods_on_primary=not config.custom_networking,
+        pick=PICKS[family],
     )
 
 

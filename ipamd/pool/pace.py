@@ -40,7 +40,6 @@ from cloud.backoff import backoff_delay_s
 from cloud.errors import CloudError, NotFound, Rejected, Throttled
 from cloud.ports import CallPolicy
 from ipamd.clock import Clock
-from ipamd.engine.allocator import pick_addresses
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed
 from ipamd.pool.conditions import Conditions
@@ -104,7 +103,7 @@ class Pace:
             return False
         settings, held = engine.settings, engine.held_back()
         skip_primary = not settings.pods_on_primary
-        free = pick_addresses(engine.state, 1, now, settings.cooldown_s, held, skip_primary)
+        free = settings.picker()(engine.state, 1, now, settings.cooldown_s, held, skip_primary)
         return free is None
 
     def served(self) -> None:

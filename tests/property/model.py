@@ -26,8 +26,10 @@ from typing import Literal, Protocol
 
 from datastore.records import AllocationKey, AllocationRecord, EniRecord, UnitKind, UnitState
 from ipamd.engine.engine import Engine
-from ipamd.engine.state import V6_HOSTS, NodeState, unit_holds
-from ipamd.engine.state import unit_addresses as _unit_addresses
+from ipamd.engine.state import NodeState
+from ipamd.engine.units import unit_addresses as _unit_addresses
+from ipamd.engine.units import unit_holds
+from ipamd.engine.units_v6 import V6_HOSTS
 from ipamd.errors import DeleteIntentActive, InventoryError, NoAddressAvailable
 from ipamd.model import AddressState
 

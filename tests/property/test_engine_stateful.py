@@ -39,6 +39,7 @@ from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.invariants import check_invariants, normalized
+from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.errors import IpamdError, StoreWriteFailed
 from tests.property.draws import ENI_IDS, IFNAMES, NETWORKS, Mode, StepDraws, releasing
 from tests.property.model import Add, AttachEni, Del, Model, Step
@@ -139,7 +140,8 @@ class EngineMachine(RuleBasedStateMachine):
         always in the store's), then ENI 0 with a few units (in prefix mode, at most its two
         prefixes; in IPv6 mode, at most its two /80s, which are never enumerated)."""
         mode = self.only_mode or mode
-        self.settings = EngineSettings(cooldown_s=cooldown_s, prune_batch=prune_batch)
+        pick = pick_v6_addresses if mode == "ipv6" else None  # the node's family's, chosen once
+        self.settings = EngineSettings(cooldown_s=cooldown_s, prune_batch=prune_batch, pick=pick)
         self.node.settings = self.settings
         self.node.inline_writes = inline_writes
         self.loop.run_until_complete(self.node.restart())

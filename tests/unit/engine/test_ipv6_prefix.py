@@ -5,6 +5,7 @@ addresses): the state, the snapshot, restore and the invariants read only the ad
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,10 @@ from cloud.fakes import FakeEc2
 from datastore.records import AllocationRecord, EniRecord, Mutation, UnitRecord
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.state import V6_HOSTS, NodeState, V6Unit, unit_addresses, unit_holds
+from ipamd.engine.pick_v6 import pick_v6_addresses
+from ipamd.engine.state import NodeState
+from ipamd.engine.units import unit_addresses, unit_holds
+from ipamd.engine.units_v6 import V6_HOSTS, V6Unit
 from ipamd.errors import DeleteIntentActive, MaxPodsReached
 from ipamd.model import AddressState
 from ipamd.pool.release import NeverReleased, Releaser
@@ -28,9 +32,8 @@ def v6(offset: int, prefix: str = PREFIX) -> str:
 
 
 async def v6_node(node: NodeFixture, settings: EngineSettings | None = None) -> Engine:
-    """A node whose primary ENI holds one /80, as IPv6 mode sets it up."""
-    if settings is not None:
-        node.settings = settings
+    """A node whose primary ENI holds one /80, as IPv6 mode sets it up, and picks as IPv6 does."""
+    node.settings = replace(settings or node.settings, pick=pick_v6_addresses)
     engine = await node.open()
     await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, node.clock.now()))
     await engine.add_units("eni-0000", [PREFIX], "ipv6_prefix")
@@ -100,7 +103,7 @@ async def test_the_state_never_lists_the_prefix_only_what_is_in_use(node: NodeFi
     await engine.assign(key("b"))
     await engine.release(key("a"))
     state = engine.state
-    assert state.is_v6(PREFIX) and state.unit_size(PREFIX) == V6_HOSTS == 2**48 - 1
+    assert state.unlisted(PREFIX) and state.unit_size(PREFIX) == V6_HOSTS == 2**48 - 1
     assert state.addresses_of(PREFIX) == (v6(1), v6(2)), "owned or cooling, lowest first"
     assert state.owned_in(PREFIX) == 1
     assert state.holds(PREFIX, v6(0xFFFF_FFFF_FFFF)) and not state.holds(PREFIX, v6(0))
@@ -196,7 +199,7 @@ async def test_an_ipv4_node_is_untouched(node: NodeFixture) -> None:
     await node.seed(enis=1, per_eni=2)
     record = await engine.assign(key("a"))
     assert record.addresses == ("10.0.0.10",)
-    assert not engine.state.is_v6("10.0.0.10/32") and engine.state.unit_size("10.0.0.10/32") == 1
+    assert not engine.state.unlisted("10.0.0.10/32") and engine.state.unit_size("10.0.0.10/32") == 1
     assert all(u.unlisted == 0 for e in engine.snapshot().enis for u in e.units)
     node.check()
 

@@ -5,12 +5,13 @@ to the node's IPv4, whatever the IPv4 SNAT settings say; a restart's first recon
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from datastore.records import EniRecord
 from ipamd.engine.engine import Engine
+from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.datapath_values import DatapathSettings
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
@@ -56,6 +57,7 @@ def _datapath(
 
 @pytest.fixture
 async def host(node: NodeFixture) -> AsyncIterator[Host]:
+    node.settings = replace(node.settings, pick=pick_v6_addresses)  # an IPv6 node's pick
     engine = await node.open()
     kernel, snat = FakeHostNetwork(), FakeSnatTable()
     kernel.plug(PRIMARY_MAC, "eth0")

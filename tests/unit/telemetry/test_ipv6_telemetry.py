@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
+from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.model import AddressState, EniView, PodRef, PoolSnapshot, UnitView
 from ipamd.telemetry.introspection import View, eni_infos, pod_infos
 from ipamd.telemetry.metrics import Recorders
@@ -39,6 +41,7 @@ async def node(state_path: Path, clock: FakeClock) -> AsyncIterator[NodeFixture]
 async def engine(node: NodeFixture) -> Engine:
     """IPv6 mode's node: the primary ENI with its /80; pods ::1 to ::3, ::1's pod deleted (its
     address cooling), so two assigned and one cooling."""
+    node.settings = replace(node.settings, pick=pick_v6_addresses)  # the family's pick
     engine = await node.open()
     await hold_prefix(engine, node.clock.now())
     await engine.assign(key("c0"), PodRef("default", "web-0", "u0"))
