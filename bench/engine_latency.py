@@ -18,7 +18,7 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.node.engine_parts import PICKS
+from ipamd.node.family import FAMILIES
 
 PODS = 250
 IPV6_PREFIX = "2600:1f14:abc:d00:1234::/80"
@@ -61,7 +61,7 @@ async def add_then_del(
 async def ipv6_adds(workdir: Path) -> list[float]:
     """Time `PODS` ADDs one by one on a node whose one unit is an IPv6 /80 on its primary ENI."""
     clock = FakeClock()
-    settings = EngineSettings(pick=PICKS["ipv6"])  # the pick the composition gives an IPv6 node
+    settings = EngineSettings(pick=FAMILIES["ipv6"].pick)  # as the composition gives an IPv6 node
     engine = await Engine.open(workdir / STATE_FILE_NAME, clock, settings)
     try:
         await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, clock.now()))

@@ -40,6 +40,7 @@ from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.node import conflist
 from ipamd.node.daemon import Daemon, HostNetAdapters, build_daemon, repair
+from ipamd.node.family import family_of
 from ipamd.node.report import max_pods_report, metric_sources, pool_report
 from ipamd.node.startup import lock_state_dir
 from ipamd.runtime.cri import GrpcCriRuntime
@@ -101,7 +102,7 @@ async def _hostnet(
 ) -> HostNetAdapters | None:
     """The kernel's adapters when IPAMD_HOST_NETWORK=on (pyroute2 is imported only then)."""
     if config.host_network != "on":
-        lacking = "IPv4 egress" if config.enable_ipv6 else "sending from secondary ENIs"
+        lacking = family_of(config).hostnet_off_lacks
         logger.info("hostnet.off reason=IPAMD_HOST_NETWORK=off: pods lack %s", lacking)
         return None
     from ipamd.hostnet.aws_snat import NftAwsNodeSnat

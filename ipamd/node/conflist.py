@@ -19,7 +19,8 @@ from pathlib import Path
 
 from datastore import atomic
 from ipamd.config.settings import Config
-from ipamd.wire.pod import V4_EGRESS_CIDR, V4_EGRESS_DIR, V4_EGRESS_IFNAME
+from ipamd.node.family import family_of
+from ipamd.wire.pod import V4_EGRESS_CIDR, V4_EGRESS_IFNAME
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def render_for(config: Config) -> bytes | None:
         Path(config.cni_conflist_template),
         config.socket_path,
         config.pod_mtu or config.eni_mtu,
-        str(Path(config.socket_path).parent / V4_EGRESS_DIR) if config.enable_ipv6 else None,
+        family_of(config).egress_dir(Path(config.socket_path).parent),
         plugin_log=(config.plugin_log_file, config.plugin_log_level),
     )
 

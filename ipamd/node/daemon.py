@@ -47,6 +47,7 @@ from ipamd.node.engine_parts import (
     open_parts,
     rebuild_drift,
 )
+from ipamd.node.family import family_of
 from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
@@ -56,7 +57,6 @@ from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.rebuild import gather_claims, rebuild_state
 from ipamd.reconcile.repair import apply_repair, plan_repair
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable, SandboxAddresses
-from ipamd.wire.pod import V4_EGRESS_CIDR
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +169,9 @@ class Daemon:
         """Say once, at start, when a warm target asks more than the node can ever hold: the pool
         stops at the node's max pods and at what its ENIs can carry, so the target is never met."""
         settings, targets = self.engine.settings, self.parts.targets
-        bounds = [b for b in (settings.max_pods, settings.max_addresses) if b is not None]
-        if not bounds or self.config.enable_ipv6:
+        limits = [b for b in (settings.max_pods, settings.max_addresses) if b is not None]
+        bounds = self.parts.family.target_bounds(limits)
+        if not bounds:
             return
         capacity = min(bounds)
         for name, value in (
@@ -382,7 +383,7 @@ def _datapath(
             exclude_snat_cidrs=config.exclude_snat_cidrs,
             randomize_snat=config.randomize_snat,
             node_port_support=config.node_port_support,
-            ipv6_egress_cidr=V4_EGRESS_CIDR if config.enable_ipv6 else "",
+            ipv6_egress_cidr=family_of(config).egress_cidr,
         ),
         node_ip=instance.private_ip,
         subnet_cidr=subnet_cidr,

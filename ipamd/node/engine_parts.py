@@ -33,16 +33,13 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, ZONE_LABELS, EniConfig
 from ipamd.config.settings import Config
-from ipamd.engine.allocator import EngineSettings, Pick
+from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.engine.pick_v6 import pick_v6_addresses
-from ipamd.engine.state import IPV6_PREFIX
 from ipamd.errors import SettingUnusable
-from ipamd.policy.max_pods import AddressFamily, address_family
+from ipamd.node.family import Family, family_of
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
-from ipamd.pool.ipv6 import Ipv6Pool
 from ipamd.pool.manager import PoolManager
 from ipamd.pool.settings import PoolSettings
 from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
@@ -96,34 +93,26 @@ def fallback_strategy(config: Config) -> UnitStrategy | None:
     return SECONDARY_IPS if config.prefix_fallback_to_ips and prefix_mode else None
 
 
-PICKS: dict[AddressFamily, Pick | None] = {"ipv4": None, "ipv6": pick_v6_addresses}
-"""ADD's pick for each family: IPv4's over listed units (the engine's default), IPv6's /80."""
-
-
 def unit_kinds(config: Config) -> tuple[ListedKind, ...]:
     """The kinds of unit the node may hold, the one it grows by first (IPv6 mode: its /80)."""
-    if config.enable_ipv6:
-        return (IPV6_PREFIX,)
     fallback = fallback_strategy(config)
-    return (strategy(config).kind,) + ((fallback.kind,) if fallback else ())
+    mode_kinds = (strategy(config).kind,) + ((fallback.kind,) if fallback else ())
+    return family_of(config).unit_kinds(mode_kinds)
 
 
 def engine_settings(config: Config, limits: NodeLimits) -> EngineSettings:
     """The engine's settings, final: the configuration's, with the pod and address limits the
     pool's targets leave on this instance type."""
-    targets, unit = pool_targets(config), strategy(config)
-    family = address_family(config.enable_ipv6)
-    max_pods = compute_pod_limit(targets, limits, unit, family)
+    targets, unit, family = pool_targets(config), strategy(config), family_of(config)
+    max_pods = compute_pod_limit(targets, limits, unit, family.name)
+    enis_hold = compute_address_capacity(targets, limits, unit)
     return EngineSettings(
         cooldown_s=float(config.ip_cooldown_period_s),
         intent_ttl_s=config.delete_intent_ttl_s,
         max_pods=max_pods,
-        # IPv6: one /80 holds far more than max pods, which is then the one limit.
-        max_addresses=max_pods
-        if family == "ipv6"
-        else compute_address_capacity(targets, limits, unit),
+        max_addresses=family.address_capacity(max_pods, enis_hold),
         pods_on_primary=not config.custom_networking,
-        pick=PICKS[family],
+        pick=family.pick,
     )
 
 
@@ -240,6 +229,8 @@ class Parts:
     kinds: tuple[ListedKind, ...]
     drift_wanted: asyncio.Event
     """Set by the IMDS hint when IMDS disagrees: an EC2 drift check is due now."""
+    family: Family
+    """The node's address family, as the settings chose it once."""
     subnet_free: SubnetFree | None = None
     """The reading of the free addresses in the node's subnets, for the pool's scarcity mode; None
     when the mode is off (IPAMD_SUBNET_SCARCITY_THRESHOLD=0) or no EC2 catalog was given."""
@@ -287,8 +278,8 @@ async def open_parts(
     settings = pool_settings(config) if pool_config is None else pool_config
     subnet_free = subnet_reading(config, catalogue, catalog, clock)
     free = catalogue.free_addresses if subnet_free is None else subnet_free.free
-    kind_of_pool = Ipv6Pool if config.enable_ipv6 else PoolManager
-    pool = kind_of_pool(
+    family = family_of(config)
+    pool = family.pool(
         engine, ec2, node.instance, node.limits, settings, catalogue, clock, rng, subnet_free=free
     )
     pending, foreign = pool.pending_enis, pool.foreign_enis
@@ -334,6 +325,7 @@ async def open_parts(
         targets=pool_targets(config),
         kinds=kinds,
         drift_wanted=drift_wanted,
+        family=family,
         subnet_free=subnet_free,
     )
 

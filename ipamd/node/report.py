@@ -7,7 +7,6 @@ from __future__ import annotations
 from ipamd.errors import utc_text
 from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.node.daemon import Daemon
-from ipamd.policy.max_pods import address_family
 from ipamd.policy.plan import compute_pod_limit_rule
 from ipamd.telemetry.metrics import Sources
 
@@ -18,7 +17,7 @@ def pool_report(daemon: Daemon) -> dict[str, object]:
     targets, limits, pool = daemon.parts.targets, daemon.parts.node.limits, daemon.pool.report()
     return {
         # IPv6 mode's one /80 follows none of the targets below (docs/configuration.md).
-        "mode": "ipv6" if daemon.config.enable_ipv6 else pool.strategy.kind,
+        "mode": daemon.parts.family.pool_mode(pool.strategy.kind),
         "targets": {
             "WARM_ENI_TARGET": targets.warm_eni_target,
             "WARM_IP_TARGET": targets.warm_ip_target,
@@ -95,7 +94,7 @@ def max_pods_report(daemon: Daemon) -> dict[str, object]:
     """The node's max pods, the rule that set it (the same pure rule the daemon's parts applied),
     why, and what the kubelet's config said."""
     parts = daemon.parts
-    family = address_family(daemon.config.enable_ipv6)
+    family = daemon.parts.family.name
     strategy = daemon.pool.report().strategy
     rule = compute_pod_limit_rule(parts.targets, parts.node.limits, strategy, family)
     kubelet = daemon.config.kubelet_config

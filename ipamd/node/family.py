@@ -1,0 +1,96 @@
+"""The node's address family, decided once from the settings (ENABLE_IPv6; the configuration's
+rules leave exactly one family on), and what the composition gives each part for it
+(docs/architecture.md §1.1): the engine's pick and address capacity, the kinds of unit the node
+holds, its pool, the datapath's IPv4 egress range, the conflist's egress data directory, and what
+the daemon's reports say. The composition asks its family; it does not test which one it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cloud.models import ListedKind
+from ipamd.config.settings import Config
+from ipamd.engine.allocator import Pick
+from ipamd.engine.pick_v6 import pick_v6_addresses
+from ipamd.engine.state import IPV6_PREFIX
+from ipamd.policy.max_pods import AddressFamily, address_family
+from ipamd.pool.ipv6 import Ipv6Pool
+from ipamd.pool.manager import PoolManager
+from ipamd.wire.pod import V4_EGRESS_CIDR, V4_EGRESS_DIR
+
+
+@dataclass(frozen=True)
+class Ipv4:
+    """Pods take addresses of the VPC's IPv4 units (secondary IPs or /28s) on any ENI."""
+
+    name: AddressFamily = "ipv4"
+    pick: Pick | None = None
+    """The engine's own pick over listed units."""
+    pool: type[PoolManager] = PoolManager
+    egress_cidr: str = ""
+    """No egress range of its own: pods' IPv4 traffic is their own (SNATed per the settings)."""
+    hostnet_off_lacks: str = "sending from secondary ENIs"
+
+    def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:
+        """The mode's (its strategy's kind, then its fallback's)."""
+        return mode_kinds
+
+    def address_capacity(self, max_pods: int | None, enis_hold: int | None) -> int | None:
+        """What the node's ENIs can hold, full."""
+        return enis_hold
+
+    def egress_dir(self, socket_dir: Path) -> str | None:
+        """No egress interface, so no data directory for it."""
+        return None
+
+    def pool_mode(self, strategy_kind: str) -> str:
+        return strategy_kind
+
+    def target_bounds(self, bounds: list[int]) -> list[int]:
+        """The limits a warm target is checked against: max pods and the ENIs' capacity."""
+        return bounds
+
+
+@dataclass(frozen=True)
+class Ipv6:
+    """Pods take /128s of one /80 on the primary ENI, and an IPv4 egress of their own."""
+
+    name: AddressFamily = "ipv6"
+    pick: Pick | None = pick_v6_addresses
+    pool: type[PoolManager] = Ipv6Pool
+    egress_cidr: str = V4_EGRESS_CIDR
+    """The pods' IPv4 egress range, SNATed to the node's IPv4 address."""
+    hostnet_off_lacks: str = "IPv4 egress"
+
+    def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:
+        """The /80 alone, whatever the mode."""
+        return (IPV6_PREFIX,)
+
+    def address_capacity(self, max_pods: int | None, enis_hold: int | None) -> int | None:
+        """One /80 holds far more than max pods, which is then the one limit."""
+        return max_pods
+
+    def egress_dir(self, socket_dir: Path) -> str | None:
+        """host-local's data directory for the pods' egress addresses, beside the socket."""
+        return str(socket_dir / V4_EGRESS_DIR)
+
+    def pool_mode(self, strategy_kind: str) -> str:
+        """The /80 follows none of the mode's targets."""
+        return "ipv6"
+
+    def target_bounds(self, bounds: list[int]) -> list[int]:
+        """None: the warm targets do nothing here, so none is out of reach."""
+        return []
+
+
+Family = Ipv4 | Ipv6
+
+FAMILIES: Mapping[AddressFamily, Family] = {"ipv4": Ipv4(), "ipv6": Ipv6()}
+
+
+def family_of(config: Config) -> Family:
+    """The family the settings choose."""
+    return FAMILIES[address_family(config.enable_ipv6)]
