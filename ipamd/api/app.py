@@ -139,7 +139,7 @@ PODS: web.AppKey[PodAddresses] = web.AppKey("pods")
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 DEGRADED: web.AppKey[Callable[[], Sequence[str]]] = web.AppKey("degraded")
 GC_GRACE_S = web.AppKey("gc_grace_s", float)
-POD_GATEWAY_KEY = web.AppKey("pod_gateway", str)
+POD_ROUTES = web.AppKey("pod_routes", views.PodRoutes)
 POOL_SETTINGS: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("pool_settings")
 Repair = Callable[[bool], Awaitable[dict[str, object]]]
 REPAIR: web.AppKey[Repair] = web.AppKey("repair")
@@ -220,7 +220,7 @@ async def add(request: web.Request) -> web.Response:
         ",".join(record.addresses),
     )
     mode = None if policy is None else policy.mode_for(record)
-    return _json(views.allocation(record, request.app[POD_GATEWAY_KEY], mode).to_json())
+    return _json(views.allocation(record, request.app[POD_ROUTES], mode).to_json())
 
 
 async def enforce_policy(request: web.Request) -> web.Response:
@@ -248,7 +248,7 @@ async def get_allocation(request: web.Request) -> web.Response:
             f"no allocation for container {key.container_id} ifname {key.ifname} "
             f"on network {key.network}"
         )
-    return _json(views.allocation(record, request.app[POD_GATEWAY_KEY]).to_json())
+    return _json(views.allocation(record, request.app[POD_ROUTES]).to_json())
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -264,7 +264,7 @@ async def delete(request: web.Request) -> web.Response:
         key.ifname,
         ",".join(a for r in released for a in r.addresses),
     )
-    return _json(views.released(released))
+    return _json(views.released(released, request.app[POD_ROUTES]))
 
 
 async def gc(request: web.Request) -> web.Response:
@@ -313,7 +313,7 @@ async def enis(request: web.Request) -> web.Response:
 async def allocations(request: web.Request) -> web.Response:
     query(request)
     app = request.app
-    return _json(views.allocations(app[ENGINE].state, app[CLOCK].now(), app[POD_GATEWAY_KEY]))
+    return _json(views.allocations(app[ENGINE].state, app[CLOCK].now(), app[POD_ROUTES]))
 
 
 async def intents(request: web.Request) -> web.Response:
@@ -387,7 +387,7 @@ def create_app(
     degraded: Callable[[], Sequence[str]] = tuple,
     gc_grace_s: float,
     clock: Clock,
-    pod_gateway: str = views.POD_GATEWAY,
+    pod_routes: views.PodRoutes = views.IPV4_POD_ROUTES,
     pool_settings: Callable[[], dict[str, object]] = dict,
     pods: PodAddresses | None = None,
     repair: Repair = _no_repair,
@@ -407,7 +407,7 @@ def create_app(
     app[READY] = ready
     app[DEGRADED] = degraded
     app[GC_GRACE_S] = gc_grace_s
-    app[POD_GATEWAY_KEY] = pod_gateway
+    app[POD_ROUTES] = pod_routes
     app[POOL_SETTINGS] = pool_settings
     app[CLOCK] = clock
     app[NETWORK_POLICY] = network_policy

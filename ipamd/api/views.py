@@ -6,12 +6,15 @@ ENI's link: the host routes its traffic (a /32 route to the pod's veth on the ho
 route out of its veth). The pod's gateway is therefore the host, not the VPC subnet's router: the
 daemon gives the node's own primary address, which a chained `ptp` puts on the host end of each veth
 (the CNI plugin widens the pod's /32 to a prefix covering it, as `ptp` requires — `ipamd.cni.plugin`).
-Without a node address (tests), the link-local 169.254.1.1 of the AWS VPC CNI is used.
+Without a node address (tests), the link-local 169.254.1.1 of the AWS VPC CNI is used. An IPv6
+node's pods are /128s behind the host veth's link-local `fe80::1` instead: the composition gives the
+API its family's `PodRoutes` once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from datastore.records import AllocationRecord, QuarantineRecord
 from ipamd.engine.state import IPV6_PREFIX, NodeState
@@ -24,41 +27,53 @@ POD_GATEWAY_V6 = "fe80::1"
 neighbour entry the interface plugin makes, as in VPC CNI's IPv6 mode."""
 
 
-def _cidr(address: str) -> str:
-    # Host addresses ipamd itself wrote: the family shows in the text, no parsing needed per ADD.
-    return f"{address}/{128 if ':' in address else 32}"
+@dataclass(frozen=True, slots=True)
+class PodRoutes:
+    """How the node's pods are answered: each address as a host prefix of `host_bits`, behind
+    `gateway`, with `default` as their default route."""
+
+    gateway: str = POD_GATEWAY
+    default: str = "0.0.0.0/0"
+    host_bits: int = 32
+
+
+IPV4_POD_ROUTES = PodRoutes()
+"""An IPv4 node's without its own address (tests): behind VPC CNI's link-local gateway."""
+IPV6_POD_ROUTES = PodRoutes(POD_GATEWAY_V6, "::/0", 128)
+"""An IPv6 node's: one /128 per pod, behind the host veth's link-local gateway."""
 
 
 def allocation(
-    record: AllocationRecord, gateway: str = POD_GATEWAY, network_policy: str | None = None
+    record: AllocationRecord,
+    routes: PodRoutes = IPV4_POD_ROUTES,
+    network_policy: str | None = None,
 ) -> Allocation:
     """An allocation as ADD and GET answer it; `network_policy` only on ADD's answer (the mode, when
     the plugin must ask for the agent's call)."""
     pod = PodInfo(record.pod_namespace, record.pod_name, record.pod_uid)
-    default = "0.0.0.0/0"
-    if record.addresses and ":" in record.addresses[0]:
-        # IPv6 mode: one /128 per pod, behind the host veth's link-local gateway.
-        gateway, default = POD_GATEWAY_V6, "::/0"
+    gateway, bits = routes.gateway, routes.host_bits
     return Allocation(
         network=record.key.network,
         container_id=record.key.container_id,
         ifname=record.key.ifname,
-        ips=tuple(IpConfig(_cidr(a), gateway, record.eni_id) for a in record.addresses),
-        routes=(Route(default, gateway),),
+        ips=tuple(IpConfig(f"{a}/{bits}", gateway, record.eni_id) for a in record.addresses),
+        routes=(Route(routes.default, gateway),),
         created_at=record.created_at,
         pod=pod if pod != PodInfo() else None,
         network_policy=network_policy,
     )
 
 
-def released(records: Iterable[AllocationRecord]) -> dict[str, object]:
+def released(
+    records: Iterable[AllocationRecord], routes: PodRoutes = IPV4_POD_ROUTES
+) -> dict[str, object]:
     return {
         "released": [
             {
                 "network": r.key.network,
                 "container_id": r.key.container_id,
                 "ifname": r.key.ifname,
-                "addresses": [_cidr(a) for a in r.addresses],
+                "addresses": [f"{a}/{routes.host_bits}" for a in r.addresses],
             }
             for r in records
         ]
@@ -147,7 +162,9 @@ def _quarantined(q: QuarantineRecord) -> dict[str, object]:
     }
 
 
-def allocations(state: NodeState, now: float, gateway: str = POD_GATEWAY) -> dict[str, object]:
+def allocations(
+    state: NodeState, now: float, routes: PodRoutes = IPV4_POD_ROUTES
+) -> dict[str, object]:
     """`GET /v1/allocations`: every allocation, oldest first, and the quarantined claims; each with
     the gateway ADD answered with."""
     records = sorted(
@@ -156,7 +173,7 @@ def allocations(state: NodeState, now: float, gateway: str = POD_GATEWAY) -> dic
     )
     return {
         "taken_at": now,
-        "allocations": [allocation(r, gateway).to_json() for r in records],
+        "allocations": [allocation(r, routes).to_json() for r in records],
         "quarantined": [_quarantined(q) for q in state.quarantine().values()],
     }
 

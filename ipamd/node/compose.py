@@ -227,7 +227,7 @@ async def run(
             degraded=daemon.degraded,
             gc_grace_s=config.leak_grace_s,
             clock=clock,
-            pod_gateway=daemon.node_ip or POD_GATEWAY,
+            pod_routes=family_of(config).pod_routes(daemon.node_ip or POD_GATEWAY),
             pool_settings=lambda: pool_report(daemon),
             pods=_served_pods(daemon, node, kube),
             repair=lambda apply: repair(daemon, apply),

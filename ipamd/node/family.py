@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cloud.models import ListedKind
+from ipamd.api.views import IPV6_POD_ROUTES, PodRoutes
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import Pick
 from ipamd.engine.pick_v6 import pick_v6_addresses
@@ -53,6 +54,10 @@ class Ipv4:
         """The limits a warm target is checked against: max pods and the ENIs' capacity."""
         return bounds
 
+    def pod_routes(self, gateway: str) -> PodRoutes:
+        """Each pod a /32 behind `gateway`, the node's own address."""
+        return PodRoutes(gateway)
+
 
 @dataclass(frozen=True)
 class Ipv6:
@@ -84,6 +89,10 @@ class Ipv6:
     def target_bounds(self, bounds: list[int]) -> list[int]:
         """None: the warm targets do nothing here, so none is out of reach."""
         return []
+
+    def pod_routes(self, gateway: str) -> PodRoutes:
+        """Each pod a /128 behind the host veth's link-local gateway, whatever the node's address."""
+        return IPV6_POD_ROUTES
 
 
 Family = Ipv4 | Ipv6

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from ipamd.api import create_app, serve_unix
+from ipamd.api.views import PodRoutes
 from ipamd.engine.engine import Engine
 from tests.support.node import NodeFixture
 
@@ -94,10 +95,20 @@ def damaged() -> bool:
 
 
 @pytest.fixture
-async def api(node: NodeFixture, socket_dir: Path, damaged: bool) -> AsyncIterator[Api]:
+def pod_routes() -> PodRoutes:
+    """How `api` answers pods' routes: an IPv4 node's unless a test overrides this fixture."""
+    return PodRoutes()
+
+
+@pytest.fixture
+async def api(
+    node: NodeFixture, socket_dir: Path, damaged: bool, pod_routes: PodRoutes
+) -> AsyncIterator[Api]:
     engine = await (node.open_damaged() if damaged else node.open())
     ready = ReadyFlag()
-    app = create_app(engine, ready=ready, gc_grace_s=GC_GRACE_S, clock=node.clock)
+    app = create_app(
+        engine, ready=ready, gc_grace_s=GC_GRACE_S, clock=node.clock, pod_routes=pod_routes
+    )
     socket_path = socket_dir / "run" / "ipamd.sock"
     runner = await serve_unix(app, socket_path)
     try:

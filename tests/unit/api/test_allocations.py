@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 
 from ipamd.api import create_app, serve_unix
+from ipamd.api.views import PodRoutes
 from tests.support.node import NodeFixture
 from tests.unit.api.conftest import NETWORK, Api
 
@@ -130,7 +131,11 @@ async def test_every_view_of_an_allocation_shows_the_gateway_add_answered_with(
     engine = await node.open()
     await node.seed(enis=1, per_eni=4)
     app = create_app(
-        engine, ready=lambda: True, gc_grace_s=60.0, clock=node.clock, pod_gateway="10.0.0.5"
+        engine,
+        ready=lambda: True,
+        gc_grace_s=60.0,
+        clock=node.clock,
+        pod_routes=PodRoutes("10.0.0.5"),
     )
     socket_path = socket_dir / "gw.sock"
     runner = await serve_unix(app, socket_path)

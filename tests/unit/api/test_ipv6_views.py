@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ipamd.api.views import IPV6_POD_ROUTES, PodRoutes
 from ipamd.cli.ipamctl import render_status
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
@@ -25,6 +26,12 @@ async def node(state_path: Path, clock: FakeClock) -> AsyncIterator[NodeFixture]
     fixture = NodeFixture(state_path, clock, settings)
     yield fixture
     await fixture.close()
+
+
+@pytest.fixture
+def pod_routes() -> PodRoutes:
+    """An IPv6 node's, as the composition gives its API."""
+    return IPV6_POD_ROUTES
 
 
 @pytest.fixture
