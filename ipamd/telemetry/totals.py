@@ -12,19 +12,27 @@ pods max pods still allows, never the /80's 2^48 (`ipamd.engine.snapshot`).
 
 from __future__ import annotations
 
-from ipamd.engine.state import IPV6_PREFIX
+import ipaddress
+from functools import lru_cache
+
 from ipamd.model import PoolSnapshot, UnitView
 
 V6_PREFIX_SIZE = 2**48
 """The addresses of a /80 as VPC CNI counts them: all of it, its ::0 too."""
 
 
+@lru_cache(maxsize=1024)  # a node holds tens of units; churn brings new ones
+def _cidr_size(cidr: str) -> int:
+    return ipaddress.ip_network(cidr).num_addresses
+
+
 def unit_total(unit: UnitView) -> int:
-    """One unit's part of the total: its size for a /80 the node still holds (active or being
-    released), otherwise the addresses the snapshot gives a state (a lost unit's owned ones)."""
-    if unit.kind == IPV6_PREFIX and unit.state != "lost":
-        return V6_PREFIX_SIZE
-    return len(unit.addresses) + unit.unlisted
+    """One unit's part of the total: the size of its CIDR while the node holds it (active or being
+    released), as VPC CNI's `CidrInfo.Size()` counts it (1, 16, or 2^48 for a /80); for a lost unit,
+    the addresses the snapshot still gives a state (its owned ones)."""
+    if unit.state == "lost":
+        return len(unit.addresses) + unit.unlisted
+    return _cidr_size(unit.cidr)
 
 
 def total_addresses(snapshot: PoolSnapshot) -> int:
