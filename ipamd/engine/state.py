@@ -239,6 +239,12 @@ class NodeState:
         space = self._spaces.get(cidr)
         return space is not None and cidr in self._units and not space.listed
 
+    def releasable(self, cidr: str) -> bool:
+        """Whether the pool may give the inventory's unit at `cidr` back to EC2 once it is wholly
+        free (never an IPv6 /80); True for no unit, which there is nothing to refuse about."""
+        space = self._spaces.get(cidr)
+        return space is None or cidr not in self._units or space.releasable
+
     def unit_size(self, cidr: str) -> int:
         """How many addresses the unit hands out: 1, 16, or `V6_HOSTS` for an IPv6 /80."""
         if cidr not in self._units:

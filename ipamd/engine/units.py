@@ -45,6 +45,11 @@ class UnitSpace(Protocol):
     @property
     def size(self) -> int: ...
 
+    @property
+    def releasable(self) -> bool:
+        """Whether the pool may give the unit back to EC2 once it is wholly free."""
+        ...
+
     def holds(self, address: str) -> bool: ...
 
     def own(self, address: str) -> None: ...
@@ -62,6 +67,7 @@ class Listed:
     __slots__ = ("addresses",)
 
     listed = True
+    releasable = True
 
     def __init__(self, cidr: str) -> None:
         self.addresses = unit_addresses(cidr)

@@ -52,6 +52,8 @@ class V6Unit:
     """None listed: a pick over listed addresses finds none here."""
     listed = False
     size = V6_HOSTS
+    releasable = False
+    """Never given back: it holds every pod the node can run."""
 
     def __init__(self, cidr: str) -> None:
         self.net = ipaddress.IPv6Network(cidr)

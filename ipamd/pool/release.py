@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from cloud.errors import CloudError, NotFound, Throttled
+from cloud.models import UnitKind
 from cloud.ports import Ec2Api
 from ipamd.engine.engine import Engine
 
@@ -39,10 +41,9 @@ class NeverReleased(ValueError):
 
 def _never_ipv6(engine: Engine, cidrs: tuple[str, ...]) -> None:
     """Refuse, before anything is marked, a release that would take an IPv6 /80."""
-    units = engine.state.units()
-    v6 = [c for c in cidrs if c in units and units[c].kind == "ipv6_prefix"]
-    if v6:
-        raise NeverReleased(f"an IPv6 /80 is never released ({', '.join(v6)})")
+    kept = [c for c in cidrs if not engine.state.releasable(c)]
+    if kept:
+        raise NeverReleased(f"an IPv6 /80 is never released ({', '.join(kept)})")
 
 
 class Releaser:
@@ -94,9 +95,11 @@ class Releaser:
         logger.info("pool.eni_released eni_id=%s", eni_id)
 
     async def _unassign(self, eni_id: str, cidrs: list[str], ec2: Ec2Api) -> None:
-        kind = self._engine.state.units()[cidrs[0]].kind
-        if kind == "ipv6_prefix":
+        state = self._engine.state
+        if not state.releasable(cidrs[0]):
             raise NeverReleased(f"{eni_id}: an IPv6 /80 is never released ({', '.join(cidrs)})")
+        # Releasable: an IPv4 unit, a secondary IP or a /28, the kinds EC2 takes back.
+        kind = cast(UnitKind, state.units()[cidrs[0]].kind)
         self.in_flight.update(cidrs)
         try:
             await ec2.unassign_units(eni_id, kind, cidrs)
