@@ -54,6 +54,7 @@ from ipamd.hostnet.plan import (
 )
 from ipamd.hostnet.ports import EniLink, HostNetError, HostNetwork, LinkNotFound
 from ipamd.hostnet.snat import SnatPlan, SnatTable
+from ipamd.hostnet.snat_modes import SnatLinks
 from ipamd.hostnet.sysctl import STRICT
 from ipamd.model import PodRef
 
@@ -349,19 +350,20 @@ class Datapath:
         without external SNAT, or inbound connections to the node with node port support): the
         connmark rule is then part of the kernel plan."""
         s = self.settings
-        return not s.ipv6_egress_cidr and (not s.external_snat or s.node_port_support)
+        return s.snat.marks_connections(s.external_snat, s.node_port_support)
 
     @property
     def inbound_marked(self) -> bool:
         """Whether ipamd's table marks inbound connections to the node (IPv4 mode with
         AWS_VPC_CNI_NODE_PORT_SUPPORT)."""
-        return not self.settings.ipv6_egress_cidr and self.settings.node_port_support
+        return self.settings.snat.inbound_marked(self.settings.node_port_support)
 
     async def _reconcile_snat(self) -> bool:
         """True once the table is what the settings say: ipamd's table live, or (in IPv4 mode
         with external SNAT and without node port support) absent."""
         self._snat_stale = False
-        if not self.marks_connections and not self.settings.ipv6_egress_cidr:
+        s = self.settings
+        if not s.snat.keeps_table(s.external_snat, s.node_port_support):
             if await self._snat.remove():
                 self.health.fixes["snat"] += 1
             return True
@@ -401,27 +403,18 @@ class Datapath:
         if primary is None:
             logger.warning("hostnet.snat_waiting reason=no link with the primary ENI's MAC %r", mac)
             return None
-        if self.settings.ipv6_egress_cidr:
-            return SnatPlan(
-                primary_ip=self._node_ip,
-                primary_ifname=primary,
-                eni_ifnames=(primary,),
-                exempt_cidrs=(),
-                randomize=self.settings.randomize_snat,
-                egress_cidr=self.settings.ipv6_egress_cidr,
-            )
-        try:
-            vpc = await self._vpc_cidrs(mac)
-        except CloudError as err:
-            raise HostNetError(f"the VPC's CIDRs could not be read: {err}") from err
-        return SnatPlan(
-            primary_ip=self._node_ip,
-            primary_ifname=primary,
-            eni_ifnames=tuple(sorted({primary, *(r.ifname for r in self._ready.values())})),
-            exempt_cidrs=tuple(dict.fromkeys((*vpc, *self.settings.exclude_snat_cidrs))),
-            randomize=self.settings.randomize_snat,
-            snat=not self.settings.external_snat,
-            node_port=self.settings.node_port_support,
+        s = self.settings
+
+        async def exempt() -> tuple[str, ...]:
+            try:
+                vpc = await self._vpc_cidrs(mac)
+            except CloudError as err:
+                raise HostNetError(f"the VPC's CIDRs could not be read: {err}") from err
+            return tuple(dict.fromkeys((*vpc, *s.exclude_snat_cidrs)))
+
+        links = SnatLinks(self._node_ip, primary, [r.ifname for r in self._ready.values()])
+        return await s.snat.plan(
+            links, exempt, s.randomize_snat, s.external_snat, s.node_port_support
         )
 
     def ready_links(self) -> Iterable[ReadyEni]:

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ipamd.hostnet.snat_modes import VPC_SNAT, SnatMode
+
 
 @dataclass(frozen=True, slots=True)
 class DatapathSettings:
@@ -18,10 +20,10 @@ class DatapathSettings:
     node_port_support: bool = True
     """AWS_VPC_CNI_NODE_PORT_SUPPORT: ipamd's table marks connections to the node's own addresses
     arriving on the primary ENI (`ipamd.hostnet.snat.SnatPlan.node_port`)."""
-    ipv6_egress_cidr: str = ""
-    """IPv6 mode: the IPv4 egress range of IPv6 pods, which the SNAT table then only SNATs to the
-    node's IPv4 (`ipamd.hostnet.snat.SnatPlan.egress_cidr`); "" in IPv4 mode. The external SNAT
-    and exclusion settings are IPv4 mode's and do not apply."""
+    snat: SnatMode = VPC_SNAT
+    """What the SNAT table does for the node's family (`ipamd/hostnet/snat_modes.py`): IPv4's
+    marks and SNAT out of the VPC, or IPv6's SNAT of its pods' IPv4 egress range alone, to which
+    the external SNAT, exclusion and node port settings do not apply."""
     retry_base_s: float = 1.0
     retry_cap_s: float = 30.0
 

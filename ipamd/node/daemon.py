@@ -383,7 +383,7 @@ def _datapath(
             exclude_snat_cidrs=config.exclude_snat_cidrs,
             randomize_snat=config.randomize_snat,
             node_port_support=config.node_port_support,
-            ipv6_egress_cidr=family_of(config).egress_cidr,
+            snat=family_of(config).snat,
         ),
         node_ip=instance.private_ip,
         subnet_cidr=subnet_cidr,

@@ -17,10 +17,11 @@ from ipamd.config.settings import Config
 from ipamd.engine.allocator import Pick
 from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.engine.state import IPV6_PREFIX
+from ipamd.hostnet.snat_modes import EGRESS_SNAT, VPC_SNAT, SnatMode
 from ipamd.policy.max_pods import AddressFamily, address_family
 from ipamd.pool.ipv6 import Ipv6Pool
 from ipamd.pool.manager import PoolManager
-from ipamd.wire.pod import V4_EGRESS_CIDR, V4_EGRESS_DIR
+from ipamd.wire.pod import V4_EGRESS_DIR
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ class Ipv4:
     pick: Pick | None = None
     """The engine's own pick over listed units."""
     pool: type[PoolManager] = PoolManager
-    egress_cidr: str = ""
-    """No egress range of its own: pods' IPv4 traffic is their own (SNATed per the settings)."""
+    snat: SnatMode = VPC_SNAT
+    """Pods' IPv4 traffic is their own: marked and SNATed out of the VPC per the settings."""
     hostnet_off_lacks: str = "sending from secondary ENIs"
 
     def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:
@@ -66,8 +67,8 @@ class Ipv6:
     name: AddressFamily = "ipv6"
     pick: Pick | None = pick_v6_addresses
     pool: type[PoolManager] = Ipv6Pool
-    egress_cidr: str = V4_EGRESS_CIDR
-    """The pods' IPv4 egress range, SNATed to the node's IPv4 address."""
+    snat: SnatMode = EGRESS_SNAT
+    """The pods' IPv4 egress range alone, SNATed to the node's IPv4 address."""
     hostnet_off_lacks: str = "IPv4 egress"
 
     def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:

@@ -15,6 +15,7 @@ from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.datapath_values import DatapathSettings
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
+from ipamd.hostnet.snat_modes import EGRESS_SNAT
 from ipamd.wire.pod import V4_EGRESS_CIDR
 from tests.support.node import NodeFixture, key
 
@@ -42,7 +43,7 @@ async def _no_vpc_cidrs(mac: str) -> tuple[str, ...]:
 def _datapath(
     engine: Engine, kernel: FakeHostNetwork, snat: FakeSnatTable, node: NodeFixture, **kw: bool
 ) -> Datapath:
-    settings = DatapathSettings(ipv6_egress_cidr=V4_EGRESS_CIDR, **kw)  # type: ignore[arg-type]
+    settings = DatapathSettings(snat=EGRESS_SNAT, **kw)  # type: ignore[arg-type]
     return Datapath(
         engine,
         kernel,
