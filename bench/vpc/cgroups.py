@@ -7,7 +7,8 @@ children and stay there), and the kubelet puts every pod in a cgroup under `kube
 the pods' CPU requests. With every process in one cgroup instead, ipamd's one serving thread would
 be one task among the dozens a burst makes runnable, which no node does to a DaemonSet.
 
-The layout (kubernetes/kubernetes, `pkg/kubelet/cm/helpers_linux.go` `MilliCPUToShares` and
+The layout (kubernetes/kubernetes, read at 00ac878e; unchanged in later releases:
+`pkg/kubelet/cm/helpers_linux.go` `MilliCPUToShares` and
 `MinShares`, `qos_container_manager_linux.go` `setCPUCgroupConfig`,
 `node_container_manager_linux.go`, kubepods weighted by the node's allocatable CPU):
 

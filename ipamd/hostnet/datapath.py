@@ -350,20 +350,20 @@ class Datapath:
         without external SNAT, or inbound connections to the node with node port support): the
         connmark rule is then part of the kernel plan."""
         s = self.settings
-        return s.snat.marks_connections(s.external_snat, s.node_port_support)
+        return s.snat.marks_connections(s)
 
     @property
     def inbound_marked(self) -> bool:
         """Whether ipamd's table marks inbound connections to the node (IPv4 mode with
         AWS_VPC_CNI_NODE_PORT_SUPPORT)."""
-        return self.settings.snat.inbound_marked(self.settings.node_port_support)
+        return self.settings.snat.inbound_marked(self.settings)
 
     async def _reconcile_snat(self) -> bool:
         """True once the table is what the settings say: ipamd's table live, or (in IPv4 mode
         with external SNAT and without node port support) absent."""
         self._snat_stale = False
         s = self.settings
-        if not s.snat.keeps_table(s.external_snat, s.node_port_support):
+        if not s.snat.keeps_table(s):
             if await self._snat.remove():
                 self.health.fixes["snat"] += 1
             return True
@@ -413,9 +413,7 @@ class Datapath:
             return tuple(dict.fromkeys((*vpc, *s.exclude_snat_cidrs)))
 
         links = SnatLinks(self._node_ip, primary, [r.ifname for r in self._ready.values()])
-        return await s.snat.plan(
-            links, exempt, s.randomize_snat, s.external_snat, s.node_port_support
-        )
+        return await s.snat.plan(links, exempt, s)
 
     def ready_links(self) -> Iterable[ReadyEni]:
         return tuple(self._ready.values())

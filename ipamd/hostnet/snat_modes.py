@@ -14,9 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ipamd.hostnet.snat import Randomize, SnatPlan
 from ipamd.wire.pod import V4_EGRESS_CIDR
+
+
+class SnatKnobs(Protocol):
+    """The settings a mode reads (`DatapathSettings` has them): VPC CNI's SNAT knobs."""
+
+    @property
+    def external_snat(self) -> bool: ...
+
+    @property
+    def node_port_support(self) -> bool: ...
+
+    @property
+    def randomize_snat(self) -> Randomize: ...
+
+
+Exempt = Callable[[], Awaitable[tuple[str, ...]]]
+"""Reads the destinations never SNATed: the VPC's CIDRs and the excluded ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,34 +50,27 @@ class SnatLinks:
 class VpcSnat:
     """IPv4's table: marks, SNAT out of the VPC, node port marks."""
 
-    def marks_connections(self, external_snat: bool, node_port: bool) -> bool:
+    def marks_connections(self, s: SnatKnobs) -> bool:
         """Pods' traffic leaving the VPC without external SNAT, or inbound connections to the
         node with node port support."""
-        return not external_snat or node_port
+        return not s.external_snat or s.node_port_support
 
-    def inbound_marked(self, node_port: bool) -> bool:
-        return node_port
+    def inbound_marked(self, s: SnatKnobs) -> bool:
+        return s.node_port_support
 
-    def keeps_table(self, external_snat: bool, node_port: bool) -> bool:
+    def keeps_table(self, s: SnatKnobs) -> bool:
         """With external SNAT and without node port support the table has nothing to do."""
-        return self.marks_connections(external_snat, node_port)
+        return self.marks_connections(s)
 
-    async def plan(
-        self,
-        links: SnatLinks,
-        exempt: Callable[[], Awaitable[tuple[str, ...]]],
-        randomize: Randomize,
-        external_snat: bool,
-        node_port: bool,
-    ) -> SnatPlan:
+    async def plan(self, links: SnatLinks, exempt: Exempt, s: SnatKnobs) -> SnatPlan:
         return SnatPlan(
             primary_ip=links.primary_ip,
             primary_ifname=links.primary_ifname,
             eni_ifnames=tuple(sorted({links.primary_ifname, *links.eni_ifnames})),
             exempt_cidrs=await exempt(),
-            randomize=randomize,
-            snat=not external_snat,
-            node_port=node_port,
+            randomize=s.randomize_snat,
+            snat=not s.external_snat,
+            node_port=s.node_port_support,
         )
 
 
@@ -70,30 +81,24 @@ class EgressSnat:
 
     egress_cidr: str
 
-    def marks_connections(self, external_snat: bool, node_port: bool) -> bool:
+    def marks_connections(self, s: SnatKnobs) -> bool:
         return False
 
-    def inbound_marked(self, node_port: bool) -> bool:
+    def inbound_marked(self, s: SnatKnobs) -> bool:
         return False
 
-    def keeps_table(self, external_snat: bool, node_port: bool) -> bool:
+    def keeps_table(self, s: SnatKnobs) -> bool:
         """Always: the pods' IPv4 egress needs it whatever the IPv4 settings say."""
         return True
 
-    async def plan(
-        self,
-        links: SnatLinks,
-        exempt: Callable[[], Awaitable[tuple[str, ...]]],
-        randomize: Randomize,
-        external_snat: bool,
-        node_port: bool,
-    ) -> SnatPlan:
+    async def plan(self, links: SnatLinks, exempt: Exempt, s: SnatKnobs) -> SnatPlan:
+        """No destination is exempt (`exempt` is never read): the range is routable nowhere."""
         return SnatPlan(
             primary_ip=links.primary_ip,
             primary_ifname=links.primary_ifname,
             eni_ifnames=(links.primary_ifname,),
             exempt_cidrs=(),
-            randomize=randomize,
+            randomize=s.randomize_snat,
             egress_cidr=self.egress_cidr,
         )
 
