@@ -72,6 +72,7 @@ from typing import Any
 from bench.kube_api.recorded import RecordedRequest
 from bench.kube_api.server import KubeApiServer
 from bench.timing import p50, p99
+from bench.vpc.processes import free_port
 from chaos.daemon import BIN, Endpoints, daemon_environment
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2
@@ -331,12 +332,6 @@ def _rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _tmpfs_dir() -> Iterator[Path]:
     """A directory on a tmpfs, where a node keeps aws-node's checkpoint; removed afterwards."""
@@ -374,7 +369,7 @@ async def _daemon_in(
             cri_socket=workdir / "no-runtime.sock",
             state_dir=workdir / "state",
             socket_path=workdir / "ipamd.sock",
-            metrics_port=_free_port(),
+            metrics_port=free_port(),
         )
         base = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env = daemon_environment(ends, base) | SETTINGS | extra

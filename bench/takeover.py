@@ -25,8 +25,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from bench.api import _free_port, _ready, _request
+from bench.api import _ready, _request
 from bench.timing import median
+from bench.vpc.processes import free_port
 from chaos.daemon import BIN, Endpoints, daemon_environment
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2, World
@@ -154,7 +155,7 @@ async def _start(
         cri_socket=cri.socket_path,
         state_dir=run_dir / "state",
         socket_path=run_dir / "ipamd.sock",
-        metrics_port=_free_port(),
+        metrics_port=free_port(),
     )
     env = {k: v for k, v in (daemon_environment(ends, os.environ) | SETTINGS).items() if v}
     started = time.perf_counter()

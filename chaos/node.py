@@ -18,7 +18,6 @@ import logging
 import os
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.vpc.processes import free_port
 from chaos.daemon import DaemonProcess, Endpoints, daemon_environment
 from chaos.proxy import Ec2FaultProxy
 from cloud.embedded.eni_rules import LOCK
@@ -79,12 +79,6 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return subprocess.CompletedProcess(argv, 1, "", str(err))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import tempfile
 import threading
 from collections.abc import Callable, Coroutine
@@ -38,6 +37,7 @@ from bench.kube_api.recorded import Fault, Match, RecordedRequest
 from bench.kube_api.schemas import KUBERNETES_VERSION, Schemas
 from bench.kube_api.store import Store
 from bench.kube_api.tls import TlsFiles, make_tls_files, tls_available
+from bench.vpc.processes import free_port
 
 T = TypeVar("T")
 
@@ -48,12 +48,6 @@ class _Thread:
     loop: asyncio.AbstractEventLoop
     stop: asyncio.Event
     error: list[BaseException] = field(default_factory=list)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 class KubeApiServer:

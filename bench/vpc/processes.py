@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -62,10 +63,36 @@ def bare(address: str) -> str:
     return address.partition("/")[0]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands a socket bound to port 0 (`ip_local_port_range`)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, for a child process to listen on.
+
+    Drawn below the kernel's ephemeral range, so no listener that binds port 0 (the embedded
+    cloud's loopback servers, a client's source port) can be given it between this probe and the
+    child's own bind; and never handed out twice by this process."""
+    low = _ephemeral_low()
+    for _ in range(500):
+        port = random.randrange(max(1024, low // 2), low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port on {host} below {low} after 500 draws")
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.vpc.processes import unix_call
+from bench.vpc.processes import free_port, unix_call
 from datastore.store import STATE_FILE_NAME
 
 BIN = Path(sys.executable).parent
@@ -51,12 +50,6 @@ class Running:
         raise AssertionError(f"the daemon did not answer {path} with {status} in {deadline_s} s")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "deploy" / "cni" / "10-ipamd.conflist"
 
@@ -65,8 +58,8 @@ def _start(tmp_path: Path, **extra: str) -> Running:
     state_dir = tmp_path / "state"
     socket_path = tmp_path / "ipamd.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IPAMD_", "WARM_", "AWS_"))}
-    metrics_port = _free_port()
-    introspection_port = _free_port()
+    metrics_port = free_port()
+    introspection_port = free_port()
     env.update(
         IPAMD_STATE_DIR=str(state_dir),
         IPAMD_SOCKET=str(socket_path),

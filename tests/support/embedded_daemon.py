@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,16 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.vpc.processes import unix_call
+from bench.vpc.processes import free_port, unix_call
 
 BIN = Path(sys.executable).parent
 NETWORK = "k8s-pod-network"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def clean_env(**extra: str) -> dict[str, str]:
