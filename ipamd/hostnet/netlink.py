@@ -297,7 +297,7 @@ class NetlinkHostNetwork:
         return [
             (str(msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")), int(msg["prefixlen"]))
             for msg in messages
-            if msg["index"] == index and msg["family"] == AF_INET
+            if msg["index"] == index  # the kernel answers an AF_INET dump with IPv4 only
         ]
 
     # -- the socket -----------------------------------------------------------------------------

@@ -94,8 +94,9 @@ def rule_request(rule: Rule, *, foreign: bool = False) -> dict[str, object]:
 
 def rule_of(msg: Any, *, foreign: bool = False) -> Rule | None:
     """ipamd's rule in `msg`, or None; with `foreign`, a rule of another protocol at one of
-    `TAKEOVER_PRIORITIES` that a `Rule` describes whole, or None."""
-    if msg["family"] != AF_INET or (msg.get_attr("FRA_PROTOCOL") == RT_PROTO_IPAMD) is foreign:
+    `TAKEOVER_PRIORITIES` that a `Rule` describes whole, or None. `msg` is from an IPv4 dump:
+    the kernel answers a dump asked with AF_INET with that family's rules only."""
+    if (msg.get_attr("FRA_PROTOCOL") == RT_PROTO_IPAMD) is foreign:
         return None
     if foreign and not _plain_lookup(msg):
         return None
@@ -141,8 +142,8 @@ def route_request(route: Route, oif: int, *, foreign: bool = False) -> dict[str,
 
 def route_of(msg: Any, names: Mapping[int, str], *, foreign: bool = False) -> Route | None:
     """ipamd's route in `msg`, or None; with `foreign`, a unicast route of another protocol in a
-    table outside `RESERVED_TABLES`, or None."""
-    if msg["family"] != AF_INET or (msg["proto"] == RT_PROTO_IPAMD) is foreign:
+    table outside `RESERVED_TABLES`, or None. `msg` is from an IPv4 dump, as `rule_of`'s."""
+    if (msg["proto"] == RT_PROTO_IPAMD) is foreign:
         return None
     if foreign and (msg["type"] != RTN_UNICAST or _table(msg, "RTA_TABLE") in RESERVED_TABLES):
         return None
@@ -160,9 +161,9 @@ def route_of(msg: Any, names: Mapping[int, str], *, foreign: bool = False) -> Ro
 
 
 def is_connected_route(msg: Any, index: int, subnet: ipaddress.IPv4Network) -> bool:
+    """Whether `msg`, from an IPv4 route dump, is the kernel's route to `subnet` on `index`."""
     return bool(
-        msg["family"] == AF_INET
-        and msg["proto"] == RTPROT_KERNEL
+        msg["proto"] == RTPROT_KERNEL
         and _table(msg, "RTA_TABLE") == MAIN_TABLE
         and msg.get_attr("RTA_OIF") == index
         and msg.get_attr("RTA_DST") == str(subnet.network_address)
