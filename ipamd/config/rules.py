@@ -3,7 +3,7 @@ variables involved. `ipamd.config.settings` runs them after every setting parsed
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -42,30 +42,53 @@ def cross_field_problems(values: Mapping[str, Any], texts: Mapping[str, str]) ->
 def address_family_problems(values: Mapping[str, Any], texts: Mapping[str, str]) -> list[str]:
     """VPC CNI's rules for the address family: exactly one of IPv4 and IPv6 (no dual stack), and
     IPv6 only with prefix delegation (its pods' addresses come from a /80 prefix) and without
-    custom networking (which VPC CNI supports for IPv4 alone)."""
-    ipv4, ipv6 = values.get("enable_ipv4"), values.get("enable_ipv6")
-    if ipv4 is None or ipv6 is None:
+    custom networking (which VPC CNI supports for IPv4 alone). Read from tables keyed by the two
+    switches, so that the family is looked up here, not tested."""
+    switches = (values.get("enable_ipv4"), values.get("enable_ipv6"))
+    if None in switches:
         return []  # one of them did not parse: its own problem says so
-    family = f"ENABLE_IPv4={texts['ENABLE_IPv4']!r}, ENABLE_IPv6={texts['ENABLE_IPv6']!r}"
-    problems: list[str] = []
-    if ipv4 and ipv6:
-        problems.append(f"{family}: exactly one address family may be on (there is no dual stack)")
-    if not ipv4 and not ipv6:
-        problems.append(f"{family}: exactly one address family must be on (neither is)")
-    if not ipv6:
-        return problems
-    ipv6_text = f"ENABLE_IPv6={texts['ENABLE_IPv6']!r}"
-    if values.get("enable_prefix_delegation") is False:
-        problems.append(
-            f"{ipv6_text}: needs ENABLE_PREFIX_DELEGATION=true (is "
-            f"{texts['ENABLE_PREFIX_DELEGATION']!r}): IPv6 pods' addresses come from a /80 prefix"
-        )
-    if values.get("custom_networking") is True:
-        problems.append(
-            f"{ipv6_text}: cannot be combined with AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG="
-            f"{texts['AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG']!r} (custom networking is IPv4 only)"
-        )
+    both = f"ENABLE_IPv4={texts['ENABLE_IPv4']!r}, ENABLE_IPv6={texts['ENABLE_IPv6']!r}"
+    problems = [f"{both}: {wrong}" for wrong in SWITCHES_WRONG.get(switches, ())]
+    for setting, refused, why in NEEDS.get(switches, ()):
+        if values.get(setting) is refused:
+            problems.append(why(texts))
     return problems
+
+
+SWITCHES_WRONG: Mapping[tuple[object, object], tuple[str, ...]] = {
+    (True, True): ("exactly one address family may be on (there is no dual stack)",),
+    (False, False): ("exactly one address family must be on (neither is)",),
+}
+"""(ENABLE_IPv4, ENABLE_IPv6) → what is wrong with them; one family on is right."""
+
+
+def _ipv6_needs_prefixes(texts: Mapping[str, str]) -> str:
+    return (
+        f"ENABLE_IPv6={texts['ENABLE_IPv6']!r}: needs ENABLE_PREFIX_DELEGATION=true (is "
+        f"{texts['ENABLE_PREFIX_DELEGATION']!r}): IPv6 pods' addresses come from a /80 prefix"
+    )
+
+
+def _ipv6_refuses_custom_networking(texts: Mapping[str, str]) -> str:
+    return (
+        f"ENABLE_IPv6={texts['ENABLE_IPv6']!r}: cannot be combined with "
+        f"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG={texts['AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG']!r} "
+        "(custom networking is IPv4 only)"
+    )
+
+
+_IPV6_NEEDS: tuple[tuple[str, bool, Callable[[Mapping[str, str]], str]], ...] = (
+    ("enable_prefix_delegation", False, _ipv6_needs_prefixes),
+    ("custom_networking", True, _ipv6_refuses_custom_networking),
+)
+
+NEEDS: Mapping[
+    tuple[object, object], tuple[tuple[str, bool, Callable[[Mapping[str, str]], str]], ...]
+] = {
+    (False, True): _IPV6_NEEDS,
+    (True, True): _IPV6_NEEDS,
+}
+"""(ENABLE_IPv4, ENABLE_IPv6) → (setting, the value refused with it, the problem's line)."""
 
 
 RENAMED = {"IPAMD_LOG_LEVEL": "AWS_VPC_K8S_CNI_LOGLEVEL"}
