@@ -38,9 +38,10 @@ class UnitView:
     kind: str
     state: str
     addresses: tuple[tuple[str, AddressState], ...]
-    unlisted: int = 0
-    """Addresses of the unit not in `addresses`: an IPv6 /80's, never enumerated, counted free (or
-    releasing) in the ENI's and the pool's counts as the number allocatable."""
+    unlisted: int | None = None
+    """For a unit too large to enumerate (an IPv6 /80), its addresses not in `addresses`, counted
+    free (or releasing) in the ENI's and the pool's counts as the number allocatable; None for a
+    unit whose every address is listed."""
 
 
 @dataclass(frozen=True, slots=True)

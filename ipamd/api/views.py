@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from datastore.records import AllocationRecord, QuarantineRecord
-from ipamd.engine.state import IPV6_PREFIX, NodeState
+from ipamd.engine.state import NodeState
 from ipamd.model import AddressState, EniView, PoolSnapshot, UnitView
 from ipamd.wire import Allocation, IpConfig, PodInfo, Route
 
@@ -107,7 +107,8 @@ def _eni(eni: EniView, with_units: bool, host_network: bool = True) -> dict[str,
     if with_units:
         body["units"] = [_unit(u) for u in eni.units]
     else:
-        prefixes = [u.cidr for u in eni.units if u.kind == IPV6_PREFIX]
+        # The units too large to list by address: on an IPv6 node, the ENI's /80.
+        prefixes = [u.cidr for u in eni.units if u.unlisted is not None]
         if prefixes:
             body["ipv6_prefixes"] = prefixes
     return body
@@ -120,7 +121,7 @@ def _unit(u: UnitView) -> dict[str, object]:
         "state": u.state,
         "addresses": [{"address": a, "state": s.value} for a, s in u.addresses],
     }
-    if u.kind == IPV6_PREFIX:
+    if u.unlisted is not None:
         # A /80's 2^48 addresses are never listed: those in use are, and this many more count
         # as free in the ENI's counts, the pods max pods still allows.
         body["unlisted"] = u.unlisted

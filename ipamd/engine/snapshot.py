@@ -36,7 +36,7 @@ def take_snapshot(
                 for address in state.addresses_of(cidr)
                 if (s := state.address_state(address, unit, now, cooldown_s)) is not None
             )
-            unlisted = 0
+            unlisted = None
             if state.unlisted(cidr):
                 addresses = tuple(p for p in addresses if p[1] is not AddressState.FREE)
                 unlisted = _allocatable(state, len(addresses), max_pods, unit.state)

@@ -29,7 +29,6 @@ from aiohttp import web
 from datastore.records import AllocationRecord
 from ipamd.config.kinds import HostPort
 from ipamd.engine.engine import Engine
-from ipamd.engine.state import IPV6_PREFIX
 from ipamd.model import AddressState, EniView, PoolSnapshot, UnitView
 from ipamd.telemetry.endpoint import serve_tcp
 from ipamd.telemetry.totals import total_addresses
@@ -108,7 +107,11 @@ class View:
         self.released_at: dict[str, float] = dict(state.cooldowns())
 
 
-def _cidr_info(view: View, unit: UnitView) -> dict[str, object]:
+CIDRS_BY_VERSION: Mapping[int, str] = {4: "AvailableIPv4Cidrs", 6: "IPv6Cidrs"}
+"""VPC CNI's `ENIInfo` keeps an ENI's units in one map per IP version, named by these keys."""
+
+
+def _cidr_info(view: View, unit: UnitView, version: int) -> dict[str, object]:
     addresses: dict[str, object] = {}
     for address, _ in unit.addresses:
         owner = view.owners.get(address)
@@ -119,16 +122,19 @@ def _cidr_info(view: View, unit: UnitView) -> dict[str, object]:
             "AssignedTime": _go_time(owner.created_at if owner else None),
             "UnassignedTime": _go_time(None if owner else view.released_at.get(address)),
         }
-    v6 = unit.kind == IPV6_PREFIX
     return {
         "Cidr": _go_ipnet(unit.cidr),
         "IPAddresses": addresses,
-        "IsPrefix": v6 or unit.kind == "prefix",
-        "AddressFamily": "6" if v6 else "4",
+        "IsPrefix": unit.kind != "ip",
+        "AddressFamily": str(version),
     }
 
 
 def _eni(view: View, eni: EniView) -> dict[str, object]:
+    cidrs: dict[str, dict[str, object]] = {key: {} for key in CIDRS_BY_VERSION.values()}
+    for unit in eni.units:
+        version = ipaddress.ip_network(unit.cidr).version
+        cidrs[CIDRS_BY_VERSION[version]][unit.cidr] = _cidr_info(view, unit, version)
     return {
         "ID": eni.eni_id,
         "IsPrimary": eni.is_primary,
@@ -136,12 +142,7 @@ def _eni(view: View, eni: EniView) -> dict[str, object]:
         "IsTrunk": False,
         "IsEFA": False,
         "DeviceNumber": eni.device_index,
-        "AvailableIPv4Cidrs": {
-            unit.cidr: _cidr_info(view, unit) for unit in eni.units if unit.kind != IPV6_PREFIX
-        },
-        "IPv6Cidrs": {
-            unit.cidr: _cidr_info(view, unit) for unit in eni.units if unit.kind == IPV6_PREFIX
-        },
+        **cidrs,
     }
 
 

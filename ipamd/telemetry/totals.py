@@ -31,7 +31,7 @@ def unit_total(unit: UnitView) -> int:
     released), as VPC CNI's `CidrInfo.Size()` counts it (1, 16, or 2^48 for a /80); for a lost unit,
     the addresses the snapshot still gives a state (its owned ones)."""
     if unit.state == "lost":
-        return len(unit.addresses) + unit.unlisted
+        return len(unit.addresses) + (unit.unlisted or 0)
     return _cidr_size(unit.cidr)
 
 

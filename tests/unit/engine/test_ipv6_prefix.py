@@ -200,7 +200,7 @@ async def test_an_ipv4_node_is_untouched(node: NodeFixture) -> None:
     record = await engine.assign(key("a"))
     assert record.addresses == ("10.0.0.10",)
     assert not engine.state.unlisted("10.0.0.10/32") and engine.state.unit_size("10.0.0.10/32") == 1
-    assert all(u.unlisted == 0 for e in engine.snapshot().enis for u in e.units)
+    assert all(u.unlisted is None for e in engine.snapshot().enis for u in e.units)
     node.check()
 
 
