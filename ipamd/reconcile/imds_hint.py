@@ -11,7 +11,7 @@ The design: docs/architecture.md §6.4; seed 001 and S23: docs/failure-scenarios
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 from cloud.models import ListedKind
 from cloud.ports import Imds, ImdsInterface
@@ -22,12 +22,17 @@ from ipamd.engine.state import NodeState
 logger = logging.getLogger(__name__)
 
 
+IMDS_UNITS: Mapping[ListedKind, Callable[[ImdsInterface], set[str]]] = {
+    # The first local IPv4 address is the ENI's primary address, not a unit.
+    "ip": lambda interface: {f"{a}/32" for a in interface.local_ipv4s[1:]},
+    "prefix": lambda interface: set(interface.ipv4_prefixes),
+    "ipv6_prefix": lambda interface: set(interface.ipv6_prefixes),
+}
+"""Where IMDS lists an ENI's units of each kind."""
+
+
 def imds_units(interface: ImdsInterface, kind: ListedKind) -> set[str]:
-    if kind == "prefix":
-        return set(interface.ipv4_prefixes)
-    if kind == "ipv6_prefix":
-        return set(interface.ipv6_prefixes)
-    return {f"{a}/32" for a in interface.local_ipv4s[1:]}  # the first is the ENI's primary address
+    return IMDS_UNITS[kind](interface)
 
 
 def diff_imds(
