@@ -24,7 +24,7 @@ What each entry becomes (`plan_adoption`, pure):
 Free addresses of the ENIs that hold adopted pods start cooling: the checkpoint records no release
 times, and an address aws-node freed a moment ago may still be in a peer's conntrack or policy maps.
 An IPv6 node's entries are adopted the same way, each /128 found in the primary ENI's /80; of the
-/80's free addresses, those the next ADDs could take cool (`_v6_cooling`).
+/80's free addresses, those the next ADDs could take cool (`NodeState.next_takers`).
 
 A checkpoint that cannot be read is logged and ignored: addresses then come from EC2 and the runtime
 alone, as on any start. No path here hands out an address that an allocation owns.
@@ -53,7 +53,6 @@ from ipamd.awsnode.checkpoint import (
 )
 from ipamd.engine.engine import Engine
 from ipamd.engine.state import NodeState
-from ipamd.engine.units_v6 import V6_HOSTS
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
@@ -88,7 +87,8 @@ def plan_adoption(
     max_pods: int = 0,
 ) -> tuple[Mutation, Adoption]:
     """The mutation that adopts `checkpoint`'s entries into `state`; `live` is the runtime's sandbox
-    IDs (None when it could not be listed); `max_pods` bounds the cooling of a /80 (`_v6_cooling`)."""
+    IDs (None when it could not be listed); `max_pods` bounds the cooling of a /80
+    (`NodeState.next_takers`)."""
     claims = _claims(state, checkpoint, live, now, intent_ttl_s)
     unit_of = {
         a: cidr
@@ -100,7 +100,8 @@ def plan_adoption(
     replaced: list[AllocationKey] = []
     refused = claims.refused
     for address, entry in claims.by_address.items():
-        cidr = state.active_unit_of(address) if ":" in address else unit_of.get(address)
+        # A /80's addresses are not listed: one found in no listed unit is looked for in each.
+        cidr = unit_of.get(address) or state.active_unit_of(address)
         if cidr is None:
             refused.append(_refusal(entry, f"{address} is on no ENI of this node per EC2"))
             continue
@@ -224,16 +225,6 @@ def _record(state: NodeState, entry: Entry, cidr: str, now: float) -> Allocation
     )
 
 
-def _v6_cooling(state: NodeState, cidr: str, adopted: set[str], max_pods: int) -> list[str]:
-    """The addresses of a /80 to cool at a takeover: its 2^48 cannot all be, and need not. ipamd
-    hands a /80 out from ::1 up, the lowest free first, and the node holds at most `max_pods`, so
-    while these cool no ADD can take an address above the highest adopted one plus `max_pods`:
-    every one from ::1 to there cools (a few hundred records)."""
-    mine = [offset for a in adopted if (offset := state.v6_offset(cidr, a)) is not None]
-    top = min(max(mine, default=0) + max_pods, V6_HOSTS)
-    return [state.v6_address(cidr, offset) for offset in range(1, top + 1)]
-
-
 def _with_cooling(
     state: NodeState,
     records: list[AllocationRecord],
@@ -242,17 +233,13 @@ def _with_cooling(
     max_pods: int,
 ) -> tuple[Mutation, int]:
     """The adoption's mutation, with every free address of the adopting ENIs put in cooldown (of a
-    /80, those `_v6_cooling` names)."""
+    /80, those `NodeState.next_takers` names)."""
     adopted = {r.addresses[0] for r in records}
     cooling = [
         CooldownRecord(address, now)
         for eni_id in sorted({r.eni_id for r in records})
         for cidr in state.units_on(eni_id)
-        for address in (
-            _v6_cooling(state, cidr, adopted, max_pods)
-            if state.unlisted(cidr)
-            else state.addresses_of(cidr)
-        )
+        for address in state.next_takers(cidr, adopted, max_pods)
         if address not in adopted and state.owner_of(address) is None
     ]
     stale = tuple(a for a in adopted if a in state.cooldowns())

@@ -10,10 +10,9 @@ dictionary access they wrap.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import KeysView, Mapping
+from collections.abc import Collection, Iterable, KeysView, Mapping
 from itertools import chain
 from types import MappingProxyType
-from typing import cast
 
 from datastore.records import (
     AllocationKey,
@@ -28,7 +27,6 @@ from datastore.records import (
     UnitRecord,
 )
 from ipamd.engine.units import UnitSpace, unit_space
-from ipamd.engine.units_v6 import V6Unit
 from ipamd.model import AddressState
 
 _NO_UNITS: dict[str, None] = {}
@@ -264,13 +262,10 @@ class NodeState:
                 return cidr
         return None
 
-    def v6_offset(self, cidr: str, address: str) -> int | None:
-        """`address`'s host offset in the /80 at `cidr` (None when it is not one of its own)."""
-        return cast(V6Unit, self._spaces[cidr]).offset(address)
-
-    def v6_address(self, cidr: str, offset: int) -> str:
-        """The address at host `offset` of the /80 at `cidr`, in the one text ipamd writes."""
-        return cast(V6Unit, self._spaces[cidr]).address(offset)
+    def next_takers(self, cidr: str, adopted: Collection[str], max_pods: int) -> Iterable[str]:
+        """The addresses of the unit at `cidr` the next ADDs could take once `adopted` are owned,
+        with at most `max_pods` pods on the node (`UnitSpace.next_takers`)."""
+        return self._spaces[cidr].next_takers(adopted, max_pods)
 
     def owned_in(self, cidr: str) -> int:
         """How many addresses of the unit are owned by an allocation."""

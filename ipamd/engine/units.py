@@ -12,7 +12,7 @@ addresses in use (`in_use`); `NodeState` keeps one per unit (docs/architecture.m
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol
 
 from datastore.records import UnitKind
@@ -60,6 +60,11 @@ class UnitSpace(Protocol):
 
     def in_use(self, others: Iterable[str]) -> tuple[str, ...]: ...
 
+    def next_takers(self, adopted: Collection[str], max_pods: int) -> Iterable[str]:
+        """The addresses the next ADDs could take once `adopted` are owned (a takeover cools
+        them): at most `max_pods` pods run on the node."""
+        ...
+
 
 class Listed:
     """An IPv4 unit whose every address is listed."""
@@ -91,6 +96,10 @@ class Listed:
 
     def in_use(self, others: Iterable[str]) -> tuple[str, ...]:
         """Every address, listed: which are in use is the state's to say."""
+        return self.addresses
+
+    def next_takers(self, adopted: Collection[str], max_pods: int) -> Iterable[str]:
+        """Every address: a pick may take any listed one."""
         return self.addresses
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 V6_HOSTS = 2**48 - 1
 """Addresses of an IPv6 /80 that ipamd hands out: every one but the prefix's own (::0), from ::1 up."""
@@ -81,6 +81,14 @@ class V6Unit:
         """Whether an allocation still owns one of its addresses: the state keeps the unit's
         offsets until its owners go, even once EC2's inventory has dropped it."""
         return bool(self.owned)
+
+    def next_takers(self, adopted: Collection[str], max_pods: int) -> Iterable[str]:
+        """Its 2^48 cannot all cool, and need not: the /80 is handed out from ::1 up, the lowest
+        free first, and the node holds at most `max_pods`, so no ADD can take an address above the
+        highest adopted one plus `max_pods`: every one from ::1 to there (a few hundred)."""
+        mine = [at for a in adopted if (at := self.offset(a)) is not None]
+        top = min(max(mine, default=0) + max_pods, V6_HOSTS)
+        return [self.address(at) for at in range(1, top + 1)]
 
     def in_use(self, others: Iterable[str]) -> tuple[str, ...]:
         """The addresses in use, lowest first: the owned ones and those of `others` (cooling or
