@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,6 +239,10 @@ def render(allocations: Iterable[AllocationRecord]) -> bytes:
     return document(entries_of(a) for a in ordered)
 
 
+ENTRY_FIELD: Mapping[int, str] = {4: "ipv4", 6: "ipv6"}
+"""The entry's field for an address of each IP version: aws-node in IPv6 mode reads `ipv6`."""
+
+
 def entries_of(alloc: AllocationRecord) -> str:
     """The allocation's entries (one per address) as JSON text, comma-separated: the part of the
     file that changes only with the allocation, so a writer can keep it between writes. An IPv6
@@ -249,7 +253,7 @@ def entries_of(alloc: AllocationRecord) -> str:
                 "networkName": alloc.key.network,
                 "containerID": alloc.key.container_id,
                 "ifName": alloc.key.ifname,
-                ("ipv6" if ":" in address else "ipv4"): address,
+                ENTRY_FIELD[ipaddress.ip_address(address).version]: address,
                 "allocationTimestamp": stamp_ns(alloc),
                 "metadata": {
                     "k8sPodNamespace": alloc.pod_namespace,
