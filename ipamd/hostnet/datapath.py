@@ -49,7 +49,6 @@ from ipamd.hostnet.plan import (
     diff_kernel,
     eni_routes,
     eni_rule,
-    pod_rules,
     prefix_length,
 )
 from ipamd.hostnet.ports import EniLink, HostNetError, HostNetwork, LinkNotFound
@@ -155,7 +154,8 @@ class Datapath:
             if self._engine.state.allocation(record.key) != record:
                 return  # released meanwhile: its removal owns the address now
             eni = self._engine.state.eni(record.eni_id)
-            rules = [r for a in record.addresses for r in pod_rules(a, eni)]
+            rules_of = self.settings.snat.pod_rules
+            rules = [r for a in record.addresses for r in rules_of(a, eni)]
             await self._host.add_rules(rules)
 
     # -- changes the engine committed -------------------------------------------------------------
@@ -194,7 +194,7 @@ class Datapath:
                 rule
                 for address, record in dirty.items()
                 if state.owner_of(address) is None
-                for rule in pod_rules(address, state.eni(record.eni_id))
+                for rule in self.settings.snat.pod_rules(address, state.eni(record.eni_id))
             ]
             try:
                 if stale:
@@ -319,7 +319,9 @@ class Datapath:
         routes = await self._host.list_routes()
         foreign = await self._takeover.read()
         ready = tuple(r for r in self._ready.values() if r.record.eni_id in state.enis())
-        plan = self._planner.plan(state, ready, self.marks_connections)
+        plan = self._planner.plan(
+            state, ready, self.marks_connections, self.settings.snat.pod_rules
+        )
         diff = diff_kernel(plan, rules, routes)
         if not diff.is_empty():
             await self._apply(diff)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,11 +64,8 @@ def host_cidr(address: str) -> str:
 
 
 def pod_rules(address: str, eni: EniRecord | None) -> tuple[Rule, ...]:
-    """The rules of one pod address on `eni` (None: its ENI is unknown, only the 512 rule). None
-    for an IPv6 pod: it lives on the primary ENI, in main, where the interface plugin's /128 route
-    to its veth is all it needs."""
-    if ":" in address:
-        return ()
+    """The rules of one IPv4 pod address on `eni` (None: its ENI is unknown, only the 512 rule).
+    An IPv6 node's datapath asks for none (`ipamd.hostnet.snat_modes.EgressSnat.pod_rules`)."""
     to_pod = Rule(PRIORITY_TO_POD, MAIN_TABLE, dst=host_cidr(address))
     if eni is None or eni.is_primary:
         return (to_pod,)
@@ -109,6 +106,9 @@ class KernelPlan:
 PodRulesMemo = dict[tuple[str, int | None], tuple[Rule, ...]]
 """(pod address, its ENI's table, None on the primary or an unknown ENI) → its `pod_rules`."""
 
+PodRules = Callable[[str, EniRecord | None], tuple[Rule, ...]]
+"""A pod address's rules on its ENI: `pod_rules` on an IPv4 node, none on an IPv6 one."""
+
 
 def plan_kernel(
     allocations: Iterable[AllocationRecord],
@@ -116,6 +116,7 @@ def plan_kernel(
     ready: Iterable[ReadyEni],
     snat: bool,
     memo: PodRulesMemo | None = None,
+    rules_of: PodRules = pod_rules,
 ) -> KernelPlan:
     """Every ipamd rule and route the kernel must hold for this state, and nothing else. With
     `memo`, a pod's rules are taken from it when its address and table are the same as last time,
@@ -134,7 +135,7 @@ def plan_kernel(
             key = (address, table)
             pods = known.get(key)
             if pods is None:
-                pods = pod_rules(address, eni)
+                pods = rules_of(address, eni)
             fresh[key] = pods
             rules.update(pods)
     if memo is not None:
@@ -169,12 +170,15 @@ class KernelPlanner:
         state: NodeStateView,
         ready: tuple[ReadyEni, ...],
         snat: bool,
+        rules_of: PodRules = pod_rules,
     ) -> KernelPlan:
-        key = (state, state.revision, ready, snat)
+        key = (state, state.revision, ready, snat, rules_of)
         kept = self._for
         if kept is None or kept[0] is not state or kept[1:] != key[1:]:
             allocations = state.allocations().values()
-            self._plan = plan_kernel(allocations, state.enis(), ready, snat, self._pod_rules)
+            self._plan = plan_kernel(
+                allocations, state.enis(), ready, snat, self._pod_rules, rules_of
+            )
             self._for = key
         return self._plan
 

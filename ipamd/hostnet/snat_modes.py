@@ -1,6 +1,7 @@
-"""What the SNAT table does on a node of each address family, chosen once by the composition
-(`DatapathSettings.snat`, docs/architecture.md §7.4): the datapath asks it whether ipamd's
-table marks connections and what plan to apply, and never tests the family itself.
+"""What the datapath does on a node of each address family, chosen once by the composition
+(`DatapathSettings.snat`, docs/architecture.md §7.4): the datapath asks it a pod's policy rules,
+whether ipamd's SNAT table marks connections and what plan to apply, and never tests the family
+itself.
 
 - `VpcSnat` (IPv4): pods' traffic leaving the VPC is marked and SNATed to the primary ENI's
   address unless AWS_VPC_K8S_CNI_EXTERNALSNAT, with the VPC's CIDRs and
@@ -16,6 +17,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from datastore.records import EniRecord
+from ipamd.hostnet.plan import pod_rules
+from ipamd.hostnet.ports import Rule
 from ipamd.hostnet.snat import Randomize, SnatPlan
 from ipamd.wire.pod import V4_EGRESS_CIDR
 
@@ -62,6 +66,10 @@ class VpcSnat:
         """With external SNAT and without node port support the table has nothing to do."""
         return self.marks_connections(s)
 
+    def pod_rules(self, address: str, eni: EniRecord | None) -> tuple[Rule, ...]:
+        """A pod's policy rules: to it by main, from it by its ENI's table (`plan.pod_rules`)."""
+        return pod_rules(address, eni)
+
     async def plan(self, links: SnatLinks, exempt: Exempt, s: SnatKnobs) -> SnatPlan:
         return SnatPlan(
             primary_ip=links.primary_ip,
@@ -83,6 +91,11 @@ class EgressSnat:
 
     def marks_connections(self, s: SnatKnobs) -> bool:
         return False
+
+    def pod_rules(self, address: str, eni: EniRecord | None) -> tuple[Rule, ...]:
+        """None: a pod lives on the primary ENI, in main, where the interface plugin's /128 route
+        to its veth is all it needs."""
+        return ()
 
     def inbound_marked(self, s: SnatKnobs) -> bool:
         return False
