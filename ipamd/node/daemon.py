@@ -223,11 +223,12 @@ class Daemon:
             self.jobs.add(
                 Job("hostnet", self.datapath.reconcile, c.host_network_reconcile_interval_s, 1.0)
             )
-        if not (
-            c.disable_leaked_eni_cleanup or c.enable_ipv6 or c.disable_network_resource_provisioning
+        # A node whose pool makes no ENIs (IPv6) has none to leak, nor does a node provisioned by
+        # someone else (VPC CNI turns ENI GC off in both cases too).
+        makes_enis = self.parts.family.makes_enis
+        if makes_enis and not (
+            c.disable_leaked_eni_cleanup or c.disable_network_resource_provisioning
         ):
-            # IPv6 mode makes no ENIs, so it has none to leak, nor does a node provisioned by
-            # someone else (VPC CNI turns ENI GC off in both cases too).
             self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.eni_gc_interval_s, 60.0))
         if self.parts.subnet_free is not None:
             reading = self.parts.subnet_free

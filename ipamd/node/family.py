@@ -7,7 +7,7 @@ the daemon's reports say. The composition asks its family; it does not test whic
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,9 @@ from ipamd.pool.ipv6 import Ipv6Pool
 from ipamd.pool.manager import PoolManager
 from ipamd.wire.pod import V4_EGRESS_DIR
 
+InForce = dict[str, object]
+"""The report's `in_force`: the pool's goal, the targets it follows, those it ignores and why."""
+
 
 @dataclass(frozen=True)
 class Ipv4:
@@ -35,6 +38,12 @@ class Ipv4:
     snat: SnatMode = VPC_SNAT
     """Pods' IPv4 traffic is their own: marked and SNATed out of the VPC per the settings."""
     hostnet_off_lacks: str = "sending from secondary ENIs"
+    makes_enis: bool = True
+    """The pool makes secondary ENIs, so ENI GC has leaked ones to look for."""
+
+    def in_force(self, targets: Callable[[], InForce]) -> InForce:
+        """Which warm targets the pool follows: `targets()`, as the mode and settings say."""
+        return targets()
 
     def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:
         """The mode's (its strategy's kind, then its fallback's)."""
@@ -70,6 +79,12 @@ class Ipv6:
     snat: SnatMode = EGRESS_SNAT
     """The pods' IPv4 egress range alone, SNATed to the node's IPv4 address."""
     hostnet_off_lacks: str = "IPv4 egress"
+    makes_enis: bool = False
+    """The /80 is on the primary ENI: no ENI is made, so none can leak (VPC CNI runs no ENI GC)."""
+
+    def in_force(self, targets: Callable[[], InForce]) -> InForce:
+        """None of the warm targets: the /80 follows none."""
+        return {"goal": "ipv6", "targets": [], "ignored": {}}
 
     def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:
         """The /80 alone, whatever the mode."""

@@ -44,10 +44,14 @@ def pool_report(daemon: Daemon) -> dict[str, object]:
 
 
 def in_force(daemon: Daemon) -> dict[str, object]:
-    """Which warm targets the pool follows, and which it ignores and why (VPC CNI's rules: either
-    IP target > 0 overrides the ENI and prefix targets; the other mode's target has no effect)."""
-    if daemon.config.enable_ipv6:
-        return {"goal": "ipv6", "targets": [], "ignored": {}}
+    """Which warm targets the pool follows, and which it ignores and why, as the node's family
+    says (`ipamd.node.family`)."""
+    return daemon.parts.family.in_force(lambda: _targets_in_force(daemon))
+
+
+def _targets_in_force(daemon: Daemon) -> dict[str, object]:
+    """VPC CNI's rules: either IP target > 0 overrides the ENI and prefix targets; the other
+    mode's target has no effect."""
     targets, strategy = daemon.pool.targets(), daemon.pool.report().strategy
     goal = strategy.goal_for(targets, daemon.parts.node.limits).name
     ignored: dict[str, str] = {}
