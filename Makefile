@@ -27,6 +27,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.support.module_sizes
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
