@@ -34,8 +34,7 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.hostnet.datapath import Datapath
-from ipamd.hostnet.datapath_values import DatapathSettings
+from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.fake import FakeSnatTable
 from ipamd.hostnet.netlink import NetlinkHostNetwork
 from ipamd.hostnet.ports import Rule

@@ -34,8 +34,7 @@ from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed, utc_text
 from ipamd.hostnet.aws_snat import AwsNodeSnat
-from ipamd.hostnet.datapath import Datapath
-from ipamd.hostnet.datapath_values import DatapathSettings
+from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
 from ipamd.node.engine_parts import (

@@ -24,8 +24,7 @@ import pytest
 from datastore.records import EniRecord
 from ipamd.engine.engine import Engine
 from ipamd.hostnet.aws_snat import NftAwsNodeSnat
-from ipamd.hostnet.datapath import Datapath
-from ipamd.hostnet.datapath_values import DatapathSettings
+from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.netlink import NetlinkHostNetwork
 from ipamd.hostnet.ports import RT_PROTO_IPAMD
 from ipamd.hostnet.snat import NftSnatTable

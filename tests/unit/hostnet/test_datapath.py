@@ -17,8 +17,7 @@ from ipamd.cli.ipamctl import render_status
 from ipamd.clock import FakeClock
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable, DeleteIntentActive, NoAddressAvailable
-from ipamd.hostnet.datapath import BLOCKED_NEW, Datapath
-from ipamd.hostnet.datapath_values import DatapathSettings
+from ipamd.hostnet.datapath import BLOCKED_NEW, Datapath, DatapathSettings
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (

@@ -12,8 +12,7 @@ import pytest
 from datastore.records import EniRecord
 from ipamd.engine.engine import Engine
 from ipamd.engine.pick_v6 import pick_v6_addresses
-from ipamd.hostnet.datapath import Datapath
-from ipamd.hostnet.datapath_values import DatapathSettings
+from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.snat_modes import EGRESS_SNAT
 from ipamd.wire.pod import V4_EGRESS_CIDR

@@ -13,8 +13,7 @@ import pytest
 
 from datastore.records import EniRecord
 from ipamd.engine.engine import Engine
-from ipamd.hostnet.datapath import Datapath
-from ipamd.hostnet.datapath_values import DatapathSettings
+from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.fake import INBOUND_MARK, FakeAwsNodeSnat, FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (
