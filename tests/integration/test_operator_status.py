@@ -17,12 +17,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.vpc.processes import free_port
 from tests.support.embedded_daemon import (
     BIN,
     NETWORK,
     EmbeddedDaemon,
     clean_env,
-    free_port,
     start_daemon,
 )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bench.vpc.processes import free_port
 from chaos.daemon import Endpoints, daemon_environment
 from chaos.proxy import ec2_error_body
 from cloud.embedded.imds_sim import ImdsSimulator
@@ -23,7 +24,6 @@ from cloud.embedded.world import EmbeddedEc2
 from tests.support.embedded_daemon import (
     EmbeddedDaemon,
     clean_env,
-    free_port,
     spawn,
     start_daemon,
 )
