@@ -61,7 +61,7 @@ from cloud.ec2_answers import (
 from cloud.ec2_codes import error_for_code
 from cloud.errors import CallTimeout, NotFound, Rejected, ServiceUnavailable
 from cloud.limits import FALLBACK_LIMITS, InstanceLimitsCache
-from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
+from cloud.models import InstanceLimits, Ipv4UnitKind, NetworkInterface, Subnet
 from cloud.ports import CallPolicy, Instance
 from cloud.ratelimit import (
     AttemptFailed,
@@ -187,7 +187,7 @@ class Boto3Ec2:
         description: str,
         tags: Mapping[str, str],
         *,
-        kind: UnitKind = "ip",
+        kind: Ipv4UnitKind = "ip",
         count: int = 0,
     ) -> NetworkInterface:
         params: dict[str, Any] = {
@@ -236,7 +236,7 @@ class Boto3Ec2:
         await self._call("DeleteNetworkInterface", {"NetworkInterfaceId": eni_id}, mutating=True)
         self._eni_locks.pop(eni_id, None)
 
-    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+    async def assign_units(self, eni_id: str, kind: Ipv4UnitKind, count: int) -> tuple[str, ...]:
         """The units EC2 assigned: an assign by count answers with them (AssignedPrivateIpAddresses
         or AssignedIpv4Prefixes, only what this call added), so no read of the ENI goes with it.
         An answer that lists fewer is logged; what EC2 assigned beyond it, the drift adopts."""
@@ -261,7 +261,7 @@ class Boto3Ec2:
             )
         return new
 
-    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
+    async def unassign_units(self, eni_id: str, kind: Ipv4UnitKind, cidrs: Sequence[str]) -> None:
         if not cidrs:
             return
         params: dict[str, Any] = {"NetworkInterfaceId": eni_id}

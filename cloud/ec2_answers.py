@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloud.errors import ServiceUnavailable
-from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
+from cloud.models import InstanceLimits, Ipv4UnitKind, NetworkInterface, Subnet
 from cloud.ports import Instance
 
 # -- parsing EC2's answers ------------------------------------------------------------------------
@@ -42,7 +42,7 @@ def parse_eni(d: Mapping[str, Any]) -> NetworkInterface:
     )
 
 
-def assigned_units(answer: Mapping[str, Any], kind: UnitKind) -> tuple[str, ...]:
+def assigned_units(answer: Mapping[str, Any], kind: Ipv4UnitKind) -> tuple[str, ...]:
     """The units an AssignPrivateIpAddresses answer lists, as CIDRs."""
     if kind == "prefix":
         return tuple(str(p["Ipv4Prefix"]) for p in answer.get("AssignedIpv4Prefixes") or [])

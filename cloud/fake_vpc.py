@@ -28,7 +28,7 @@ from typing import Protocol
 from cloud import fake_ipv6
 from cloud.errors import NotFound, SubnetExhausted, SubnetFragmented
 from cloud.fake_ipv6 import Ipv6Block
-from cloud.models import NetworkInterface, Subnet, UnitKind
+from cloud.models import Ipv4UnitKind, NetworkInterface, Subnet
 from cloud.ports import CallPolicy
 
 PREFIX_SIZE = 16
@@ -52,7 +52,7 @@ class FakeEni:
     tags: dict[str, str]
     device_index: int | None = None
     attachment_id: str | None = None
-    units: dict[str, UnitKind] = field(default_factory=dict)
+    units: dict[str, Ipv4UnitKind] = field(default_factory=dict)
     """CIDR -> kind, in the order EC2 assigned them."""
     deleted: bool = False
     last_device_index: int | None = None
@@ -93,7 +93,7 @@ class FakeSubnet:
     def available(self) -> int:
         return self.last - self.first + 1 - len(self.used)
 
-    def draw(self, kind: UnitKind) -> str | None:
+    def draw(self, kind: Ipv4UnitKind) -> str | None:
         """The lowest free address, or the lowest aligned /28 wholly free; None if none is."""
         if kind == "ip":
             value = self.ip_cursor
@@ -218,7 +218,7 @@ class FakeVpc:
         """(when, ENI, CIDR) of every unit that left an ENI: unassigned, or deleted with it."""
         self.last_eni: dict[str, str] = {}
         """The ENI each unit was last assigned to (what a stale IMDS keeps it on)."""
-        self._kind: dict[str, UnitKind] = {}
+        self._kind: dict[str, Ipv4UnitKind] = {}
         self._unit_eni: dict[str, str] = {}
         self._unit_view = _Lagged()
         self._eni_view = _Lagged()
@@ -327,7 +327,9 @@ class FakeVpc:
         eni.attachment_id = eni.last_attachment_id = f"eni-attach-{next(self._ids):017x}"
         self._eni_view.changed(eni.eni_id, False, True, self.clock.now(), lag_s)
 
-    def _put_unit(self, eni: FakeEni, cidr: str, kind: UnitKind, now: float, lag_s: float) -> None:
+    def _put_unit(
+        self, eni: FakeEni, cidr: str, kind: Ipv4UnitKind, now: float, lag_s: float
+    ) -> None:
         eni.units[cidr] = kind
         self._kind[cidr] = kind
         self._unit_eni[cidr] = eni.eni_id
@@ -362,7 +364,7 @@ class FakeVpc:
         )
 
     def _draw_units(
-        self, operation: str, eni: FakeEni, kind: UnitKind, count: int
+        self, operation: str, eni: FakeEni, kind: Ipv4UnitKind, count: int
     ) -> tuple[str, ...]:
         """`count` units of `kind` from the ENI's subnet onto it, or none and `SubnetExhausted`."""
         subnet = self.subnets[eni.subnet_id]

@@ -30,7 +30,7 @@ from cloud.errors import (
     SubnetExhausted,
 )
 from cloud.fake_vpc import FakeEni, FakeSubnet, FakeVpc
-from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
+from cloud.models import InstanceLimits, Ipv4UnitKind, NetworkInterface, Subnet
 from cloud.ports import CallPolicy, ImdsIdentity, ImdsInterface, Instance
 
 __all__ = ["FakeEc2", "FakeEc2View", "FakeEni", "FakeImds", "FakeSubnet"]
@@ -82,7 +82,7 @@ class FakeEc2(FakeVpc):
         description: str,
         tags: Mapping[str, str],
         *,
-        kind: UnitKind = "ip",
+        kind: Ipv4UnitKind = "ip",
         count: int = 0,
     ) -> NetworkInterface:
         self._fault("create_eni", after=False)
@@ -162,7 +162,7 @@ class FakeEc2(FakeVpc):
         eni.deleted = True
         self._fault("delete_eni", after=True)
 
-    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+    async def assign_units(self, eni_id: str, kind: Ipv4UnitKind, count: int) -> tuple[str, ...]:
         self._fault("assign_units", after=False)
         self.calls["assign_units"] += 1
         eni = self._eni("AssignPrivateIpAddresses", eni_id)
@@ -176,7 +176,7 @@ class FakeEc2(FakeVpc):
         self._fault("assign_units", after=True)
         return new
 
-    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
+    async def unassign_units(self, eni_id: str, kind: Ipv4UnitKind, cidrs: Sequence[str]) -> None:
         self._fault("unassign_units", after=False)
         self.calls["unassign_units"] += 1
         eni = self._eni("UnassignPrivateIpAddresses", eni_id)
@@ -284,7 +284,7 @@ class FakeEc2View:
         description: str,
         tags: Mapping[str, str],
         *,
-        kind: UnitKind = "ip",
+        kind: Ipv4UnitKind = "ip",
         count: int = 0,
     ) -> NetworkInterface:
         return await self._count("create_eni").create_eni(
@@ -304,10 +304,10 @@ class FakeEc2View:
     async def delete_eni(self, eni_id: str) -> None:
         await self._count("delete_eni").delete_eni(eni_id)
 
-    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+    async def assign_units(self, eni_id: str, kind: Ipv4UnitKind, count: int) -> tuple[str, ...]:
         return await self._count("assign_units").assign_units(eni_id, kind, count)
 
-    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
+    async def unassign_units(self, eni_id: str, kind: Ipv4UnitKind, cidrs: Sequence[str]) -> None:
         await self._count("unassign_units").unassign_units(eni_id, kind, cidrs)
 
     async def assign_ipv6_prefix(self, eni_id: str) -> str:

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-UnitKind = Literal["ip", "prefix"]
-ListedKind = Literal["ip", "prefix", "ipv6_prefix"]
-"""What a listing of an ENI shows: IPv4's kinds, which the pool assigns and releases by count, and
-IPv6 mode's /80s, assigned once (`Ec2Api.assign_ipv6_prefix`) and never released."""
-"""A secondary IPv4 address (/32) or a /28 prefix of 16 addresses."""
+from datastore.records import UnitKind
+
+Ipv4UnitKind = Literal["ip", "prefix"]
+"""The kinds of `UnitKind` the pool assigns and releases by count (AssignPrivateIpAddresses): a
+secondary IPv4 address (/32) or a /28 prefix of 16 addresses. IPv6 mode's /80 is assigned once
+(`Ec2Api.assign_ipv6_prefix`) and never released."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class NetworkInterface:
     def is_primary(self) -> bool:
         return self.device_index == 0
 
-    def units(self, kind: ListedKind) -> tuple[str, ...]:
+    def units(self, kind: UnitKind) -> tuple[str, ...]:
         """The ENI's units of one kind, as CIDRs."""
         if kind == "prefix":
             return self.prefixes

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from cloud.models import InstanceLimits, NetworkInterface, Subnet, UnitKind
+from cloud.models import InstanceLimits, Ipv4UnitKind, NetworkInterface, Subnet
 
 # Tags on the ENIs ipamd creates: the keys VPC CNI uses, so operators' tooling and IAM conditions
 # written for VPC CNI keep working, and ENI GC can find ours by tag instead of scanning the VPC.
@@ -69,7 +69,7 @@ class Ec2Api(Protocol):
         description: str,
         tags: Mapping[str, str],
         *,
-        kind: UnitKind = "ip",
+        kind: Ipv4UnitKind = "ip",
         count: int = 0,
     ) -> NetworkInterface:
         """A new ENI holding `count` units of `kind` besides its primary address, assigned in the
@@ -89,11 +89,13 @@ class Ec2Api(Protocol):
 
     async def delete_eni(self, eni_id: str) -> None: ...
 
-    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+    async def assign_units(self, eni_id: str, kind: Ipv4UnitKind, count: int) -> tuple[str, ...]:
         """Ask EC2 for `count` more units; returns the CIDRs newly assigned (and only those)."""
         ...
 
-    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None: ...
+    async def unassign_units(
+        self, eni_id: str, kind: Ipv4UnitKind, cidrs: Sequence[str]
+    ) -> None: ...
 
     async def assign_ipv6_prefix(self, eni_id: str) -> str:
         """Give the ENI one more IPv6 /80 prefix from its subnet's /64 (AssignIpv6Addresses with

@@ -13,7 +13,9 @@ from operator import attrgetter
 from typing import Literal
 
 UnitKind = Literal["ip", "prefix", "ipv6_prefix"]
-"""A secondary IPv4 address (/32), a /28 IPv4 prefix, or an IPv6 /80 prefix (IPv6 mode's one unit)."""
+"""The one kind of unit, everywhere: a secondary IPv4 address (/32), a /28 IPv4 prefix, or an IPv6
+/80 prefix (IPv6 mode's one unit). EC2's listings show all three (`cloud.models.NetworkInterface`);
+the pool assigns the first two by count (`cloud.models.Ipv4UnitKind`)."""
 UnitState = Literal["active", "releasing", "lost"]
 """active: EC2 lists it; releasing: chosen to go back to EC2, unassign in flight;
 lost: EC2 no longer lists it but an allocation still owns an address in it."""

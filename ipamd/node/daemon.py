@@ -22,8 +22,8 @@ from pathlib import Path
 
 from cloud.backoff import Backoff
 from cloud.errors import CloudError
-from cloud.models import ListedKind
 from cloud.ports import CallPolicy, Imds, Instance
+from datastore.records import UnitKind
 from datastore.store import STATE_FILE_NAME
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointKeeper
@@ -134,7 +134,7 @@ class Daemon:
         return self.parts.node.instance.private_ip
 
     @property
-    def kinds(self) -> tuple[ListedKind, ...]:
+    def kinds(self) -> tuple[UnitKind, ...]:
         return self.parts.kinds
 
     async def start(self) -> None:

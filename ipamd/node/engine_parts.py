@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cloud.models import ListedKind
 from cloud.ports import CallPolicy, Ec2Api, Ec2Catalog, Imds, Instance
+from datastore.records import UnitKind
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, ZONE_LABELS, EniConfig
@@ -93,7 +93,7 @@ def fallback_strategy(config: Config) -> UnitStrategy | None:
     return SECONDARY_IPS if config.prefix_fallback_to_ips and prefix_mode else None
 
 
-def unit_kinds(config: Config) -> tuple[ListedKind, ...]:
+def unit_kinds(config: Config) -> tuple[UnitKind, ...]:
     """The kinds of unit the node may hold, the one it grows by first (IPv6 mode: its /80)."""
     fallback = fallback_strategy(config)
     mode_kinds = (strategy(config).kind,) + ((fallback.kind,) if fallback else ())
@@ -226,7 +226,7 @@ class Parts:
     node: NodeFacts
     targets: PoolTargets
     """The pool's targets (WARM_*_TARGET, MINIMUM_IP_TARGET, MAX_ENI, ...), as configured."""
-    kinds: tuple[ListedKind, ...]
+    kinds: tuple[UnitKind, ...]
     drift_wanted: asyncio.Event
     """Set by the IMDS hint when IMDS disagrees: an EC2 drift check is due now."""
     family: Family
@@ -343,7 +343,7 @@ def subnet_reading(
 
 
 def rebuild_drift(
-    engine: Engine, ec2: Ec2Api, instance_id: str, kinds: tuple[ListedKind, ...], clock: Clock
+    engine: Engine, ec2: Ec2Api, instance_id: str, kinds: tuple[UnitKind, ...], clock: Clock
 ) -> Ec2Drift:
     """The drift that fills a state file being rebuilt (`ipamd.reconcile.rebuild`): EC2's word on
     every unit at once — no grace window, since nothing in the new file is a recent change of

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloud.models import ListedKind
+from datastore.records import UnitKind
 from ipamd.api.views import IPV6_POD_ROUTES, PodRoutes
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import Pick
@@ -45,7 +45,7 @@ class Ipv4:
         """Which warm targets the pool follows: `targets()`, as the mode and settings say."""
         return targets()
 
-    def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:
+    def unit_kinds(self, mode_kinds: tuple[UnitKind, ...]) -> tuple[UnitKind, ...]:
         """The mode's (its strategy's kind, then its fallback's)."""
         return mode_kinds
 
@@ -86,7 +86,7 @@ class Ipv6:
         """None of the warm targets: the /80 follows none."""
         return {"goal": "ipv6", "targets": [], "ignored": {}}
 
-    def unit_kinds(self, mode_kinds: tuple[ListedKind, ...]) -> tuple[ListedKind, ...]:
+    def unit_kinds(self, mode_kinds: tuple[UnitKind, ...]) -> tuple[UnitKind, ...]:
         """The /80 alone, whatever the mode."""
         return (IPV6_PREFIX,)
 

@@ -24,12 +24,15 @@ from ipamd.policy.goals import (
 )
 from ipamd.policy.model import NodeLimits, PoolTargets
 
-UnitKind = Literal["ip", "prefix"]
+Ipv4UnitKind = Literal["ip", "prefix"]
+"""What an IPv4 pool grows by: `cloud.models.Ipv4UnitKind`, the kinds of the one unit kind
+(`datastore.records.Ipv4UnitKind`) EC2 assigns by count, spelled here because this pure layer imports
+neither."""
 
 
 @dataclass(frozen=True, slots=True)
 class UnitStrategy:
-    kind: UnitKind
+    kind: Ipv4UnitKind
     """What EC2 is asked for: secondary IPs or /28 prefixes."""
     addresses_per_unit: int
     """1 or 16."""

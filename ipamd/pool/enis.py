@@ -30,7 +30,7 @@ import logging
 from datetime import UTC, datetime
 
 from cloud.errors import CloudError, InUse, NotFound, Throttled
-from cloud.models import NetworkInterface, UnitKind
+from cloud.models import Ipv4UnitKind, NetworkInterface
 from cloud.ports import (
     MANAGED_BY,
     TAG_CLUSTER_NAME,
@@ -91,7 +91,7 @@ class EniMaker:
         """ENI → device index, attached as EC2's latest listing showed them (less those ipamd
         released since): the ones the inventory does not hold keep their indexes."""
 
-    async def make(self, count: int, kind: UnitKind, ec2: Ec2Api) -> tuple[str, int]:
+    async def make(self, count: int, kind: Ipv4UnitKind, ec2: Ec2Api) -> tuple[str, int]:
         """A new ENI in the inventory, made through `ec2`: its ID and how many units it came with
         (they are recorded too). Its DeleteOnTermination is left to `bind_waiting` (to the drift
         if EC2 attached it but the answer, with its attachment ID, was lost)."""
@@ -205,7 +205,7 @@ class EniMaker:
             del self._unattached[eni_id]
             self.pending.discard(eni_id)
 
-    async def _create(self, count: int, kind: UnitKind, ec2: Ec2Api) -> NetworkInterface:
+    async def _create(self, count: int, kind: Ipv4UnitKind, ec2: Ec2Api) -> NetworkInterface:
         now = self._clock.now()
         tags = {
             TAG_INSTANCE_ID: self._instance.instance_id,

@@ -36,7 +36,7 @@ from cloud.errors import (
     SubnetExhausted,
     SubnetFragmented,
 )
-from cloud.models import UnitKind
+from cloud.models import Ipv4UnitKind
 from cloud.ports import (
     Ec2Api,
     Instance,
@@ -233,7 +233,9 @@ class PoolManager:
             added += len(missing)
         return added
 
-    def _adoptable(self, eni_id: str, kind: UnitKind, listed: tuple[str, ...]) -> tuple[str, ...]:
+    def _adoptable(
+        self, eni_id: str, kind: Ipv4UnitKind, listed: tuple[str, ...]
+    ) -> tuple[str, ...]:
         """Units EC2 lists and the inventory lacks, except those ipamd returned within the grace
         window: EC2's listing may not show the return yet (the drift reconcile's own rule)."""
         state, now = self._engine.state, self._clock.now()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import cast
 
 from cloud.errors import CloudError, NotFound, Throttled
-from cloud.models import UnitKind
+from cloud.models import Ipv4UnitKind
 from cloud.ports import Ec2Api
 from ipamd.engine.engine import Engine
 
@@ -99,7 +99,7 @@ class Releaser:
         if not state.releasable(cidrs[0]):
             raise NeverReleased(f"{eni_id}: an IPv6 /80 is never released ({', '.join(cidrs)})")
         # Releasable: an IPv4 unit, a secondary IP or a /28, the kinds EC2 takes back.
-        kind = cast(UnitKind, state.units()[cidrs[0]].kind)
+        kind = cast(Ipv4UnitKind, state.units()[cidrs[0]].kind)
         self.in_flight.update(cidrs)
         try:
             await ec2.unassign_units(eni_id, kind, cidrs)

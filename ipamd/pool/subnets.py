@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from cloud.errors import CloudError, SubnetExhausted, SubnetFragmented
-from cloud.models import NetworkInterface, Subnet, UnitKind
+from cloud.models import Ipv4UnitKind, NetworkInterface, Subnet
 from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
 from ipamd.config.eniconfig import EniConfig
@@ -279,7 +279,7 @@ class SubnetCatalogue:
         description: str,
         tags: Mapping[str, str],
         *,
-        kind: UnitKind = "ip",
+        kind: Ipv4UnitKind = "ip",
         count: int = 0,
     ) -> NetworkInterface:
         """Create an ENI holding `count` units of `kind` in the best candidate subnet (for

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cloud.errors import CloudError
-from cloud.models import ListedKind, NetworkInterface
+from cloud.models import NetworkInterface
 from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, Ec2Api
+from datastore.records import UnitKind
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import InventoryDiff, diff_inventory, eni_record, within_grace
@@ -73,7 +74,7 @@ class Ec2Drift:
         engine: Engine,
         ec2: Ec2Api,
         instance_id: str,
-        kinds: tuple[ListedKind, ...],
+        kinds: tuple[UnitKind, ...],
         grace_s: float,
         clock: Clock,
         in_flight: Callable[[], Collection[str]] = frozenset,
@@ -146,7 +147,7 @@ class Ec2Drift:
         return within_grace(at, self._clock.now(), self._grace_s)
 
     def _diff(
-        self, eni_id: str, kind: ListedKind, listed: list[str], in_flight: set[str]
+        self, eni_id: str, kind: UnitKind, listed: list[str], in_flight: set[str]
     ) -> InventoryDiff:
         state, now = self._engine.state, self._clock.now()
         return diff_inventory(state, eni_id, kind, listed, now, self._grace_s, in_flight)

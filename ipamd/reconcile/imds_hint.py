@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping
 
-from cloud.models import ListedKind
 from cloud.ports import Imds, ImdsInterface
+from datastore.records import UnitKind
 from ipamd.clock import Clock
 from ipamd.engine.inventory import within_grace
 from ipamd.engine.state import NodeState
@@ -22,7 +22,7 @@ from ipamd.engine.state import NodeState
 logger = logging.getLogger(__name__)
 
 
-IMDS_UNITS: Mapping[ListedKind, Callable[[ImdsInterface], set[str]]] = {
+IMDS_UNITS: Mapping[UnitKind, Callable[[ImdsInterface], set[str]]] = {
     # The first local IPv4 address is the ENI's primary address, not a unit.
     "ip": lambda interface: {f"{a}/32" for a in interface.local_ipv4s[1:]},
     "prefix": lambda interface: set(interface.ipv4_prefixes),
@@ -31,14 +31,14 @@ IMDS_UNITS: Mapping[ListedKind, Callable[[ImdsInterface], set[str]]] = {
 """Where IMDS lists an ENI's units of each kind."""
 
 
-def imds_units(interface: ImdsInterface, kind: ListedKind) -> set[str]:
+def imds_units(interface: ImdsInterface, kind: UnitKind) -> set[str]:
     return IMDS_UNITS[kind](interface)
 
 
 def diff_imds(
     state: NodeState,
     interfaces: tuple[ImdsInterface, ...],
-    kinds: tuple[ListedKind, ...],
+    kinds: tuple[UnitKind, ...],
     now: float,
     grace_s: float,
     foreign: Collection[str] = (),
@@ -81,7 +81,7 @@ class ImdsHint:
         self,
         state: Callable[[], NodeState],
         imds: Imds,
-        kinds: tuple[ListedKind, ...],
+        kinds: tuple[UnitKind, ...],
         grace_s: float,
         clock: Clock,
         trigger: Callable[[], None],

@@ -51,7 +51,7 @@ from hypothesis.stateful import (
 
 from cloud.errors import CloudError
 from cloud.fakes import FakeEc2, FakeImds
-from cloud.models import UnitKind
+from cloud.models import Ipv4UnitKind
 from datastore.records import AllocationRecord
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock, FakeClock
@@ -198,7 +198,7 @@ class ReconcileMachine(RuleBasedStateMachine):
     )
     def boot(
         self,
-        kind: UnitKind,
+        kind: Ipv4UnitKind,
         max_enis: int,
         per_eni: int,
         knobs: PoolTargets,

@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.faults import FaultInjector
-from cloud.models import NetworkInterface, UnitKind
+from cloud.models import Ipv4UnitKind, NetworkInterface
 from cloud.ports import CallPolicy, Ec2Api
 from ipamd.engine.invariants import check_invariants
 from ipamd.node.cloud_node import FAST, CloudNode
@@ -54,7 +54,7 @@ class PassThroughEc2:
         description: str,
         tags: Mapping[str, str],
         *,
-        kind: UnitKind = "ip",
+        kind: Ipv4UnitKind = "ip",
         count: int = 0,
     ) -> NetworkInterface:
         return await self._around(
@@ -81,12 +81,12 @@ class PassThroughEc2:
     async def delete_eni(self, eni_id: str) -> None:
         await self._around("delete_eni", lambda: self.inner.delete_eni(eni_id))
 
-    async def assign_units(self, eni_id: str, kind: UnitKind, count: int) -> tuple[str, ...]:
+    async def assign_units(self, eni_id: str, kind: Ipv4UnitKind, count: int) -> tuple[str, ...]:
         return await self._around(
             "assign_units", lambda: self.inner.assign_units(eni_id, kind, count)
         )
 
-    async def unassign_units(self, eni_id: str, kind: UnitKind, cidrs: Sequence[str]) -> None:
+    async def unassign_units(self, eni_id: str, kind: Ipv4UnitKind, cidrs: Sequence[str]) -> None:
         await self._around("unassign_units", lambda: self.inner.unassign_units(eni_id, kind, cidrs))
 
     async def assign_ipv6_prefix(self, eni_id: str) -> str:
