@@ -38,7 +38,7 @@ from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.ports import HostNetError
 from ipamd.node.daemon import Daemon, HostNetAdapters, build_daemon
-from ipamd.pool.manager import PoolManager
+from ipamd.pool.rounds import Pool
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
@@ -161,7 +161,7 @@ class SimNode:
     store: Store
     """The engine's store: the node's one connection to its state file (`bench.cluster.limits`)."""
     engine: Engine
-    pool: PoolManager
+    pool: Pool
     drift: Ec2Drift
     hint: ImdsHint
     leak_gc: LeakGc

@@ -42,6 +42,7 @@ from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.pool.manager import PoolManager
+from ipamd.pool.rounds import Pool
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
 
@@ -84,8 +85,17 @@ class CloudNode:
         return self.parts.engine
 
     @property
-    def pool(self) -> PoolManager:
+    def pool(self) -> Pool:
         return self.parts.pool
+
+    @property
+    def manager(self) -> PoolManager:
+        """An IPv4 node's pool manager, for the tests that drive what only it has (its plan, its
+        stats, its new ENIs); an IPv6 node has none."""
+        pool = self.parts.pool
+        if not isinstance(pool, PoolManager):
+            raise TypeError(f"this node's pool is {type(pool).__name__}, not a PoolManager")
+        return pool
 
     @property
     def drift(self) -> Ec2Drift:

@@ -47,7 +47,7 @@ from ipamd.node.engine_parts import (
     rebuild_drift,
 )
 from ipamd.node.family import family_of
-from ipamd.pool.manager import PoolManager
+from ipamd.pool.rounds import Pool
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
@@ -94,7 +94,7 @@ class Daemon:
         return self.parts.engine
 
     @property
-    def pool(self) -> PoolManager:
+    def pool(self) -> Pool:
         return self.parts.pool
 
     @property

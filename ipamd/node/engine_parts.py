@@ -40,7 +40,7 @@ from ipamd.node.family import Family, family_of
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
-from ipamd.pool.manager import PoolManager
+from ipamd.pool.rounds import Pool
 from ipamd.pool.settings import PoolSettings
 from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
 from ipamd.reconcile.ec2_drift import Ec2Drift
@@ -215,7 +215,7 @@ class Parts:
     """A node's parts, all on one engine. Nothing runs until a caller runs them."""
 
     engine: Engine
-    pool: PoolManager
+    pool: Pool
     drift: Ec2Drift
     hint: ImdsHint
     leak_gc: LeakGc

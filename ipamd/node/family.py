@@ -23,6 +23,9 @@ from ipamd.pool.ipv6 import Ipv6Pool
 from ipamd.pool.manager import PoolManager
 from ipamd.wire.pod import V4_EGRESS_DIR
 
+PoolKind = type[PoolManager] | type[Ipv6Pool]
+"""A family's pool, built with the same arguments (`ipamd.node.engine_parts.open_parts`)."""
+
 InForce = dict[str, object]
 """The report's `in_force`: the pool's goal, the targets it follows, those it ignores and why."""
 
@@ -34,7 +37,7 @@ class Ipv4:
     name: AddressFamily = "ipv4"
     pick: Pick | None = None
     """The engine's own pick over listed units."""
-    pool: type[PoolManager] = PoolManager
+    pool: PoolKind = PoolManager
     snat: SnatMode = VPC_SNAT
     """Pods' IPv4 traffic is their own: marked and SNATed out of the VPC per the settings."""
     hostnet_off_lacks: str = "sending from secondary ENIs"
@@ -75,7 +78,7 @@ class Ipv6:
 
     name: AddressFamily = "ipv6"
     pick: Pick | None = pick_v6_addresses
-    pool: type[PoolManager] = Ipv6Pool
+    pool: PoolKind = Ipv6Pool
     snat: SnatMode = EGRESS_SNAT
     """The pods' IPv4 egress range alone, SNATed to the node's IPv4 address."""
     hostnet_off_lacks: str = "IPv4 egress"

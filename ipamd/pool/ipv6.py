@@ -11,7 +11,8 @@ is left is to make sure the primary ENI has its /80:
   enters the inventory from EC2's own answer.
 
 The daemon does this before it is ready (`before_ready`), so the first ADD finds the /80; the pool's
-loop does it again each round while the inventory holds no active /80 (a /80 EC2 stopped listing is
+loop (`ipamd.pool.rounds.Rounds`, which it composes as every pool does) does it again each round
+while the inventory holds no active /80 (a /80 EC2 stopped listing is
 `lost` to the drift, and pods wait on the loop's demand round for a new one). A failed round backs
 off as any pool round does. The drift reconciles the /80 by content like any unit; the releaser
 refuses one (`ipamd.pool.release.NeverReleased`).
@@ -20,21 +21,114 @@ refuses one (`ipamd.pool.release.NeverReleased`).
 from __future__ import annotations
 
 import logging
+import random
+from collections.abc import Callable
 
 from cloud.errors import CloudError
-from cloud.ports import Ec2Api
+from cloud.ports import Ec2Api, Instance
+from ipamd.clock import Clock
+from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
 from ipamd.engine.state import IPV6_PREFIX
 from ipamd.errors import StoreWriteFailed
+from ipamd.policy.model import NodeLimits, PoolTargets
+from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan
-from ipamd.pool.manager import NO_PLAN, PoolManager
+from ipamd.pool.conditions import never_read
+from ipamd.pool.rounds import NO_PLAN, FailureListener, ListingWatch, Rounds
+from ipamd.pool.settings import PoolReport, PoolSettings
+from ipamd.pool.subnets import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
 
 
-class Ipv6Pool(PoolManager):
-    """The pool manager of IPv6 mode: the module's one /80, and the reports, backoff and pace of
-    every pool manager (so the API, metrics and daemon read it as they read IPv4's)."""
+class Ipv6Pool:
+    """An IPv6 node's `Pool`: the primary ENI's one /80. It makes no ENI and releases nothing, so it
+    has no ENIs in the making or units in release to show, and follows no warm target."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        ec2: Ec2Api,
+        instance: Instance,
+        limits: NodeLimits,
+        settings: PoolSettings,
+        subnets: SubnetCatalogue,
+        clock: Clock,
+        rng: random.Random | None = None,
+        *,
+        subnet_free: Callable[[], int | None] = never_read,
+    ) -> None:
+        """The arguments of every pool (`ipamd.node.family` builds either with them); `limits`
+        are not read: max pods, not the ENIs, bounds what a /80 holds."""
+        self._engine = engine
+        self._ec2 = ec2
+        self._instance = instance
+        self._settings = settings
+        self._clock = clock
+        self.rounds = Rounds(engine, settings, clock, rng or random.Random(), subnet_free)
+        self.health, self.conditions, self.pace = (
+            self.rounds.health,
+            self.rounds.conditions,
+            self.rounds.pace,
+        )
+        self.subnets = subnets
+        """The node's subnets, for the status and the ENIConfig follower; no ENI goes to them."""
+        self.foreign_enis: set[str] = set()
+        """Attached ENIs of others (the drift's listing): never touched."""
+
+    @property
+    def strategy(self) -> UnitStrategy:
+        return self.conditions.strategy
+
+    @property
+    def new_enis(self) -> ListingWatch | None:
+        """None: no ENI is made here, so none waits for the drift's listing."""
+        return None
+
+    @property
+    def pending_enis(self) -> set[str]:
+        """None ever: no ENI is made here."""
+        return set()
+
+    @property
+    def unbound_enis(self) -> set[str]:
+        """None ever: no ENI is made here."""
+        return set()
+
+    @property
+    def releases_in_flight(self) -> set[str]:
+        """None ever: a /80 is never released (`ipamd.pool.release.NeverReleased`)."""
+        return set()
+
+    def hold_while(self, reason: Callable[[], str]) -> None:
+        """Kept, and not read: the /80 is the node's one unit, assigned once whatever the node's
+        schedulability, as VPC CNI assigns it at start."""
+        self.rounds.hold_while(reason)
+
+    def expect_pods(self, pods_to_come: Callable[[], int]) -> None:
+        """Nothing to keep ahead: the /80 already holds every pod max pods allows."""
+
+    def on_failure(self, listener: FailureListener) -> None:
+        self.rounds.on_failure(listener)
+
+    def blocked_by(self) -> str:
+        return self.rounds.blocked_by()
+
+    def targets(self) -> PoolTargets:
+        """As configured; none is followed (`ipamd.node.family.Ipv6.in_force`)."""
+        return self._settings.targets
+
+    def plan(self) -> PoolPlan:
+        """Nothing to plan: the /80 is there or a round asks for it."""
+        return NO_PLAN
+
+    def report(self) -> PoolReport:
+        """No ENI in the making, nothing in release (`Rounds.report`)."""
+        return self.rounds.report(creating_enis=False, releasing=False)
+
+    async def run(self, interval_s: float) -> None:
+        await self.rounds.run(interval_s, self.run_once)
 
     def has_prefix(self) -> bool:
         """Whether the primary ENI's active /80 is in the inventory."""
@@ -67,7 +161,7 @@ class Ipv6Pool(PoolManager):
         try:
             await self._ensure_prefix(self._ec2.with_policy(self.pace.policy(demand)))
         except (CloudError, StoreWriteFailed) as err:
-            self._failed(err, demand)
+            self.rounds.failed(err, demand)
             return NO_PLAN
         self.pace.succeeded(demand)
         return NO_PLAN

@@ -1,4 +1,5 @@
-"""The pool manager: it applies the policy's plan through the EC2 port, one round at a time.
+"""An IPv4 node's pool manager: it applies the policy's plan through the EC2 port, one round at a
+time (the rounds' conditions, pace, health and loop are `ipamd.pool.rounds.Rounds`).
 
 A round (`PoolManager.run_once`) goes through four hops:
 
@@ -44,26 +45,25 @@ from cloud.ports import (
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
-from ipamd.errors import StoreWriteFailed, utc_text
+from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
 from ipamd.policy.subnets import left_alone, plan_drain
-from ipamd.pool.conditions import Conditions, never_read
+from ipamd.pool.conditions import never_read
 from ipamd.pool.enis import EniMaker
-from ipamd.pool.pace import Pace
 from ipamd.pool.release import Releaser
-from ipamd.pool.settings import PoolHealth, PoolReport, PoolSettings
+from ipamd.pool.rounds import NO_PLAN, FailureListener, Rounds
+from ipamd.pool.settings import PoolReport, PoolSettings
 from ipamd.pool.stats import StatsMemo, aged
 from ipamd.pool.subnets import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
 
-NO_PLAN = PoolPlan()
-"""What a round that may not plan applies."""
-
 
 class PoolManager:
+    """An IPv4 node's `Pool`: grows and shrinks secondary IPs or /28s, and ENIs, to the targets."""
+
     def __init__(
         self,
         engine: Engine,
@@ -84,10 +84,11 @@ class PoolManager:
         self._settings = settings
         self._clock = clock
         self._rng = rng or random.Random()
-        self.health = PoolHealth()
-        self.conditions = Conditions(engine, settings, clock, subnet_free)
+        self.rounds = Rounds(engine, settings, clock, self._rng, subnet_free)
+        self.health = self.rounds.health
+        self.conditions = self.rounds.conditions
         """What a round may do now and until when; the one place that trims the plan."""
-        self.pace = Pace(engine, settings, self.health, self.conditions, clock, self._rng)
+        self.pace = self.rounds.pace
         """Pods waiting first, background work held back while the account is throttled."""
         self.foreign_enis: set[str] = set()
         """Attached ENIs of others (EFA, trunk, `no_manage`): never touched, each takes a slot."""
@@ -98,16 +99,12 @@ class PoolManager:
         self._stats = StatsMemo()
         self._planned: PoolPlan | None = None
         self._planned_for: tuple[object, ...] = ()
-        engine.explain_starvation(self.blocked_by)
         self._pods_to_come: Callable[[], int] = int
         self._pod_aware = False
-        self._held_by: Callable[[], str] = str
-        self._failure_listeners: list[Callable[[CloudError | StoreWriteFailed], None]] = []
 
     def hold_while(self, reason: Callable[[], str]) -> None:
-        """No round changes anything in EC2 while `reason()` says why ("" when it may): a node
-        cordoned (AWS_MANAGE_ENIS_NON_SCHEDULABLE=false)."""
-        self._held_by = reason
+        """No round changes anything in EC2 while `reason()` says why (`Rounds.hold_while`)."""
+        self.rounds.hold_while(reason)
 
     def expect_pods(self, pods_to_come: Callable[[], int]) -> None:
         """From now on the pool keeps free addresses for `pods_to_come()` pods, the ones bound to
@@ -116,14 +113,8 @@ class PoolManager:
         self._pod_aware = True
 
     def blocked_by(self) -> str:
-        """Why the pool cannot grow now, for an ADD's error, `/readyz` and `ipamctl status`: the last
-        round's final failure with when it happened and when the next try is ("" when none)."""
-        h = self.health
-        if not h.blocked:
-            return ""
-        at = utc_text(h.last_error_at) if h.last_error_at is not None else "?"
-        then = f", next try at {utc_text(h.next_try_at)}" if h.next_try_at is not None else ""
-        return f"the pool cannot add addresses: EC2 refused it at {at} ({h.blocked}){then}"
+        """Why the pool cannot grow now (`Rounds.blocked_by`)."""
+        return self.rounds.blocked_by()
 
     @property
     def new_enis(self) -> EniMaker:
@@ -152,17 +143,9 @@ class PoolManager:
         return self.conditions.strategy
 
     def report(self) -> PoolReport:
-        """What the pool manager shows of itself, in one value: `GET /v1/pool`, the metrics
-        endpoint and `ipamd.node.report` read this and nothing deeper."""
-        conditions = self.conditions
-        return PoolReport(
-            strategy=conditions.strategy,
-            subnet_free=conditions.subnet_free,
-            scarce=conditions.scarce,
-            prefix_fallback=conditions.prefix_fallback,
-            creating_enis=bool(self._enis.pending),
-            releasing=bool(self._releaser.in_flight),
-            errors_by_code=dict(self.health.errors_by_code),
+        """What the pool manager shows of itself (`Rounds.report`)."""
+        return self.rounds.report(
+            creating_enis=bool(self._enis.pending), releasing=bool(self._releaser.in_flight)
         )
 
     def stats(self) -> NodeStats:
@@ -243,13 +226,13 @@ class PoolManager:
 
     async def before_ready(self) -> None:
         """What must be in place before the node takes pods: nothing here, the pool grows from its
-        loop (IPv6 mode's /80 is: `ipamd.pool.ipv6`)."""
+        loop (an IPv6 node's /80 is: `ipamd.pool.ipv6`)."""
 
     async def run_once(self) -> PoolPlan:
         """One tick: plan and apply what the conditions allow. Returns the plan applied (empty if
         none): none while backing off, and none without pods waiting while background work is
         held."""
-        if not self._settings.provisioning or self._held_by():
+        if not self._settings.provisioning or self.rounds.held_by():
             return NO_PLAN  # provisioned by someone else, or the node is cordoned
         await self.refresh_subnets()
         now, conditions = self._clock.now(), self.conditions
@@ -290,21 +273,11 @@ class PoolManager:
             logger.info("pool.subnet_full error=%s: new ENIs go to another subnet", err)
         elif isinstance(err, SubnetExhausted):
             self.conditions.subnet_exhausted(err)
-        delay = self.pace.failed(err, demand)
-        logger.warning(
-            "pool.failed error=%s retryable=%s demand=%s backoff_s=%.2f",
-            err,
-            err.retryable,
-            demand,
-            delay,
-        )
-        for listener in self._failure_listeners:
-            listener(err)
+        self.rounds.failed(err, demand)
 
-    def on_failure(self, listener: Callable[[CloudError | StoreWriteFailed], None]) -> None:
-        """Call `listener` with each failed round's error (the Kubernetes Events of a missing
-        permission); it must not raise."""
-        self._failure_listeners.append(listener)
+    def on_failure(self, listener: FailureListener) -> None:
+        """Call `listener` with each failed round's error (`Rounds.on_failure`)."""
+        self.rounds.on_failure(listener)
 
     async def _apply(self, plan: PoolPlan, ec2: Ec2Api) -> None:
         """`plan`'s calls, through the view of the adapter for the round's policy."""
@@ -409,9 +382,5 @@ class PoolManager:
     # -- the loop ------------------------------------------------------------------------------
 
     async def run(self, interval_s: float) -> None:
-        """Tick every `interval_s`, and at once when an ADD found the pool empty (the engine's
-        demand, which each round takes as it starts)."""
-        while True:
-            self._engine.take_demand()
-            await self.run_once()
-            await self._engine.wait_for_demand(self.pace.next_wait_s(interval_s))
+        """A round every `interval_s`, and at once when an ADD found the pool empty (`Rounds.run`)."""
+        await self.rounds.run(interval_s, self.run_once)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from cloud.errors import CloudError
 from cloud.models import NetworkInterface
@@ -34,16 +33,9 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import InventoryDiff, diff_inventory, eni_record, within_grace
 from ipamd.policy.subnets import left_alone
+from ipamd.pool.rounds import ListingWatch
 
 logger = logging.getLogger(__name__)
-
-
-class ListingWatch(Protocol):
-    """Who else reads EC2's listing of the instance's ENIs (`ipamd.pool.enis.EniMaker`)."""
-
-    def listing_ticket(self) -> int: ...
-
-    def listed(self, ticket: int, enis: tuple[NetworkInterface, ...]) -> None: ...
 
 
 @dataclass(slots=True)

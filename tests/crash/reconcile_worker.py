@@ -54,7 +54,7 @@ from ipamd.node.cloud_node import FAST, NoImds
 from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, open_parts, pool_settings
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.plan import PoolPlan
-from ipamd.pool.manager import PoolManager
+from ipamd.pool.rounds import Pool
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
 from tests.crash.churn_worker import Churn
@@ -297,7 +297,7 @@ class NodeChurn(Churn):
         finally:
             await engine.close()
 
-    async def start(self, engine: Engine, pool: PoolManager, drift: Ec2Drift) -> None:
+    async def start(self, engine: Engine, pool: Pool, drift: Ec2Drift) -> None:
         """What the daemon does before it serves: bind the file to the instance, read EC2."""
         seq = self.call("claim", "node")
         await engine.claim_instance(self.args.instance.instance_id)
@@ -307,7 +307,7 @@ class NodeChurn(Churn):
         added = await pool.adopt()
         self.emit("ack", seq, "adopt", "node", f"added={added}", "")
 
-    async def pool_round(self, pool: PoolManager) -> None:
+    async def pool_round(self, pool: Pool) -> None:
         seq = self.call("pool", "node")
         failures = pool.health.failures
         plan = await pool.run_once()

@@ -22,7 +22,7 @@ def embedded() -> Iterator[EmbeddedEc2]:
 
 
 def _as_fresh(node: CloudNode) -> None:
-    pool = node.pool
+    pool = node.manager
     assert pool.plan() == pool._plan_on(pool.stats(), pool._targets())
 
 

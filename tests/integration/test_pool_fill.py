@@ -32,7 +32,7 @@ def embedded() -> Iterator[EmbeddedEc2]:
 
 
 def _free(node: CloudNode) -> int:
-    stats = node.pool.stats()
+    stats = node.manager.stats()
     return sum(u.free for e in stats.enis for u in e.units)
 
 

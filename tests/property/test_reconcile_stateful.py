@@ -62,7 +62,7 @@ from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.policy.model import PoolTargets
-from ipamd.pool.manager import PoolManager
+from ipamd.pool.rounds import Pool
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.node import key
@@ -124,7 +124,7 @@ class ReconcileMachine(RuleBasedStateMachine):
         self.imds = FakeImds(self.ec2)
         self.runtime = FakeRuntime(self.clock)
         self.engine: Engine | None = None
-        self.pool: PoolManager | None = None
+        self.pool: Pool | None = None
         self.live: dict[str, AllocationRecord] = {}
         """Pods whose ADD was acknowledged, with no DEL, whose sandbox is running."""
         self.zombies: set[str] = set()
@@ -155,7 +155,7 @@ class ReconcileMachine(RuleBasedStateMachine):
         return self.engine
 
     @property
-    def pm(self) -> PoolManager:
+    def pm(self) -> Pool:
         assert self.pool is not None
         return self.pool
 

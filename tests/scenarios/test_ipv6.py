@@ -23,6 +23,7 @@ from ipamd.model import AddressState
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.node.engine_parts import rebuild_drift
 from ipamd.pool.ipv6 import Ipv6Pool
+from ipamd.pool.manager import PoolManager
 from ipamd.reconcile.rebuild import gather_claims, rebuild_state
 from ipamd.runtime.cri import GrpcCriRuntime
 from tests.support.cri_server import FakeCriServer
@@ -112,6 +113,20 @@ async def test_the_80_is_reconciled_by_content_with_the_grace_window(node: Cloud
     assert (await node.drift.run_once()).found_again == [old]
     assert engine.state.owner_of(pod.addresses[0]) == key("pod")
     node.check()
+
+
+async def test_the_ipv6_pool_is_its_own_not_an_ipv4_pool_manager(node: CloudNode) -> None:
+    """IPv6's pool composes the rounds every pool has and builds none of IPv4's ENI maker, releaser
+    or plan: it has no ENI in the making or release in flight, and nothing for the drift's
+    listing."""
+    pool = node.pool
+    assert isinstance(pool, Ipv6Pool) and not isinstance(pool, PoolManager)
+    assert not any(hasattr(pool, name) for name in ("_enis", "_releaser", "_stats", "_apply"))
+    assert pool.new_enis is None
+    assert (pool.pending_enis, pool.unbound_enis, pool.releases_in_flight) == (set(), set(), set())
+    assert pool.plan().is_empty() and pool.report().creating_enis is False
+    with pytest.raises(TypeError, match="not a PoolManager"):
+        node.manager  # noqa: B018 - the property raises
 
 
 async def test_a_lost_80_is_replaced_by_the_pool_when_ec2_lists_none(node: CloudNode) -> None:

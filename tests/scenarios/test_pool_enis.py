@@ -210,7 +210,9 @@ async def test_an_eni_kept_for_another_attach_is_deleted_once_no_longer_wanted(
         await node.pool.run_once()
         (kept,) = node.pool.pending_enis
         faults.clear()
-        node.pool._settings = replace(node.pool._settings, targets=replace(EAGER, warm_ip_target=1))
+        node.manager._settings = replace(
+            node.manager._settings, targets=replace(EAGER, warm_ip_target=1)
+        )
         node.clock.advance(120)
         assert not (await node.pool.run_once()).new_enis, "no ENI wanted any more"
         assert not node.pool.pending_enis
@@ -249,12 +251,12 @@ async def test_a_listing_asked_for_before_an_attach_failed_leaves_the_next_eni_t
         embedded, tmp_path, "t3.small", replace(EAGER, warm_ip_target=5), faults
     ) as node:
         await node.drift.run_once()
-        stale = node.pool.new_enis.listing_ticket()
+        stale = node.manager.new_enis.listing_ticket()
         faults.partial_failure("AttachNetworkInterface", times=1)
         await node.pool.run_once()  # EC2 attached it, but answered with an error: in doubt
         faults.clear()
         assert len(node.engine.state.enis()) == 2
-        node.pool.new_enis.listed(stale, ())  # asked for before the doubt: settles nothing
+        node.manager.new_enis.listed(stale, ())  # asked for before the doubt: settles nothing
         for pod in "abc":
             await node.engine.assign(key(pod))  # the warm target wants another ENI now
         listings = _listings_counted(node)
@@ -294,11 +296,11 @@ async def test_a_listing_asked_for_before_an_eni_went_back_leaves_its_index_free
 ) -> None:
     async with _small_node(embedded, tmp_path) as node:
         at_1 = await _spare_eni_at_1(node)
-        stale = node.pool.new_enis.listing_ticket()
+        stale = node.manager.new_enis.listing_ticket()
         listing = await node.ec2.describe_enis(node.world.instance_id)
         await rounds(node, 1)
         assert _device_indexes(node) == {0, 2}, "the ENI at 1 went back"
-        node.pool.new_enis.listed(stale, listing)  # still shows it at 1: stale, settles nothing
+        node.manager.new_enis.listed(stale, listing)  # still shows it at 1: stale, settles nothing
         await _grow_by_one_eni(node)
         assert _eni_at(node, 1) != at_1, "a new ENI took the freed index"
         node.check()

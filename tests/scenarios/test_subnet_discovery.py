@@ -28,6 +28,7 @@ from ipamd.node.cloud_node import CloudNode, node_config, open_cloud_node
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
+from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
 from tests.support.node import key
 
@@ -133,6 +134,7 @@ async def test_a_create_that_finds_its_subnet_full_tries_the_next_and_reads_agai
     ec2 = _ec2(clock)
     big = ec2.add_subnet("10.0.32.0/22", {ROLE_TAG: "1"})
     parts = await _open(tmp_path, ec2, clock)
+    assert isinstance(parts.pool, PoolManager)  # an IPv4 node's
     await parts.pool.refresh_subnets()
     full = ec2.subnets[big]
     full.used.update(range(full.first, full.last + 1))

@@ -23,6 +23,7 @@ from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.subnets import ROLE_TAG
+from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
 from tests.support.node import key
 
@@ -151,6 +152,7 @@ async def test_when_every_candidate_is_full_exhaustion_pauses_growth(tmp_path: P
     parts = await _open(tmp_path, ec2, clock)
     conditions = parts.pool.conditions
     try:
+        assert isinstance(parts.pool, PoolManager)  # an IPv4 node's
         await parts.pool.refresh_subnets()
         tagged.used.update(range(tagged.first, tagged.last + 1))  # after the view was read
         await parts.pool.run_once()

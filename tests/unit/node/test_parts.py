@@ -29,6 +29,7 @@ from ipamd.node.engine_parts import (
 )
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
+from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
 from tests.support.node import key
 
@@ -157,6 +158,7 @@ async def test_finer_settings_than_the_configuration_carries_come_through_the_in
     try:
         assert opened == [engine_settings(config, parts.node.limits)], "the configuration's"
         assert parts.engine.settings == replace(opened[0], cooldown_s=0.05)
+        assert isinstance(parts.pool, PoolManager), "an IPv4 node's pool"
         assert parts.pool._settings is pool
         assert pool_settings(config) == replace(pool, backoff_base_s=1.0, backoff_cap_s=60.0)
     finally:
