@@ -3,7 +3,7 @@ VPC CNI's rules, routes and SNAT go once ipamd's own are in place.
 
 Order, which is what keeps a live pod routed throughout:
 - Rules: the reconcile installs ipamd's rules from the state first; `replace` then removes VPC CNI's
-  twins (`ipamd.hostnet.plan.plan_takeover` decides which), in the same locked round, from a listing
+  twins (`ipamd.hostnet.kernel_plan.plan_takeover` decides which), in the same locked round, from a listing
   taken in that round. A listing that fails proves nothing: that round removes nothing of VPC CNI's.
 - Routes of ENI tables are claimed in place by the reconcile's `add_routes` (a replace: the route
   becomes ipamd's, the table never lacks it); only stale ones are deleted here.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ipamd.engine.state import NodeState
 from ipamd.hostnet.aws_snat import AwsNodeSnat
-from ipamd.hostnet.plan import KernelPlan, plan_takeover
+from ipamd.hostnet.kernel_plan import KernelPlan, plan_takeover
 from ipamd.hostnet.ports import HostNetError, HostNetwork, Route, Rule
 
 logger = logging.getLogger(__name__)

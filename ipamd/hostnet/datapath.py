@@ -1,6 +1,6 @@
 """The host-network owner: keeps the node's kernel what ipamd's durable state implies.
 
-What it owns (the shapes are in `ipamd.hostnet.plan`): each secondary ENI's link and route table,
+What it owns (the shapes are in `ipamd.hostnet.kernel_plan`): each secondary ENI's link and route table,
 each pod address's policy rules, and the SNAT table. Everything is derived from the engine's state
 (ENIs with their MAC and primary address, allocations) and reconciled by content; the kernel holds no
 fact ipamd needs to remember.
@@ -43,7 +43,7 @@ from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable
 from ipamd.hostnet.aws_node_rules import AwsNodeRules
 from ipamd.hostnet.aws_snat import AwsNodeSnat
-from ipamd.hostnet.plan import (
+from ipamd.hostnet.kernel_plan import (
     KernelDiff,
     KernelPlanner,
     ReadyEni,

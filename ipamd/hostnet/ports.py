@@ -9,7 +9,7 @@ returns only those, so nothing of anyone else's (the kernel's, kube-proxy's, a n
 routing) is ever listed as stale or removed. Two exceptions: `prepare_link` owns the ENI's link
 outright (it removes the subnet's connected route the kernel adds for that link in main), and the
 takeover from aws-node (VPC CNI) lists and removes rules and routes of VPC CNI's shapes that carry no
-ipamd protocol (`foreign=True`), as `ipamd.hostnet.plan.plan_takeover` decides.
+ipamd protocol (`foreign=True`), as `ipamd.hostnet.kernel_plan.plan_takeover` decides.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from datastore.records import EniRecord
-from ipamd.hostnet.plan import pod_rules
+from ipamd.hostnet.kernel_plan import pod_rules
 from ipamd.hostnet.ports import Rule
 from ipamd.hostnet.snat import Randomize, SnatPlan
 from ipamd.wire.pod import V4_EGRESS_CIDR
@@ -67,7 +67,7 @@ class VpcSnat:
         return self.marks_connections(s)
 
     def pod_rules(self, address: str, eni: EniRecord | None) -> tuple[Rule, ...]:
-        """A pod's policy rules: to it by main, from it by its ENI's table (`plan.pod_rules`)."""
+        """A pod's policy rules: to it by main, from it by its ENI's table (`kernel_plan.pod_rules`)."""
         return pod_rules(address, eni)
 
     async def plan(self, links: SnatLinks, exempt: Exempt, s: SnatKnobs) -> SnatPlan:

@@ -40,9 +40,9 @@ from ipamd.node.family import Family, family_of
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
+from ipamd.pool.catalogue import SubnetCatalogue, SubnetSettings, SubnetSource
 from ipamd.pool.rounds import Pool
 from ipamd.pool.settings import PoolSettings
-from ipamd.pool.subnets import SubnetCatalogue, SubnetSettings, SubnetSource
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint

@@ -34,10 +34,11 @@ from ipamd.errors import StoreWriteFailed
 from ipamd.policy.model import NodeLimits, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan
+from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import never_read
+from ipamd.pool.health import PoolReport
 from ipamd.pool.rounds import NO_PLAN, FailureListener, ListingWatch, Rounds
-from ipamd.pool.settings import PoolReport, PoolSettings
-from ipamd.pool.subnets import SubnetCatalogue
+from ipamd.pool.settings import PoolSettings
 
 logger = logging.getLogger(__name__)
 

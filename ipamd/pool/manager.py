@@ -50,13 +50,14 @@ from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
 from ipamd.policy.subnets import left_alone, plan_drain
+from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import never_read
 from ipamd.pool.enis import EniMaker
+from ipamd.pool.health import PoolReport
 from ipamd.pool.release import Releaser
 from ipamd.pool.rounds import NO_PLAN, FailureListener, Rounds
-from ipamd.pool.settings import PoolReport, PoolSettings
+from ipamd.pool.settings import PoolSettings
 from ipamd.pool.stats import StatsMemo, aged
-from ipamd.pool.subnets import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
 

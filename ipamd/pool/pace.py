@@ -43,7 +43,8 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed
 from ipamd.pool.conditions import Conditions
-from ipamd.pool.settings import PoolHealth, PoolSettings
+from ipamd.pool.health import PoolHealth
+from ipamd.pool.settings import PoolSettings
 
 DEMAND_WINDOW_S = 60.0
 """An ADD that found no address this long ago no longer makes a round urgent."""

@@ -27,10 +27,11 @@ from ipamd.errors import StoreWriteFailed, utc_text
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.policy.plan import PoolPlan
+from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import Conditions, never_read
+from ipamd.pool.health import PoolHealth, PoolReport
 from ipamd.pool.pace import Pace
-from ipamd.pool.settings import PoolHealth, PoolReport, PoolSettings
-from ipamd.pool.subnets import SubnetCatalogue
+from ipamd.pool.settings import PoolSettings
 
 logger = logging.getLogger(__name__)
 

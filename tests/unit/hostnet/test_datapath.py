@@ -19,7 +19,7 @@ from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable, DeleteIntentActive, NoAddressAvailable
 from ipamd.hostnet.datapath import BLOCKED_NEW, Datapath, DatapathSettings
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
-from ipamd.hostnet.plan import CONNMARK_RULE
+from ipamd.hostnet.kernel_plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (
     MAIN_TABLE,
     PRIORITY_FROM_ENI,

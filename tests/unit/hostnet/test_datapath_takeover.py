@@ -15,7 +15,7 @@ from datastore.records import EniRecord
 from ipamd.engine.engine import Engine
 from ipamd.hostnet.datapath import Datapath, DatapathSettings
 from ipamd.hostnet.fake import INBOUND_MARK, FakeAwsNodeSnat, FakeHostNetwork, FakeSnatTable
-from ipamd.hostnet.plan import CONNMARK_RULE
+from ipamd.hostnet.kernel_plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (
     MAIN_TABLE,
     PRIORITY_FROM_ENI,

@@ -4,7 +4,7 @@ between two plans: pods come and go, an address moves to another ENI, an ENI mov
 from __future__ import annotations
 
 from datastore.records import AllocationRecord, EniRecord
-from ipamd.hostnet.plan import PodRulesMemo, ReadyEni, plan_kernel
+from ipamd.hostnet.kernel_plan import PodRulesMemo, ReadyEni, plan_kernel
 from tests.support.node import key
 
 PRIMARY = EniRecord("eni-0", 0, "subnet-1", True, 0.0, "02:00:00:00:00:00", "10.0.0.10")

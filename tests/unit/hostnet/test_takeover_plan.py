@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ipamd.hostnet.aws_snat import parse_nft_table, plan_legacy_removal, plan_nft_removal
-from ipamd.hostnet.plan import CONNMARK_RULE, KernelPlan, is_vpc_cni_rule, plan_takeover
+from ipamd.hostnet.kernel_plan import CONNMARK_RULE, KernelPlan, is_vpc_cni_rule, plan_takeover
 from ipamd.hostnet.ports import (
     CONNMARK,
     MAIN_TABLE,
