@@ -34,6 +34,7 @@ from ipamd.engine.invariants import InvariantBroken, check_invariants
 from ipamd.node.engine_parts import (
     EngineOpener,
     NodeFacts,
+    OnParts,
     Parts,
     describe_node,
     open_parts,
@@ -42,8 +43,6 @@ from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.policy.model import PoolTargets
 from ipamd.policy.modes import UnitStrategy
 from ipamd.pool.manager import PoolManager
-from ipamd.pool.rounds import Pool
-from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
 
 # Generous buckets: these tests are about correctness, and the fake clock does not refill them.
@@ -63,7 +62,7 @@ class NoImds:
 
 
 @dataclass
-class CloudNode:
+class CloudNode(OnParts):
     world: World
     ec2: Boto3Ec2
     api: Ec2Api
@@ -81,14 +80,6 @@ class CloudNode:
     eni_config: EniConfig | None = None
 
     @property
-    def engine(self) -> Engine:
-        return self.parts.engine
-
-    @property
-    def pool(self) -> Pool:
-        return self.parts.pool
-
-    @property
     def manager(self) -> PoolManager:
         """An IPv4 node's pool manager, for the tests that drive what only it has (its plan, its
         stats, its new ENIs); an IPv6 node has none."""
@@ -96,11 +87,6 @@ class CloudNode:
         if not isinstance(pool, PoolManager):
             raise TypeError(f"this node's pool is {type(pool).__name__}, not a PoolManager")
         return pool
-
-    @property
-    def drift(self) -> Ec2Drift:
-        """The EC2 drift reconcile, wired as the daemon wires it."""
-        return self.parts.drift
 
     async def reopen(
         self, api: Ec2Api | None = None, open_engine: EngineOpener = Engine.open

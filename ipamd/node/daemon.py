@@ -23,7 +23,6 @@ from pathlib import Path
 from cloud.backoff import Backoff
 from cloud.errors import CloudError
 from cloud.ports import CallPolicy, Imds, Instance
-from datastore.records import UnitKind
 from datastore.store import STATE_FILE_NAME
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointKeeper
@@ -41,18 +40,14 @@ from ipamd.node.engine_parts import (
     Ec2,
     EngineOpener,
     NodeFacts,
+    OnParts,
     Parts,
     describe_node,
     open_parts,
     rebuild_drift,
 )
 from ipamd.node.family import family_of
-from ipamd.pool.rounds import Pool
-from ipamd.reconcile.ec2_drift import Ec2Drift
-from ipamd.reconcile.eni_gc import EniGc
-from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.jobs import Job, Jobs
-from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.rebuild import gather_claims, rebuild_state
 from ipamd.reconcile.repair import apply_repair, plan_repair
 from ipamd.runtime.ports import RuntimeApi, RuntimeUnavailable, SandboxAddresses
@@ -64,7 +59,7 @@ START_RETRY_CAP_S = 30.0
 
 
 @dataclass
-class Daemon:
+class Daemon(OnParts):
     config: Config
     clock: Clock
     parts: Parts
@@ -89,38 +84,6 @@ class Daemon:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     rng: random.Random = field(default_factory=random.Random)
 
-    @property
-    def engine(self) -> Engine:
-        return self.parts.engine
-
-    @property
-    def pool(self) -> Pool:
-        return self.parts.pool
-
-    @property
-    def drift(self) -> Ec2Drift:
-        return self.parts.drift
-
-    @property
-    def hint(self) -> ImdsHint:
-        return self.parts.hint
-
-    @property
-    def leak_gc(self) -> LeakGc:
-        return self.parts.leak_gc
-
-    @property
-    def eni_gc(self) -> EniGc:
-        return self.parts.eni_gc
-
-    @property
-    def drift_wanted(self) -> asyncio.Event:
-        return self.parts.drift_wanted
-
-    @property
-    def instance_id(self) -> str:
-        return self.parts.node.instance.instance_id
-
     def degraded(self) -> tuple[str, ...]:
         """What works less than it should while ready, one reason each (`/readyz` names them): the
         datapath's, a pool that cannot grow because EC2 refuses it for good, and an ENIConfig the
@@ -128,14 +91,6 @@ class Daemon:
         reasons = tuple(self.datapath.health.degraded()) if self.datapath is not None else ()
         pool = (self.pool.blocked_by(), self.pool.subnets.eni_config_problem)
         return (*reasons, *(reason for reason in pool if reason))
-
-    @property
-    def node_ip(self) -> str:
-        return self.parts.node.instance.private_ip
-
-    @property
-    def kinds(self) -> tuple[UnitKind, ...]:
-        return self.parts.kinds
 
     async def start(self) -> None:
         """Bring the node to a state it can serve from; sets `ready`. EC2 answering badly or the

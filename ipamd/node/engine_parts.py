@@ -236,6 +236,54 @@ class Parts:
     when the mode is off (IPAMD_SUBNET_SCARCITY_THRESHOLD=0) or no EC2 catalog was given."""
 
 
+class OnParts:
+    """What a node built on `Parts` shows of them, declared once: the daemon (`ipamd.node.daemon`)
+    and the test node (`ipamd.node.cloud_node`) each hold their `parts` and read them through these."""
+
+    parts: Parts
+
+    @property
+    def engine(self) -> Engine:
+        return self.parts.engine
+
+    @property
+    def pool(self) -> Pool:
+        return self.parts.pool
+
+    @property
+    def drift(self) -> Ec2Drift:
+        """The EC2 drift reconcile."""
+        return self.parts.drift
+
+    @property
+    def hint(self) -> ImdsHint:
+        return self.parts.hint
+
+    @property
+    def leak_gc(self) -> LeakGc:
+        return self.parts.leak_gc
+
+    @property
+    def eni_gc(self) -> EniGc:
+        return self.parts.eni_gc
+
+    @property
+    def drift_wanted(self) -> asyncio.Event:
+        return self.parts.drift_wanted
+
+    @property
+    def instance_id(self) -> str:
+        return self.parts.node.instance.instance_id
+
+    @property
+    def node_ip(self) -> str:
+        return self.parts.node.instance.private_ip
+
+    @property
+    def kinds(self) -> tuple[UnitKind, ...]:
+        return self.parts.kinds
+
+
 async def open_parts(
     config: Config,
     node: NodeFacts,
