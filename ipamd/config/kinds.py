@@ -20,6 +20,12 @@ from urllib.parse import urlsplit
 SUN_PATH_MAX = 107  # bytes in sockaddr_un.sun_path, less the terminating NUL
 
 
+def host_literal(host: str) -> str:
+    """`host` as it goes before `:port` in an address or a URL: an IPv6 address in brackets
+    (RFC 3986's IP-literal), any other host as it is."""
+    return f"[{host}]" if ":" in host else host
+
+
 @dataclass(frozen=True, slots=True)
 class HostPort:
     """A TCP listen address; an IPv6 host is kept without brackets."""
@@ -28,8 +34,7 @@ class HostPort:
     port: int
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return f"{host_literal(self.host)}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ipamd.config.kinds import host_literal
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -70,10 +72,9 @@ def find(environ: Mapping[str, str], service_account: Path = SERVICE_ACCOUNT) ->
     host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT")
     token = service_account / "token"
     if host and token.exists():
-        literal = f"[{host}]" if ":" in host else host
         ca = service_account / "ca.crt"
         return Credentials(
-            server=f"https://{literal}:{port or '443'}",
+            server=f"https://{host_literal(host)}:{port or '443'}",
             token_file=str(token),
             ca_file=str(ca) if ca.exists() else "",
             source="in-cluster",

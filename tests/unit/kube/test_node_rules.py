@@ -135,6 +135,17 @@ def test_kubeconfig_wins_and_the_service_account_is_read_afresh(tmp_path: Path) 
     assert find({}, account) is None
 
 
+def test_an_ipv6_cluster_s_service_host_is_bracketed_in_the_url(tmp_path: Path) -> None:
+    """On an IPv6 cluster the kubelet sets KUBERNETES_SERVICE_HOST to the kubernetes Service's IPv6
+    ClusterIP, which a URL writes in brackets."""
+    (tmp_path / "token").write_text("t\n")
+    environ = {"KUBERNETES_SERVICE_HOST": "fd00:10:96::1", "KUBERNETES_SERVICE_PORT": "443"}
+    creds = find(environ, tmp_path)
+    assert creds is not None and creds.server == "https://[fd00:10:96::1]:443"
+    assert (found := find({"KUBERNETES_SERVICE_HOST": "10.100.0.1"}, tmp_path)) is not None
+    assert found.server == "https://10.100.0.1:443", "no port given: 443"
+
+
 def test_a_broken_kubeconfig_says_what_is_wrong(tmp_path: Path) -> None:
     path = tmp_path / "kubeconfig"
     path.write_text('{"current-context": "x", "contexts": []}')
