@@ -23,9 +23,9 @@ from bench import (
     intents,
     plugin,
     pod_aware,
-    policy,
     reconcile,
     restore,
+    sizing,
     takeover,
 )
 
@@ -35,7 +35,7 @@ FAMILIES: tuple[tuple[str, Family], ...] = (
     ("engine_latency", engine_latency.run),
     ("intents", intents.run),
     ("restore", restore.run),
-    ("policy", policy.run),
+    ("sizing", sizing.run),
     ("ec2_calls", ec2_calls.run),
     ("reconcile", reconcile.run),
     ("hostnet", hostnet.run),

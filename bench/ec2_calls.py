@@ -15,8 +15,8 @@ from bench.node import pod_key
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.policy.model import PoolTargets
 from ipamd.pool.enis import BIND_SETTLE_S
+from ipamd.sizing.model import PoolTargets
 
 MUTATIONS = frozenset(
     {

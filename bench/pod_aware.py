@@ -36,7 +36,7 @@ next one only once nothing is free. The ADD that takes an ENI's last address lea
 which the pool sees at its next round (every `IPAMD_POOL_INTERVAL`, 5 s) or at once when an ADD
 finds nothing: the next pod's ADD is refused and waits for the new ENI, one pod late per ENI
 boundary (2 of 30 here). With the watch the pool holds nothing before the first binding (the goal
-`pods`, `ipamd.policy.goals.pods_goal`) and grows on the bindings, filling the ENI it touches: the
+`pods`, `ipamd.sizing.goals.pods_goal`) and grows on the bindings, filling the ENI it touches: the
 next ENI is attached while the pods bound ahead of it are on their way. The embedded EC2 attaches an
 ENI in about 2 s; real EC2's latency would leave more pods waiting behind each new ENI without
 the watch.

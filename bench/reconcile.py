@@ -38,8 +38,8 @@ from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.policy.model import PoolTargets
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.model import PoolTargets
 
 ENIS = 15
 PREFIXES_PER_ENI = 49

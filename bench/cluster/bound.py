@@ -7,7 +7,7 @@ The model (docs/benchmarks.md, "The lower bound on time to address", says why it
   it left (its DEL, the ADD given up, its node terminated), as in the run; `d(t)` is how many
   pods a node has then. Nodes join when their ipamd started.
 - **Steps, from the targets.** A policy that obeys the targets asks for addresses only when
-  `ipamd.policy.plan_pool` (warm and minimum targets, instance limits, max pods) finds the pool
+  `ipamd.sizing.plan_pool` (warm and minimum targets, instance limits, max pods) finds the pool
   short, with every pod the node ever had at once counted and nothing given back: those asks are
   the node's steps, in order, each released when the targets first allow it. A step costs its
   fewest mutating calls: units on an ENI the node has, one AssignPrivateIpAddresses; a new ENI,
@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bench.cluster.front import AccountFront, Ec2Budget
-from ipamd.policy import (
+from ipamd.sizing import (
     EniStats,
     NodeLimits,
     NodeStats,

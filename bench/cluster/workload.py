@@ -54,7 +54,7 @@ from ipamd.errors import (
     NodeFull,
 )
 from ipamd.model import PodRef
-from ipamd.policy.max_pods import HOST_NETWORK_PODS
+from ipamd.sizing.max_pods import HOST_NETWORK_PODS
 
 NETWORK = "k8s-pod-network"
 

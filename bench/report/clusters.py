@@ -57,7 +57,7 @@ and the node wakes a waiting pod only at the first of its own retry instants at 
 may differ: `bench/cluster/waiting.py`).
 - **Steps, from the targets.** A policy obeying the targets asks for addresses only when the \
 targets (WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET, WARM_PREFIX_TARGET, MAX_ENI, max \
-pods, the instance type's limits, read by ipamd's own planner `ipamd.policy.plan_pool`) find the \
+pods, the instance type's limits, read by ipamd's own planner `ipamd.sizing.plan_pool`) find the \
 pool short, with every pod the node has had at once counted, waiting ones included, and nothing \
 given back. Each ask is a step, released when the targets first allow it, and costs the fewest \
 mutating calls that deliver it: one AssignPrivateIpAddresses for units on an ENI the node has; \

@@ -5,7 +5,7 @@ from the scheduler's binding, seconds before their sandbox's ADD arrives, while 
 ever read) and watches them (`ipamd.kube.watch.ListWatch`: bookmarks, a relist on 410, backoff).
 It keeps one small record per pod of this node: whether it needs an address (not `hostNetwork`,
 not finished, not being deleted). `waiting(held)` is how many of them hold no allocation yet: the
-pool's demand (`ipamd.policy` keeps the rule). Each change of that set wakes the pool
+pool's demand (`ipamd.sizing` keeps the rule). Each change of that set wakes the pool
 (`on_change`).
 """
 

@@ -40,10 +40,10 @@ from ipamd.node.engine_parts import (
     open_parts,
 )
 from ipamd.node.engine_parts import strategy as unit_strategy
-from ipamd.policy.model import PoolTargets
-from ipamd.policy.modes import UnitStrategy
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.modes import UnitStrategy
 
 # Generous buckets: these tests are about correctness, and the fake clock does not refill them.
 FAST = RateLimits(

@@ -37,9 +37,6 @@ from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable
 from ipamd.node.family import Family, family_of
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.modes import SECONDARY_IPS, UnitStrategy, strategy_for
-from ipamd.policy.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
 from ipamd.pool.catalogue import SubnetCatalogue, SubnetSettings, SubnetSource
 from ipamd.pool.rounds import Pool
 from ipamd.pool.settings import PoolSettings
@@ -49,6 +46,9 @@ from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.subnet_free import SubnetFree, read_subnets
 from ipamd.runtime.ports import RuntimeApi
+from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.sizing.modes import SECONDARY_IPS, UnitStrategy, strategy_for
+from ipamd.sizing.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
 
 
 class Ec2(Ec2Api, Ec2Catalog, Protocol):

@@ -18,9 +18,9 @@ from ipamd.engine.allocator import Pick
 from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.engine.state import IPV6_PREFIX
 from ipamd.hostnet.snat_modes import EGRESS_SNAT, VPC_SNAT, SnatMode
-from ipamd.policy.max_pods import AddressFamily, address_family
 from ipamd.pool.ipv6 import Ipv6Pool
 from ipamd.pool.manager import PoolManager
+from ipamd.sizing.max_pods import AddressFamily, address_family
 from ipamd.wire.pod import V4_EGRESS_DIR
 
 PoolKind = type[PoolManager] | type[Ipv6Pool]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ipamd.errors import utc_text
 from ipamd.netpolicy.enforcement import NetworkPolicy
 from ipamd.node.daemon import Daemon
-from ipamd.policy.plan import compute_pod_limit_rule
+from ipamd.sizing.plan import compute_pod_limit_rule
 from ipamd.telemetry.metrics import Sources
 
 

@@ -1,5 +1,5 @@
 """The subnet catalogue: where the pool manager creates its next ENI, with which security groups, and
-which subnets are closed to new pods. The rules live in `ipamd.policy.subnets`; the catalogue keeps
+which subnets are closed to new pods. The rules live in `ipamd.sizing.subnets`; the catalogue keeps
 the view of the subnets they are applied to.
 
 - **The view** is one DescribeSubnets of the node's VPC and zone. It is read on first use, then
@@ -30,8 +30,8 @@ from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
 from ipamd.config.eniconfig import EniConfig
 from ipamd.engine.state import NodeState
-from ipamd.policy.model import NodeStats
-from ipamd.policy.subnets import (
+from ipamd.sizing.model import NodeStats
+from ipamd.sizing.subnets import (
     SubnetFacts,
     excluded_subnets,
     growth_closed,
@@ -95,7 +95,7 @@ class SubnetCatalogue:
         avoids them."""
         self._full: dict[str, int] = {}
         """Subnets a call found without room -> the addresses it asked for; each is full until a
-        view shows that many free (`ipamd.policy.subnets.still_full`)."""
+        view shows that many free (`ipamd.sizing.subnets.still_full`)."""
         self._ranked: tuple[str, ...] | None = None
         """`rank_subnets` of the view and the full subnets, until either changes."""
         self._free: tuple[tuple[SubnetFacts, ...], tuple[str, ...], int] | None = None
@@ -192,7 +192,7 @@ class SubnetCatalogue:
 
     def growth_closed(self) -> frozenset[str]:
         """Subnets whose ENIs get no new units: found full while another candidate is not, so new
-        ENIs there take over (`ipamd.policy.subnets.growth_closed`). Empty without discovery."""
+        ENIs there take over (`ipamd.sizing.subnets.growth_closed`). Empty without discovery."""
         if not self.discovering:
             return frozenset()
         return growth_closed(self._full, self.candidates())

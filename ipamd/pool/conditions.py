@@ -1,6 +1,6 @@
 """The pool's conditions: what a pool round may do now, and until when.
 
-The policy (`ipamd.policy.plan`) says what the pool should look like. The conditions say what this
+The policy (`ipamd.sizing.plan`) says what the pool should look like. The conditions say what this
 round may do about it. They all live here, each with its deadline or its latest reading, and the
 pool manager asks this one object before it calls EC2:
 
@@ -12,10 +12,10 @@ pool manager asks this one object before it calls EC2:
   for `subnet_exhausted_cooldown_s`. In prefix mode with the fallback, the pool grows /32s instead
   for that long (`strategy`).
 - **Prefix fallback.** On from EC2's refusal of a /28 until it grants one again. While it is on, the
-  pool holds /32s (`ipamd.policy.prefix_return` gives them back).
+  pool holds /32s (`ipamd.sizing.prefix_return` gives them back).
 - **Scarcity.** The free addresses of the subnets the node draws from, read every round from
   `subnet_free` (a number someone else keeps: never an EC2 call). Below the threshold the warm
-  targets count as 0 (`ipamd.policy.scarcity`).
+  targets count as 0 (`ipamd.sizing.scarcity`).
 - **Shrink spacing.** Two shrinks are at least `shrink_interval_s` apart.
 - **Release delay.** What is spare goes back only once the plan has wanted to free it for
   `release_delay_s` without a break (IPAMD_RELEASE_DELAY).
@@ -33,10 +33,10 @@ from dataclasses import replace
 from cloud.errors import SubnetExhausted
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
-from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import PoolPlan
-from ipamd.policy.scarcity import RECOVERY_FACTOR, scarce_after
 from ipamd.pool.settings import PoolSettings
+from ipamd.sizing.modes import UnitStrategy
+from ipamd.sizing.plan import PoolPlan
+from ipamd.sizing.scarcity import RECOVERY_FACTOR, scarce_after
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ipamd.policy.modes import UnitStrategy
+from ipamd.sizing.modes import UnitStrategy
 
 
 @dataclass(slots=True)
@@ -46,9 +46,9 @@ class PoolReport:
     subnet_free: int | None
     """Free addresses in the subnets the node draws from, as last read; None until read."""
     scarce: bool
-    """Whether subnet-scarcity mode is on (`ipamd.policy.scarcity`)."""
+    """Whether subnet-scarcity mode is on (`ipamd.sizing.scarcity`)."""
     prefix_fallback: bool
-    """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
+    """Whether prefix mode is falling back to secondary IPs (`ipamd.sizing.prefix_return`)."""
     creating_enis: bool
     """Whether an ENI is being created or attached now."""
     releasing: bool

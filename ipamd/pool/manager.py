@@ -46,10 +46,6 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
 from ipamd.errors import StoreWriteFailed
-from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
-from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
-from ipamd.policy.subnets import left_alone, plan_drain
 from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import never_read
 from ipamd.pool.enis import EniMaker
@@ -58,6 +54,10 @@ from ipamd.pool.release import Releaser
 from ipamd.pool.rounds import NO_PLAN, FailureListener, Rounds
 from ipamd.pool.settings import PoolSettings
 from ipamd.pool.stats import StatsMemo, aged
+from ipamd.sizing.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.sizing.modes import UnitStrategy
+from ipamd.sizing.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
+from ipamd.sizing.subnets import left_alone, plan_drain
 
 logger = logging.getLogger(__name__)
 

@@ -24,14 +24,14 @@ from cloud.models import NetworkInterface
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed, utc_text
-from ipamd.policy.model import PoolTargets
-from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import PoolPlan
 from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import Conditions, never_read
 from ipamd.pool.health import PoolHealth, PoolReport
 from ipamd.pool.pace import Pace
 from ipamd.pool.settings import PoolSettings
+from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.modes import UnitStrategy
+from ipamd.sizing.plan import PoolPlan
 
 logger = logging.getLogger(__name__)
 

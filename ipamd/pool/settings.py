@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipamd.policy.model import PoolTargets
-from ipamd.policy.modes import UnitStrategy
+from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.modes import UnitStrategy
 
 
 @dataclass(frozen=True, slots=True)

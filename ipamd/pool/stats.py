@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datastore.records import EniRecord
 from ipamd.engine.state import NodeState
-from ipamd.policy.model import EniStats, NodeStats, PoolTargets, UnitStats
-from ipamd.policy.plan import old_enough
+from ipamd.sizing.model import EniStats, NodeStats, PoolTargets, UnitStats
+from ipamd.sizing.plan import old_enough
 
 Counted = tuple[tuple[EniRecord, tuple[UnitStats, ...]], ...]
 """Each ENI (in device order) with the counts of its units: all of `NodeStats` but the ages."""

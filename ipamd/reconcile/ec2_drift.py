@@ -13,7 +13,7 @@ unit, so it holds across a restart. Outside it:
   between the attach and setting it) gets it, so it cannot outlive the instance.
 
 Nothing enters the inventory that EC2 does not list, and nothing of an ENI that is another user's
-(tagged `no_manage=true`, EFA, trunk: `ipamd.policy.subnets.left_alone`): it is noted in `foreign`
+(tagged `no_manage=true`, EFA, trunk: `ipamd.sizing.subnets.left_alone`): it is noted in `foreign`
 (it takes one of the instance's attachments) and otherwise never looked at.
 
 The design: docs/architecture.md §6.3; seed 001 and the scenarios it gave: docs/failure-scenarios.md.
@@ -32,8 +32,8 @@ from datastore.records import UnitKind
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import InventoryDiff, diff_inventory, eni_record, within_grace
-from ipamd.policy.subnets import left_alone
 from ipamd.pool.rounds import ListingWatch
+from ipamd.sizing.subnets import left_alone
 
 logger = logging.getLogger(__name__)
 

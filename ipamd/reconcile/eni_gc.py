@@ -27,7 +27,7 @@ from cloud.ports import (
     Ec2Api,
 )
 from ipamd.clock import Clock
-from ipamd.policy.subnets import left_alone
+from ipamd.sizing.subnets import left_alone
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The free addresses of the subnets a node may draw from, read from EC2 on a slow schedule and kept,
-for subnet-scarcity mode (`ipamd.policy.scarcity`): the pool manager reads the kept number every
+for subnet-scarcity mode (`ipamd.sizing.scarcity`): the pool manager reads the kept number every
 round (`free`) and never calls EC2 for it.
 
 Which subnets, and how one reading is taken, is the `read` callable's: `read_subnets(catalog,

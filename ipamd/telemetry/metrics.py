@@ -165,16 +165,16 @@ class Sources:
     """Free addresses in the node's subnets, as the pool last saw them; None: never read."""
     subnet_scarce: Callable[[], bool] = bool
     pool_blocked: Callable[[], str] = str
-    """Whether subnet-scarcity mode is on (`ipamd.policy.scarcity`)."""
+    """Whether subnet-scarcity mode is on (`ipamd.sizing.scarcity`)."""
     prefix_fallback: Callable[[], bool] = bool
-    """Whether prefix mode is falling back to secondary IPs (`ipamd.policy.prefix_return`)."""
+    """Whether prefix mode is falling back to secondary IPs (`ipamd.sizing.prefix_return`)."""
     network_policy_calls: Callable[[], Mapping[tuple[str, str], int]] = dict
     network_policy_enforced: Callable[[], bool] = bool
     """Whether new pods are enforced now (NETWORK_POLICY_ENFORCING_MODE, and with it unset, the
     agent's socket)."""
     """Calls to the network-policy agent: (enforce or delete, ok/refused/unavailable) → calls."""
     max_pods_rule: str = ""
-    """The rule that set the node's max pods (`ipamd.policy.MaxPodsRule`); "" = not known."""
+    """The rule that set the node's max pods (`ipamd.sizing.MaxPodsRule`); "" = not known."""
 
 
 POOL_METRICS = (

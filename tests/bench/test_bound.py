@@ -22,7 +22,7 @@ from bench.cluster.bound import (
 )
 from bench.cluster.front import Ec2Budget
 from bench.cluster.report import waiting_series
-from ipamd.policy import PREFIXES, SECONDARY_IPS, NodeLimits, PoolTargets
+from ipamd.sizing import PREFIXES, SECONDARY_IPS, NodeLimits, PoolTargets
 
 LIMITS = NodeLimits(max_enis=3, units_per_eni=9, vcpus=2)
 UNLIMITED = Ec2Budget(throttling=False, mutate_latency_s=0.3)

@@ -52,11 +52,11 @@ from ipamd.engine.engine import Engine
 from ipamd.node import cloud_node
 from ipamd.node.cloud_node import FAST, NoImds
 from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, open_parts, pool_settings
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.plan import PoolPlan
 from ipamd.pool.rounds import Pool
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.sizing.plan import PoolPlan
 from tests.crash.churn_worker import Churn
 
 INSTANCE_TYPE = "t3.small"

@@ -61,10 +61,10 @@ from ipamd.engine.invariants import check_invariants, normalized
 from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import describe_node, open_parts
-from ipamd.policy.model import PoolTargets
 from ipamd.pool.rounds import Pool
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
+from ipamd.sizing.model import PoolTargets
 from tests.support.node import key
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from ipamd.clock import Clock
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.policy.model import PoolTargets
+from ipamd.sizing.model import PoolTargets
 from tests.support.ec2_doubles import (
     retrying_on,
 )

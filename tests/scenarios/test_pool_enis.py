@@ -26,8 +26,8 @@ from cloud.ports import (
 )
 from ipamd.model import AddressState
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.policy.subnets import NO_MANAGE_TAG
 from ipamd.reconcile.eni_gc import EniGc
+from ipamd.sizing.subnets import NO_MANAGE_TAG
 from tests.scenarios.pool_support import (
     EAGER,
     NO_RELEASE_DELAY,

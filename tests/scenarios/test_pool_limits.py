@@ -17,7 +17,7 @@ from cloud.embedded.world import EmbeddedEc2
 from datastore.records import AllocationRecord
 from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
+from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
 from tests.scenarios.pool_support import (
     EAGER,
     releasing,

@@ -16,8 +16,8 @@ from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2
 from cloud.imds import Imdsv2Client
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.policy.model import PoolTargets
 from ipamd.reconcile.imds_hint import ImdsHint
+from ipamd.sizing.model import PoolTargets
 from tests.support.node import key
 
 GRACE_S = 60.0

@@ -26,10 +26,10 @@ from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.cloud_node import CloudNode, node_config, open_cloud_node
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.policy.model import PoolTargets
-from ipamd.policy.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
 from tests.support.node import key
 
 # Grow a new ENI as soon as the primary (9 addresses) cannot keep 12 free; give back at once.

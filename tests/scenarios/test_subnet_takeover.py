@@ -21,10 +21,10 @@ from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.policy.model import PoolTargets
-from ipamd.policy.subnets import ROLE_TAG
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.subnets import ROLE_TAG
 from tests.support.node import key
 
 TARGETS = PoolTargets(warm_eni_target=1, min_eni_lifetime_s=0)

@@ -290,7 +290,7 @@ CITING_DOCS = (*sorted(DOCS.glob("*.md")), REPO / "README.md")
 def test_the_citation_checker_finds_what_is_broken() -> None:
     sample = """
 The pool (`ipamd/pool/manager.py`, `ipamd/pool/`) runs `ipamd.pool.manager.PoolManager.run_once`,
-and `PoolManager.run` (`ipamd/pool/manager.py`) ticks; `ipamd.policy.plan_pool` is re-exported.
+and `PoolManager.run` (`ipamd/pool/manager.py`) ticks; `ipamd.sizing.plan_pool` is re-exported.
 `Engine.snapshot` (`ipamd/engine/engine.py`), `ipamd.db` and `ipamd run --embedded` are fine,
 and so is `Engine.close_subnets` (`ipamd/engine/engine.py`), a method of a base class of Engine.
 Broken: `ipamd/pool/nowhere.py`, `ipamd.pool.manager.PoolManager.no_such_method`,

@@ -27,10 +27,10 @@ from ipamd.node.engine_parts import (
     pool_settings,
     pool_targets,
 )
-from ipamd.policy.model import PoolTargets
-from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
 from tests.support.node import key
 
 

@@ -15,12 +15,12 @@ from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.policy.model import PoolTargets
-from ipamd.policy.modes import PREFIXES, SECONDARY_IPS
-from ipamd.policy.plan import PoolPlan
 from ipamd.pool.conditions import Conditions
 from ipamd.pool.settings import PoolSettings
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
+from ipamd.sizing.plan import PoolPlan
 
 PLAN = PoolPlan(
     assign=(("eni-grown", 2),),

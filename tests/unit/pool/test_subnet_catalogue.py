@@ -13,9 +13,9 @@ from ipamd.clock import FakeClock
 from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.policy.subnets import ROLE_TAG
 from ipamd.pool.catalogue import SubnetCatalogue, SubnetSettings
 from ipamd.runtime.fake import FakeRuntime
+from ipamd.sizing.subnets import ROLE_TAG
 
 HOUR_S = 3600.0
 

@@ -1,4 +1,4 @@
-"""`ipamd.policy.subnets`: which subnets subnet discovery may create ENIs in and which it excludes
+"""`ipamd.sizing.subnets`: which subnets subnet discovery may create ENIs in and which it excludes
 (VPC CNI's `isSubnetValidForENICreation` and `IsSubnetExcluded`, pkg/awsutils/awsutils.go), how it
 ranks them, which ENIs are someone else's, and how the ENIs of an excluded subnet are drained."""
 
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from ipamd.policy import SECONDARY_IPS, NodeLimits, PoolTargets, plan_pool
-from ipamd.policy.subnets import (
+from ipamd.sizing import SECONDARY_IPS, NodeLimits, PoolTargets, plan_pool
+from ipamd.sizing.subnets import (
     CLUSTER_TAG_PREFIX,
     NO_MANAGE_TAG,
     ROLE_TAG,
@@ -21,7 +21,7 @@ from ipamd.policy.subnets import (
     rank_subnets,
     takes_new_enis,
 )
-from tests.unit.policy.simulation import eni, node, unit, units
+from tests.unit.sizing.simulation import eni, node, unit, units
 
 NODE = "subnet-node"
 BLUE = f"{CLUSTER_TAG_PREFIX}blue"

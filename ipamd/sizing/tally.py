@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ipamd.policy.model import EniStats, NodeStats, UnitStats
+from ipamd.sizing.model import EniStats, NodeStats, UnitStats
 
 
 @dataclass(slots=True)
@@ -77,7 +77,7 @@ class NodeTally:
 def tally_node(stats: NodeStats, unit_size: int, *, set_aside_smaller: bool = False) -> NodeTally:
     """Count `stats`; `unit_size` is the mode's unit size, for counting wholly free units.
     `set_aside_smaller`: wholly free units smaller than that are leftovers, not the pool's
-    (`ipamd.policy.prefix_return`); they still take their ENI's slots."""
+    (`ipamd.sizing.prefix_return`); they still take their ENI's slots."""
     pool = PoolTally()
     enis: list[EniTally] = []
     for eni in stats.enis:

@@ -81,7 +81,7 @@ class PoolTargets:
     """An ENI younger than this is never released."""
     custom_networking: bool = False
     """AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: the primary ENI carries no pods, so the pool is the
-    secondary ENIs alone (`ipamd.policy.plan.pod_stats`) and max pods counts one ENI fewer."""
+    secondary ENIs alone (`ipamd.sizing.plan.pod_stats`) and max pods counts one ENI fewer."""
     kubelet_max_pods: int | None = None
     """The kubelet config's `maxPods` (IPAMD_KUBELET_CONFIG); None = none read."""
     pods_to_come: int = 0
@@ -90,7 +90,7 @@ class PoolTargets:
     pod_aware: bool = False
     """IPAMD_POD_AWARE_POOL is in force (the pods bound here are known): with every warm target
     at 0 the pool holds what its pods use and the pods on their way, and no more
-    (`ipamd.policy.goals.pods_goal`)."""
+    (`ipamd.sizing.goals.pods_goal`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ class NodeLimits:
     """IPv4 addresses per ENI minus the primary one: the secondary IPs, or /28 prefixes, one ENI
     can hold (`cloud.models.InstanceLimits.units_per_eni`)."""
     vcpus: int | None = None
-    """The instance type's default vCPUs, for the max-pods cap (`ipamd.policy.max_pods`); None =
+    """The instance type's default vCPUs, for the max-pods cap (`ipamd.sizing.max_pods`); None =
     unknown, no cap."""
     nitro: bool = True
     """On the Nitro system (bare metal included): EC2 assigns /28 prefixes only there."""

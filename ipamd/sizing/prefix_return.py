@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ipamd.policy.tally import EniTally
+from ipamd.sizing.tally import EniTally
 
 
 def replacements(

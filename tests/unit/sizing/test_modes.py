@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     NodeLimits,
@@ -15,7 +15,7 @@ from ipamd.policy import (
     effective_max_enis,
     strategy_for,
 )
-from tests.unit.policy.simulation import eni, node, unit, units
+from tests.unit.sizing.simulation import eni, node, unit, units
 
 
 def test_strategy_is_chosen_by_prefix_delegation() -> None:

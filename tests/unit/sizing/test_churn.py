@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     NodeLimits,
@@ -18,7 +18,7 @@ from ipamd.policy import (
     effective_max_enis,
     plan_pool,
 )
-from tests.unit.policy.simulation import (
+from tests.unit.sizing.simulation import (
     addresses,
     age,
     apply_plan,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     MaxPodsRule,
@@ -19,8 +19,8 @@ from ipamd.policy import (
     compute_pool_status,
     plan_pool,
 )
-from ipamd.policy.plan import compute_address_capacity, enis_for_pods, pod_stats
-from tests.unit.policy.simulation import apply_plan, eni, fresh_node, node, settle, units
+from ipamd.sizing.plan import compute_address_capacity, enis_for_pods, pod_stats
+from tests.unit.sizing.simulation import apply_plan, eni, fresh_node, node, settle, units
 
 M5_LARGE = NodeLimits(max_enis=3, units_per_eni=9, vcpus=2)
 CUSTOM = PoolTargets(custom_networking=True)

@@ -1,11 +1,11 @@
-"""`ipamd.policy.subnets` on full subnets: a subnet a call found without room goes last among the
+"""`ipamd.sizing.subnets` on full subnets: a subnet a call found without room goes last among the
 candidates and stays full until a view shows the room that call asked for; while another candidate
 is not full, its ENIs get no new units and the plan grows on new ENIs instead (`EniStats.grows`)."""
 
 from __future__ import annotations
 
-from ipamd.policy import SECONDARY_IPS, NodeLimits, PoolTargets, plan_pool
-from ipamd.policy.subnets import (
+from ipamd.sizing import SECONDARY_IPS, NodeLimits, PoolTargets, plan_pool
+from ipamd.sizing.subnets import (
     ROLE_TAG,
     SubnetFacts,
     growth_closed,
@@ -13,7 +13,7 @@ from ipamd.policy.subnets import (
     still_full,
     stop_growth,
 )
-from tests.unit.policy.simulation import eni, node, units
+from tests.unit.sizing.simulation import eni, node, units
 
 NODE = "subnet-node"
 PODS = "subnet-pods"

@@ -1,12 +1,12 @@
 """Subnet scarcity in the plan: when the mode turns on and off, and what a scarce plan keeps, grows
-and gives back in each goal (`ipamd.policy.scarcity`)."""
+and gives back in each goal (`ipamd.sizing.scarcity`)."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     NodeLimits,
@@ -16,9 +16,9 @@ from ipamd.policy import (
     UnitStrategy,
     plan_pool,
 )
-from ipamd.policy.scarcity import RECOVERY_FACTOR, scarce_after
-from tests.unit.policy.simulation import addresses, apply_plan, eni, node, unit, units
-from tests.unit.policy.test_properties import Case, _check_growth, _check_release, cases
+from ipamd.sizing.scarcity import RECOVERY_FACTOR, scarce_after
+from tests.unit.sizing.simulation import addresses, apply_plan, eni, node, unit, units
+from tests.unit.sizing.test_properties import Case, _check_growth, _check_release, cases
 
 LIMITS = NodeLimits(max_enis=3, units_per_eni=3)
 

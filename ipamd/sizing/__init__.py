@@ -6,10 +6,10 @@ pool manager in `ipamd.engine` applies the plan through the EC2 port. The mode (
 does I/O, or knows the engine, the datastore or the cloud adapters.
 """
 
-from ipamd.policy.max_pods import MaxPods, MaxPodsRule, compute_node_max_pods
-from ipamd.policy.model import EniStats, NodeLimits, NodeStats, PoolTargets, UnitStats
-from ipamd.policy.modes import PREFIXES, SECONDARY_IPS, UnitStrategy, strategy_for
-from ipamd.policy.plan import (
+from ipamd.sizing.max_pods import MaxPods, MaxPodsRule, compute_node_max_pods
+from ipamd.sizing.model import EniStats, NodeLimits, NodeStats, PoolTargets, UnitStats
+from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS, UnitStrategy, strategy_for
+from ipamd.sizing.plan import (
     PoolPlan,
     compute_max_pods,
     compute_pod_limit,
@@ -17,7 +17,7 @@ from ipamd.policy.plan import (
     effective_max_enis,
     plan_pool,
 )
-from ipamd.policy.status import PoolStatus, compute_pool_status
+from ipamd.sizing.status import PoolStatus, compute_pool_status
 
 __all__ = [
     "PREFIXES",

@@ -5,7 +5,7 @@ Three goals, as in VPC CNI (docs/architecture.md §5.2):
 - WARM_IP_TARGET / MINIMUM_IP_TARGET, when either is > 0, in either mode (`warm_ip_goal`);
 - otherwise WARM_ENI_TARGET in secondary-IP mode (`warm_eni_goal`);
 - otherwise WARM_PREFIX_TARGET in prefix mode (`warm_prefix_goal`).
-Which of the last two applies is the mode strategy's choice (`ipamd.policy.modes`), not a branch
+Which of the last two applies is the mode strategy's choice (`ipamd.sizing.modes`), not a branch
 here. Growth and shrinking test the same conditions (`short_*` and `allows_removal`), so a pool the
 planner leaves is neither short nor over: plans converge instead of oscillating.
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipamd.policy.model import NodeLimits, PoolTargets
-from ipamd.policy.tally import PoolTally
+from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.sizing.tally import PoolTally
 
 
 @dataclass(frozen=True, slots=True)

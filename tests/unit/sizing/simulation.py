@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import count
 
-from ipamd.policy import (
+from ipamd.sizing import (
     EniStats,
     NodeLimits,
     NodeStats,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     EniStats,
@@ -24,8 +24,8 @@ from ipamd.policy import (
     effective_max_enis,
     plan_pool,
 )
-from ipamd.policy.plan import enis_for_pods, pod_stats
-from tests.unit.policy.simulation import addresses, apply_plan
+from ipamd.sizing.plan import enis_for_pods, pod_stats
+from tests.unit.sizing.simulation import addresses, apply_plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,7 @@ def _check_growth(case: Case, plan: PoolPlan) -> None:
 
 def _leftovers(case: Case) -> list[UnitStats]:
     """The wholly free units smaller than the mode's, when the mode replaces them: they go back,
-    so the pod limit is measured without them (`ipamd.policy.prefix_return`)."""
+    so the pod limit is measured without them (`ipamd.sizing.prefix_return`)."""
     if not case.strategy.replaces_smaller_units:
         return []
     size = case.strategy.addresses_per_unit

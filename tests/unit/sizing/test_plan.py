@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     EniStats,
@@ -16,7 +16,7 @@ from ipamd.policy import (
     UnitStrategy,
     plan_pool,
 )
-from tests.unit.policy.simulation import (
+from tests.unit.sizing.simulation import (
     apply_plan,
     eni,
     node,

@@ -4,8 +4,8 @@ the plan is empty."""
 
 from __future__ import annotations
 
-from ipamd.policy import PREFIXES, SECONDARY_IPS, NodeLimits, PoolTargets
-from tests.unit.policy.simulation import addresses, assigned, fresh_node, settle
+from ipamd.sizing import PREFIXES, SECONDARY_IPS, NodeLimits, PoolTargets
+from tests.unit.sizing.simulation import addresses, assigned, fresh_node, settle
 
 T3_SMALL = NodeLimits(max_enis=3, units_per_eni=3)
 """3 ENIs x 4 IPv4 addresses."""

@@ -1,10 +1,10 @@
-"""Prefix mode taking its pool back from the /32s its fallback left (`ipamd.policy.prefix_return`):
+"""Prefix mode taking its pool back from the /32s its fallback left (`ipamd.sizing.prefix_return`):
 the goal is counted without the free /32s, prefixes grow (in the free /32s' slots when nothing else
 has room), and the free /32s go back; a /32 in use or cooling never does."""
 
 from __future__ import annotations
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     NodeLimits,
@@ -15,7 +15,7 @@ from ipamd.policy import (
     compute_pool_status,
     plan_pool,
 )
-from tests.unit.policy.simulation import apply_plan, eni, node, unit
+from tests.unit.sizing.simulation import apply_plan, eni, node, unit
 
 LIMITS = NodeLimits(max_enis=3, units_per_eni=4)
 WARM_PREFIX = PoolTargets(warm_prefix_target=1, min_eni_lifetime_s=0)

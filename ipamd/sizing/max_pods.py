@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from ipamd.policy.model import NodeLimits
-from ipamd.policy.modes import PREFIXES, SECONDARY_IPS, UnitStrategy
+from ipamd.sizing.model import NodeLimits
+from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS, UnitStrategy
 
 AddressFamily = Literal["ipv4", "ipv6"]
 """The pods' address family: exactly one of ENABLE_IPv4 and ENABLE_IPv6 is on."""

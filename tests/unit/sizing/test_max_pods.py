@@ -21,7 +21,7 @@ import pytest
 from moto.ec2.models.instance_types import INSTANCE_TYPES
 
 from cloud.ec2_answers import parse_limits
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     MaxPods,
@@ -34,7 +34,7 @@ from ipamd.policy import (
     compute_pod_limit,
     compute_pod_limit_rule,
 )
-from tests.unit.policy.simulation import addresses, fresh_node, settle
+from tests.unit.sizing.simulation import addresses, fresh_node, settle
 
 
 class Row(NamedTuple):
@@ -180,7 +180,7 @@ def test_prefix_formula_before_the_cap(instance_type: str, uncapped: int) -> Non
 
 
 def test_bare_metal_counts_prefixes_where_the_calculator_does_not() -> None:
-    """A decision (`ipamd.policy.max_pods`): ipamd assigns prefixes on bare metal, as VPC CNI does,
+    """A decision (`ipamd.sizing.max_pods`): ipamd assigns prefixes on bare metal, as VPC CNI does,
     so the prefix formula applies there. The calculator keys on the reported hypervisor, which
     bare metal lacks, and with MAX_ENI=1 on m5.metal it would say 1 x 49 + 2 = 51."""
     metal = next(r for r in TABLE if r.instance_type == "m5.metal")

@@ -17,7 +17,7 @@ from moto.ec2.models.instance_types import INSTANCE_TYPES
 
 from cloud.ec2_answers import parse_limits
 from cloud.limits import FALLBACK_LIMITS
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     MaxPodsRule,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
-from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.plan import (
+from ipamd.sizing.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.sizing.modes import UnitStrategy
+from ipamd.sizing.plan import (
     compute_pod_limit,
     effective_max_enis,
     plan_pool,
@@ -21,7 +21,7 @@ from ipamd.policy.plan import (
 class PoolStatus:
     goal: str
     """`warm_ip`, `warm_eni`, `warm_prefix` or `pods` (a pod-aware pool whose warm targets are 0):
-    which knobs are in charge; `scarce` while the subnets are (`ipamd.policy.scarcity`)."""
+    which knobs are in charge; `scarce` while the subnets are (`ipamd.sizing.scarcity`)."""
     enis: int
     max_enis: int
     """`effective_max_enis`: the instance type's limit, capped by MAX_ENI."""
@@ -42,7 +42,7 @@ class PoolStatus:
     excess_units: int
     """Units the next plan gives back, those on released ENIs included."""
     leftover_units: int = 0
-    """Wholly free /32s in prefix mode, which go back (`ipamd.policy.prefix_return`)."""
+    """Wholly free /32s in prefix mode, which go back (`ipamd.sizing.prefix_return`)."""
 
 
 def compute_pool_status(

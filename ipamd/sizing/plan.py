@@ -2,13 +2,13 @@
 on which ENIs, which ENIs to create, and which units and ENIs to give back to EC2.
 
 `plan_pool` is a pure function; the pool manager applies its `PoolPlan` through the EC2 port. It
-grows when the goal (`ipamd.policy.goals`) is short and then, on the pool that growth leaves, gives
+grows when the goal (`ipamd.sizing.goals`) is short and then, on the pool that growth leaves, gives
 back what the goal does not need. Growth and shrinking test the same conditions, so applying a plan
 and planning again gives an empty plan.
 
 Rules every plan keeps:
 - no ENI gets more than `units_per_eni` units (releasing ones still take a slot), no more ENIs than
-  `effective_max_enis`, and growth stops at the node's max pods (`ipamd.policy.max_pods`; the last
+  `effective_max_enis`, and growth stops at the node's max pods (`ipamd.sizing.max_pods`; the last
   prefix may pass it);
 - only wholly free units go back (no assigned, cooling or releasing address), and only ENIs that
   are not primary, hold no used or releasing unit, and are at least `min_eni_lifetime_s` old;
@@ -20,9 +20,9 @@ Rules every plan keeps:
   the emptiest non-primary ENIs first, so whole ENIs can go (VPC CNI picks in Go map order and
   spreads pods: docs/architecture.md §5.4);
 - in prefix mode, wholly free /32s (what the fallback to secondary IPs left) are not capacity: they
-  go back, and prefixes take their slots when nothing else has room (`ipamd.policy.prefix_return`);
+  go back, and prefixes take their slots when nothing else has room (`ipamd.sizing.prefix_return`);
 - while the subnets are scarce, the goal keeps no warm pool above its minimum
-  (`ipamd.policy.scarcity`).
+  (`ipamd.sizing.scarcity`).
 
 This module must not import asyncio, do I/O, or know the engine, datastore or cloud adapters.
 """
@@ -33,13 +33,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 
-from ipamd.policy.goals import Goal
-from ipamd.policy.max_pods import AddressFamily, MaxPods, compute_node_max_pods
-from ipamd.policy.model import EniStats, NodeLimits, NodeStats, PoolTargets
-from ipamd.policy.modes import UnitStrategy
-from ipamd.policy.prefix_return import leftovers_to_return, replacements
-from ipamd.policy.scarcity import scarce_goal
-from ipamd.policy.tally import EniTally, NodeTally, PoolTally, tally_node
+from ipamd.sizing.goals import Goal
+from ipamd.sizing.max_pods import AddressFamily, MaxPods, compute_node_max_pods
+from ipamd.sizing.model import EniStats, NodeLimits, NodeStats, PoolTargets
+from ipamd.sizing.modes import UnitStrategy
+from ipamd.sizing.prefix_return import leftovers_to_return, replacements
+from ipamd.sizing.scarcity import scarce_goal
+from ipamd.sizing.tally import EniTally, NodeTally, PoolTally, tally_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class PoolPlan:
     """ENIs to detach and delete, with their units (all wholly free)."""
     replace_units: tuple[str, ...] = ()
     """Leftover /32s of prefix mode's fallback to give back *before* growing: `assign` puts
-    prefixes in their slots (`ipamd.policy.prefix_return`). Not listed in `release_units`."""
+    prefixes in their slots (`ipamd.sizing.prefix_return`). Not listed in `release_units`."""
     reason: str = field(default="", compare=False)
     """Why, in a few words, for logs (`warm_ip: short 2 units`)."""
 
@@ -100,7 +100,7 @@ def pod_stats(stats: NodeStats, targets: PoolTargets) -> tuple[NodeStats, tuple[
 
 def compute_max_pods(limits: NodeLimits, strategy: UnitStrategy, enis: int | None = None) -> int:
     """Max pods as EKS computes it over `enis` ENIs (default: the instance type's limit), without
-    an override: the mode's formula, capped by vCPU count (`ipamd.policy.max_pods`)."""
+    an override: the mode's formula, capped by vCPU count (`ipamd.sizing.max_pods`)."""
     count = limits.max_enis if enis is None else enis
     return compute_node_max_pods(limits, strategy, count).value
 
@@ -114,7 +114,7 @@ def compute_pod_limit_rule(
     """The max pods growth respects and the rule that set it: the override, else the kubelet's,
     else EKS's rules over the ENIs ipamd may use (with custom networking, the primary among them
     carries no pods). In IPv6 (`family`), EKS's rules as with prefix delegation over the instance
-    type's ENIs (`ipamd.policy.max_pods`, rule 6)."""
+    type's ENIs (`ipamd.sizing.max_pods`, rule 6)."""
     enis = effective_max_enis(targets, limits)
     return compute_node_max_pods(
         limits,
@@ -153,7 +153,7 @@ def plan_pool(
     scarce: bool = False,
 ) -> PoolPlan:
     """The plan that brings the pool to the knobs' goal within the limits (empty when it is there);
-    `scarce`: with the warm targets at their minimum (`ipamd.policy.scarcity`)."""
+    `scarce`: with the warm targets at their minimum (`ipamd.sizing.scarcity`)."""
     stats, stranded = pod_stats(stats, targets)
     plan = _plan_pods(stats, targets, limits, strategy, scarce)
     if not stranded:
@@ -170,7 +170,7 @@ def pool_goal(
     targets: PoolTargets, limits: NodeLimits, strategy: UnitStrategy, *, scarce: bool = False
 ) -> Goal:
     """The goal the knobs set in this mode, its warm part at its minimum while the subnets are
-    scarce (`ipamd.policy.scarcity`)."""
+    scarce (`ipamd.sizing.scarcity`)."""
     goal = strategy.goal_for(targets, limits)
     return scarce_goal(goal) if scarce else goal
 
@@ -238,7 +238,7 @@ def _plan_growth(
     strategy: UnitStrategy,
 ) -> tuple[tuple[tuple[str, int], ...], tuple[int, ...], tuple[str, ...]]:
     """Place `wanted` units: existing ENIs first, fullest first, then new ENIs, then in the slots
-    of leftovers given back first (`ipamd.policy.prefix_return`). Updates the pool tally with what
+    of leftovers given back first (`ipamd.sizing.prefix_return`). Updates the pool tally with what
     it adds. Returns the assignments, the new ENIs and the leftovers to give back first."""
     if wanted == 0:
         return (), (), ()

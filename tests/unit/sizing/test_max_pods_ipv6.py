@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     SECONDARY_IPS,
     MaxPodsRule,
@@ -18,8 +18,8 @@ from ipamd.policy import (
     compute_pod_limit,
     compute_pod_limit_rule,
 )
-from ipamd.policy.max_pods import address_family
-from tests.unit.policy.test_eks_max_pods import EKS
+from ipamd.sizing.max_pods import address_family
+from tests.unit.sizing.test_eks_max_pods import EKS
 
 M5_LARGE = EKS["m5.large"].limits
 

@@ -36,8 +36,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
-from ipamd.policy.model import NodeLimits, NodeStats, PoolTargets
-from ipamd.policy.plan import PoolPlan, effective_max_enis
+from ipamd.sizing.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.sizing.plan import PoolPlan, effective_max_enis
 
 ROLE_TAG: Final = "kubernetes.io/role/cni"
 """VPC CNI's subnet discovery tag: `0` excludes a subnet, any other value opts it in."""

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from ipamd.policy import PREFIXES, SECONDARY_IPS, NodeLimits, PoolTargets, plan_pool
-from ipamd.policy.modes import UnitStrategy
-from tests.unit.policy.simulation import addresses, eni, free, node, units
+from ipamd.sizing import PREFIXES, SECONDARY_IPS, NodeLimits, PoolTargets, plan_pool
+from ipamd.sizing.modes import UnitStrategy
+from tests.unit.sizing.simulation import addresses, eni, free, node, units
 
 LIMITS = NodeLimits(3, 9)  # an m5.large: 3 ENIs of 9 secondary addresses
 ZERO = PoolTargets(warm_eni_target=0, warm_prefix_target=0, pod_aware=True)

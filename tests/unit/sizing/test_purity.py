@@ -1,4 +1,4 @@
-"""`ipamd.policy` is pure: no asyncio, no I/O, no engine, datastore or cloud adapters (STYLE rule 1).
+"""`ipamd.sizing` is pure: no asyncio, no I/O, no engine, datastore or cloud adapters (STYLE rule 1).
 Checked on the source, so it holds before import-linter's contract lists the package."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import ipamd.policy
+import ipamd.sizing
 
 FORBIDDEN = (
     "asyncio",
@@ -37,7 +37,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_policy_imports_nothing_impure() -> None:
-    package = Path(ipamd.policy.__file__).parent
+    package = Path(ipamd.sizing.__file__).parent
     for path in sorted(package.glob("*.py")):
         for name in _imports(path):
             bad = [f for f in FORBIDDEN if name == f or name.startswith(f + ".")]

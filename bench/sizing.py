@@ -22,7 +22,7 @@ from cloud.ec2 import Boto3Ec2, client_config
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import describe_node, pool_targets
-from ipamd.policy import (
+from ipamd.sizing import (
     PREFIXES,
     EniStats,
     NodeLimits,
@@ -33,7 +33,7 @@ from ipamd.policy import (
     plan_pool,
     strategy_for,
 )
-from ipamd.policy.max_pods import address_family
+from ipamd.sizing.max_pods import address_family
 
 ENIS = 15
 PREFIXES_PER_ENI = 49

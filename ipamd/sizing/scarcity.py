@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ipamd.policy.goals import Goal
+from ipamd.sizing.goals import Goal
 
 RECOVERY_FACTOR = 2
 """The mode ends once the free addresses are at least this many times the threshold."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ipamd.policy.goals import (
+from ipamd.sizing.goals import (
     Goal,
     pods_goal,
     uses_ip_targets,
@@ -22,7 +22,7 @@ from ipamd.policy.goals import (
     warm_ip_goal,
     warm_prefix_goal,
 )
-from ipamd.policy.model import NodeLimits, PoolTargets
+from ipamd.sizing.model import NodeLimits, PoolTargets
 
 Ipv4UnitKind = Literal["ip", "prefix"]
 """What an IPv4 pool grows by: `cloud.models.Ipv4UnitKind`, the kinds of the one unit kind
@@ -43,7 +43,7 @@ class UnitStrategy:
     replaces_smaller_units: bool = False
     """Whether wholly free units smaller than this mode's (the /32s prefix mode's fallback to
     secondary IPs left) are leftovers rather than capacity: the plan counts the pool without them,
-    gives them back and puts this mode's units in their slots (`ipamd.policy.prefix_return`)."""
+    gives them back and puts this mode's units in their slots (`ipamd.sizing.prefix_return`)."""
 
     def units_for(self, addresses: int) -> int:
         """Units that hold at least `addresses` (rounded up; 0 for none or fewer)."""
