@@ -34,6 +34,7 @@ from pathlib import Path
 from bench.node import pod_key
 from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
+from ipamd.config.groups import ReconcileSettings, RuntimeSettings
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.node.cloud_node import node_config
@@ -102,8 +103,8 @@ async def _open_node(workdir: Path) -> BenchNode:
         PoolTargets(minimum_ip_target=ADDRESSES, warm_prefix_target=0),
         prefix_mode=True,
         cluster_name="",
-        reconcile_grace_s=GRACE_S,
-        leak_grace_s=LEAK_GRACE_S,
+        reconcile=ReconcileSettings(grace_s=GRACE_S),
+        runtime=RuntimeSettings(leak_grace_s=LEAK_GRACE_S),
     )
     facts = await describe_node(ec2, ec2.instance_id)
     parts = await open_parts(
@@ -159,10 +160,10 @@ async def _describes_per_hour(node: BenchNode, config: Config) -> tuple[float, f
     DescribeSubnets calls made meanwhile."""
     parts = node.parts
     jobs: list[tuple[float, Callable[[], Awaitable[object]]]] = [
-        (config.pool_interval_s, parts.pool.run_once),
-        (config.imds_hint_interval_s, parts.hint.run_once),
-        (config.leak_gc_interval_s, parts.leak_gc.run_once),
-        (config.ec2_reconcile_interval_s, parts.drift.run_once),
+        (config.pool.interval_s, parts.pool.run_once),
+        (config.reconcile.imds_hint_interval_s, parts.hint.run_once),
+        (config.runtime.leak_gc_interval_s, parts.leak_gc.run_once),
+        (config.reconcile.ec2_interval_s, parts.drift.run_once),
     ]
     before = node.ec2.calls["describe_enis"]
     subnets_before = node.ec2.calls["subnets_in"]

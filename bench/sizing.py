@@ -74,8 +74,10 @@ async def _ipv6_max_pods(instance_type: str, workdir: Path) -> int:
         ec2 = Boto3Ec2(world.client(client_config()), rng=random.Random(1), fallback_limits={})
         node = await describe_node(ec2, world.instance_id)
     targets = pool_targets(config)
-    strategy = strategy_for(config.enable_prefix_delegation)
-    return compute_pod_limit(targets, node.limits, strategy, address_family(config.enable_ipv6))
+    strategy = strategy_for(config.sizing.enable_prefix_delegation)
+    return compute_pod_limit(
+        targets, node.limits, strategy, address_family(config.family.enable_ipv6)
+    )
 
 
 def _node() -> NodeStats:

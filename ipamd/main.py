@@ -109,8 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if own_runtime:
         from ipamd.node.embedded import cri_socket_path
 
-        config = dataclasses.replace(config, cri_socket_path=str(cri_socket_path(config)))
-    configure_logging(config.log_format, config.log_level, config.log_file)
+        runtime = dataclasses.replace(config.runtime, cri_socket_path=str(cri_socket_path(config)))
+        config = dataclasses.replace(config, runtime=runtime)
+    configure_logging(config.logging.format, config.logging.level, config.logging.file)
     logger.info("config.effective %s", " ".join(f"{k}={v}" for k, v in config.describe().items()))
     for name, value, why in vpc_cni.inert(os.environ):
         logger.info("config.inert %s=%s: nothing in ipamd changes: %s", name, value, why)

@@ -263,7 +263,7 @@ async def build_node(
         return await open_inline_engine(path, clock, settings, stores.append)
 
     daemon = await build_daemon(
-        replace(config, state_dir=str(path.parent)),
+        replace(config, storage=replace(config.storage, state_dir=str(path.parent))),
         ec2=adapter,
         imds=imds,
         runtime=runtime,
@@ -280,7 +280,7 @@ async def build_node(
         store=stores[-1],
         daemon=daemon,
         datapath=daemon.datapath,
-        eni_gc_cluster=config.cluster_name,
+        eni_gc_cluster=config.enis.cluster_name,
         name=name,
         instance_id=daemon.instance_id,
         path=path,
@@ -324,34 +324,38 @@ async def start_node(
     daemon.jobs = jobs
     await daemon.start()
     node.ready = daemon.ready
-    if config.pod_aware_pool == "on":  # the API's pod watch, as the workload binds pods
+    if config.kube.pod_aware_pool == "on":  # the API's pod watch, as the workload binds pods
         node.pod_aware = True
         node.pool.expect_pods(lambda: len(node.coming))
     loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
-        ("pool", lambda: node.pool.run(config.pool_interval_s)),
+        ("pool", lambda: node.pool.run(config.pool.interval_s)),
         (
             "drift",
             _every(
                 jobs,
-                Job("ec2_drift", node.drift.run_once, config.ec2_reconcile_interval_s, 5.0),
+                Job("ec2_drift", node.drift.run_once, config.reconcile.ec2_interval_s, 5.0),
                 rng,
             ),
         ),
         (
             "hint",
             _every(
-                jobs, Job("imds_hint", node.hint.run_once, config.imds_hint_interval_s, 1.0), rng
+                jobs,
+                Job("imds_hint", node.hint.run_once, config.reconcile.imds_hint_interval_s, 1.0),
+                rng,
             ),
         ),
         (
             "leak_gc",
             _every(
-                jobs, Job("leak_gc", node.leak_gc.run_once, config.leak_gc_interval_s, 5.0), rng
+                jobs,
+                Job("leak_gc", node.leak_gc.run_once, config.runtime.leak_gc_interval_s, 5.0),
+                rng,
             ),
         ),
         (
             "eni_gc",
-            _every(jobs, Job("eni_gc", node.eni_gc.run_once, config.eni_gc_interval_s, 60.0), rng),
+            _every(jobs, Job("eni_gc", node.eni_gc.run_once, config.enis.gc_interval_s, 60.0), rng),
         ),
         ("drift_on_demand", daemon.drift_on_demand),
         ("hostnet", node.datapath.run),
@@ -362,7 +366,7 @@ async def start_node(
                 Job(
                     "hostnet",
                     node.datapath.reconcile,
-                    config.host_network_reconcile_interval_s,
+                    config.datapath.reconcile_interval_s,
                     1.0,
                 ),
                 rng,
@@ -371,7 +375,7 @@ async def start_node(
     ]
     reading = daemon.parts.subnet_free
     if reading is not None:
-        job = Job("subnet_free", reading.run_once, config.subnet_refresh_interval_s, 30.0)
+        job = Job("subnet_free", reading.run_once, config.subnets.refresh_interval_s, 30.0)
         loops.append(("subnet_free", _every(jobs, job, rng)))
     loop = asyncio.get_running_loop()
     for name, run in loops:

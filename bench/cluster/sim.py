@@ -282,7 +282,7 @@ class Cluster:
         adapter = Boto3Ec2(
             client,
             recorder=CallLog(),
-            call_timeout_s=self.config.ec2_call_timeout_s,
+            call_timeout_s=self.config.ec2.call_timeout_s,
             clock=loop.time,
             rng=random.Random(rng.random()),
         )

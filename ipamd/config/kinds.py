@@ -1,6 +1,6 @@
 """Kinds of setting values: how environment text becomes a typed value and back.
 
-Owns the declaration of a setting (`Setting`, `declare`) and the parsers and checks for counts,
+Owns the declaration of a setting (`Setting`, `setting`) and the parsers and checks for counts,
 booleans, durations, socket paths, endpoints, listen addresses and ENI tags. Each parser raises
 `ValueError("must be ...")` saying what is expected. No I/O, no asyncio.
 """
@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
@@ -316,12 +317,17 @@ class Setting:
     vpc_cni: str  # the VPC CNI equivalent (Markdown)
     doc: str  # meaning (Markdown)
     embedded_default: str | None = None  # default under `ipamd run --embedded`
-    field: str = ""  # filled in from the Config field that declares it
+    group: str = ""  # filled in: the `Config` group that holds it
+    field: str = ""  # filled in: the group's field that declares it
 
     def default_for(self, embedded: bool) -> str:
         if embedded and self.embedded_default is not None:
             return self.embedded_default
         return self.default
+
+    def value_in(self, config: object) -> Any:
+        """This setting's value in a `Config`."""
+        return getattr(getattr(config, self.group), self.field)
 
 
 def parse_settings(
@@ -344,11 +350,28 @@ def parse_settings(
     return values, texts, problems
 
 
-def declare(
-    env: str, kind: Kind, default: str, unit: str, vpc: str, doc: str, embedded: str | None = None
-) -> dict[str, Setting]:
-    """Field metadata declaring one setting (`embedded` is the default under --embedded)."""
-    return {SETTING_KEY: Setting(env, kind, default, unit, vpc, doc, embedded)}
+_PARSED = object()
+
+
+def setting(
+    env: str,
+    kind: Kind,
+    default: str,
+    unit: str,
+    vpc: str,
+    doc: str,
+    embedded: str | None = None,
+    *,
+    typed: Any = _PARSED,
+) -> Any:
+    """A settings group's field declaring one setting (`embedded` is the default under --embedded).
+    The default is written once, in environment form; the field's typed default is that text
+    parsed, so a group built with keyword arguments and one read from an empty environment agree.
+    `typed` replaces it only for a kind that reads a file, which is read at start, never at import."""
+    value = kind.parse(default) if typed is _PARSED else typed
+    return dataclass_field(
+        default=value, metadata={SETTING_KEY: Setting(env, kind, default, unit, vpc, doc, embedded)}
+    )
 
 
 def render_settings_table(settings: Iterable[Setting]) -> str:

@@ -28,6 +28,7 @@ from cloud.ratelimit import RateLimits
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.config.eniconfig import EniConfig
+from ipamd.config.groups import FamilySettings
 from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.engine.invariants import InvariantBroken, check_invariants
@@ -110,7 +111,7 @@ class CloudNode(OnParts):
         instance = backend.get_instance(self.world.instance_id)
         view: dict[str, set[str]] = {}
         for eni in instance.nics.values():
-            if self.config.enable_ipv6:
+            if self.config.family.enable_ipv6:
                 units = set(eni_ipv6_prefixes(eni))
             elif self.strategy.kind == "prefix":
                 units = {p["Ipv4Prefix"] for p in getattr(eni, "ipv4_prefixes", [])}
@@ -170,7 +171,10 @@ async def open_cloud_node(
     `ipv6`: IPv6 mode (its settings, and IPv6 blocks on the VPC), the /80 in place as at ready."""
     if ipv6:
         layout = replace(layout or Layout(), ipv6=True)
-        settings = {**(settings or {}), "enable_ipv6": True, "enable_ipv4": False}
+        settings = {
+            **(settings or {}),
+            "family": FamilySettings(enable_ipv4=False, enable_ipv6=True),
+        }
         prefix_mode = True
     world = embedded.world(instance_type, subnet_cidr=subnet_cidr, seed=seed, layout=layout)
     calls = CallLog()
@@ -185,7 +189,7 @@ async def open_cloud_node(
     parts = await _open_parts(config, facts, api, clock, runtime, Engine.open, ec2, eni_config)
     await parts.pool.adopt()
     await parts.pool.before_ready()  # as the daemon's start-up: IPv6 mode's /80
-    path = Path(config.state_dir) / STATE_FILE_NAME
+    path = Path(config.storage.state_dir) / STATE_FILE_NAME
     node = CloudNode(
         world,
         ec2,
@@ -238,14 +242,16 @@ def node_config(
     prefix_mode: bool = False,
     fallback: bool = False,
     cluster_name: str = "test-cluster",
-    **values: Any,
+    **groups: Any,
 ) -> Config:
     """The configuration whose pool targets are `targets` (PoolTargets' defaults are the settings'),
-    in prefix mode (with the fallback to secondary IPs) or not; `values` sets any other field."""
+    in prefix mode (with the fallback to secondary IPs) or not; `groups` replaces any other settings
+    group by its `Config` field (`pool=PoolSettings(release_delay_s=0.0)`: a group's own defaults
+    but the values given)."""
     t = targets or PoolTargets()
-    return replace(
-        Config.from_env({}),
-        state_dir=str(state_dir),
+    plain = Config()
+    sizing = replace(
+        plain.sizing,
         warm_eni_target=t.warm_eni_target,
         warm_ip_target=t.warm_ip_target,
         minimum_ip_target=t.minimum_ip_target,
@@ -255,6 +261,11 @@ def node_config(
         min_eni_lifetime_s=t.min_eni_lifetime_s,
         enable_prefix_delegation=prefix_mode,
         prefix_fallback_to_ips=fallback,
-        cluster_name=cluster_name,
-        **values,
+    )
+    return replace(
+        plain,
+        storage=replace(plain.storage, state_dir=str(state_dir)),
+        sizing=sizing,
+        enis=replace(plain.enis, cluster_name=cluster_name),
+        **groups,
     )

@@ -79,21 +79,21 @@ async def _cloud(
     """The EC2 adapter, the IMDS base URL and, embedded, the node around them: real AWS, or the
     embedded cloud kept in the state directory (lock it first). Raises `StartupError`."""
     if not embedded:
-        region = config.aws_region or os.environ.get("AWS_DEFAULT_REGION")
+        region = config.ec2.region or os.environ.get("AWS_DEFAULT_REGION")
         if region is None:
-            async with Imdsv2Client(config.imds_endpoint or DEFAULT_BASE_URL) as imds:
+            async with Imdsv2Client(config.ec2.imds_endpoint or DEFAULT_BASE_URL) as imds:
                 try:
                     region = (await imds.identity()).region
                 except CloudError as err:
                     raise StartupError(f"cannot read the region from IMDS: {err}") from err
-        client = make_client(region, config.ec2_endpoint, float(config.ec2_http_timeout_s))
-        adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
-        return adapter, config.imds_endpoint or DEFAULT_BASE_URL, None
+        client = make_client(region, config.ec2.endpoint, float(config.ec2.http_timeout_s))
+        adapter = Boto3Ec2(client, call_timeout_s=config.ec2.call_timeout_s, recorder=recorders)
+        return adapter, config.ec2.imds_endpoint or DEFAULT_BASE_URL, None
     from ipamd.node.embedded import start_embedded  # loads moto: never on a production start
 
     node = await start_embedded(config, stack, own_runtime=own_runtime)
-    client = node.world.client(client_config(float(config.ec2_http_timeout_s)))
-    adapter = Boto3Ec2(client, call_timeout_s=config.ec2_call_timeout_s, recorder=recorders)
+    client = node.world.client(client_config(float(config.ec2.http_timeout_s)))
+    adapter = Boto3Ec2(client, call_timeout_s=config.ec2.call_timeout_s, recorder=recorders)
     return adapter, node.imds_url, node
 
 
@@ -101,7 +101,7 @@ async def _hostnet(
     config: Config, imds: Imdsv2Client, stack: AsyncExitStack
 ) -> HostNetAdapters | None:
     """The kernel's adapters when IPAMD_HOST_NETWORK=on (pyroute2 is imported only then)."""
-    if config.host_network != "on":
+    if config.datapath.host_network != "on":
         lacking = family_of(config).hostnet_off_lacks
         logger.info("hostnet.off reason=IPAMD_HOST_NETWORK=off: pods lack %s", lacking)
         return None
@@ -134,9 +134,9 @@ async def _serve_api(app: App, path: str) -> Runner:
 
 def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Path | None:
     """Write the conflist once ready; with an unusable state file, make sure none is there."""
-    if config.cni_conf_dir is None or config.cni_conflist_template is None or data is None:
+    if config.conflist.conf_dir is None or config.conflist.template is None or data is None:
         return None
-    target = Path(config.cni_conf_dir) / Path(config.cni_conflist_template).name
+    target = Path(config.conflist.conf_dir) / Path(config.conflist.template).name
     if not daemon.ready:
         conflist.remove(target, "state_unavailable")
         return None
@@ -146,15 +146,15 @@ def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Pat
 def kube_settings(config: Config) -> KubeSettings:
     """What the Kubernetes API part (`ipamd.kube.agent`) reads of the configuration."""
     return KubeSettings(
-        mode=config.kubernetes,
-        node_name=config.node_name,
-        startup_taint=config.startup_taint,
-        eni_config_annotation=config.eni_config_annotation,
-        eni_config_label=config.eni_config_label,
-        manage_enis_non_schedulable=config.manage_enis_non_schedulable,
-        pod_aware_pool=config.pod_aware_pool,
-        annotate_pod_ip=config.annotate_pod_ip,
-        custom_networking=config.custom_networking,
+        mode=config.kube.mode,
+        node_name=config.kube.node_name,
+        startup_taint=config.kube.startup_taint,
+        eni_config_annotation=config.custom_networking.eni_config_annotation,
+        eni_config_label=config.custom_networking.eni_config_label,
+        manage_enis_non_schedulable=config.kube.manage_enis_non_schedulable,
+        pod_aware_pool=config.kube.pod_aware_pool,
+        annotate_pod_ip=config.kube.annotate_pod_ip,
+        custom_networking=config.custom_networking.enabled,
     )
 
 
@@ -166,8 +166,8 @@ async def _kube(
     kube = await kube_agent.open_for(kube_settings(config), os.environ, embedded, stack)
     if kube is None:
         return None, config
-    kubelet = await kube.node_max_pods(config.kubelet_config)
-    return kube, replace(config, kubelet_config=kubelet)
+    kubelet = await kube.node_max_pods(config.sizing.kubelet_config)
+    return kube, replace(config, sizing=replace(config.sizing, kubelet_config=kubelet))
 
 
 async def run(
@@ -191,14 +191,14 @@ async def run(
     async with AsyncExitStack() as stack:
         # Before anything opens a file in the state directory (the state file, the embedded
         # cloud's): a second ipamd on it must touch neither.
-        stack.callback(lock_state_dir(Path(config.state_dir)).release)
+        stack.callback(lock_state_dir(Path(config.storage.state_dir)).release)
         recorders = Recorders()
         ec2, imds_url, node = await _cloud(
             config, embedded, stack, recorders, own_runtime=own_runtime
         )
-        imds = Imdsv2Client(imds_url, ipv6_prefixes=config.enable_ipv6)
+        imds = Imdsv2Client(imds_url, ipv6_prefixes=config.family.enable_ipv6)
         stack.push_async_callback(imds.close)
-        runtime = GrpcCriRuntime(config.cri_socket_path)
+        runtime = GrpcCriRuntime(config.runtime.cri_socket_path)
         stack.push_async_callback(runtime.close)
         hostnet = await _hostnet(config, imds, stack)
         kube, config = await _kube(config, embedded, stack)
@@ -211,7 +211,7 @@ async def run(
                 addresses=runtime,
                 clock=clock,
                 hostnet=hostnet,
-                checkpoint=CheckpointFile(Path(config.aws_node_checkpoint)),
+                checkpoint=CheckpointFile(Path(config.storage.aws_node_checkpoint)),
                 eni_config=await kube_agent.eni_config_for(kube),
             )
         except CloudError as err:
@@ -225,7 +225,7 @@ async def run(
             daemon.engine,
             ready=lambda: daemon.ready,
             degraded=daemon.degraded,
-            gc_grace_s=config.leak_grace_s,
+            gc_grace_s=config.runtime.leak_grace_s,
             clock=clock,
             pod_routes=family_of(config).pod_routes(daemon.node_ip or POD_GATEWAY),
             pool_settings=lambda: pool_report(daemon),
@@ -235,7 +235,7 @@ async def run(
             host_network=daemon.datapath is not None,
         )
         app.middlewares.append(latency_middleware(recorders))
-        runner = await _serve_api(app, config.socket_path)
+        runner = await _serve_api(app, config.endpoints.socket_path)
         stack.push_async_callback(runner.cleanup)
         try:
             listening = await _serve_observability(
@@ -278,23 +278,23 @@ async def _network_policy(
     """The agent's part in ADD and DEL, and the config server it asks at its start, serving from
     here: before ready, since the agent exits when it cannot reach ipamd (its crash-loop backoff
     would delay every pod's policy) and the answer needs nothing start-up reads."""
-    agent = GrpcPolicyAgent(config.network_policy_agent_socket)
+    agent = GrpcPolicyAgent(config.network_policy.agent_socket)
     stack.push_async_callback(agent.close)
     try:
-        reply = await read_agent_config(imds, config.network_policy_mode, daemon.node_ip)
+        reply = await read_agent_config(imds, config.network_policy.mode, daemon.node_ip)
     except CloudError as err:
         raise StartupError(f"cannot read this instance from IMDS: {err}") from err
-    server = ConfigServer(config.config_server_socket, reply)
+    server = ConfigServer(config.network_policy.config_server_socket, reply)
     await server.start()
     stack.push_async_callback(server.close)
-    policy = NetworkPolicy(daemon.engine, agent, config.network_policy_mode)
+    policy = NetworkPolicy(daemon.engine, agent, config.network_policy.mode)
     if not policy.applies():
         logger.warning(
             "netpolicy.not_enforced mode=%r agent_socket=%s (pods run without network policy "
             "until the agent's socket appears; NETWORK_POLICY_ENFORCING_MODE=standard or strict "
             "makes ADD require the agent)",
-            config.network_policy_mode,
-            config.network_policy_agent_socket,
+            config.network_policy.mode,
+            config.network_policy.agent_socket,
         )
     return policy, server
 
@@ -312,18 +312,18 @@ async def _serve_observability(
     `ListenFailed` (a port in use) for `serve` to report in one line."""
     daemon.engine.subscribe(lambda m, _: recorders.note_commit(daemon.engine.state, m))
     listening: dict[str, HostPort] = {}
-    if not config.disable_metrics:
+    if not config.endpoints.disable_metrics:
         metrics = await serve_metrics(
             recorders,
             metric_sources(daemon, policy),
-            config.metrics_addr,
+            config.endpoints.metrics_addr,
             or_free_port=METRICS_ADDR in free_ports,
         )
         stack.push_async_callback(metrics.cleanup)
         listening[METRICS_ADDR] = listening_on(metrics)
-    if not config.disable_introspection:
+    if not config.endpoints.disable_introspection:
         settings = config.describe()
-        addr = config.introspection_bind_address
+        addr = config.endpoints.introspection_bind_address
         introspection = await serve_introspection(
             daemon.engine,
             settings,
@@ -371,7 +371,7 @@ async def _run_until_stopped(
     async with asyncio.TaskGroup() as tasks:
         workers = (
             [
-                tasks.create_task(daemon.pool.run(daemon.config.pool_interval_s), name="pool"),
+                tasks.create_task(daemon.pool.run(daemon.config.pool.interval_s), name="pool"),
                 tasks.create_task(daemon.drift_on_demand(), name="drift-on-demand"),
                 *(
                     [tasks.create_task(daemon.datapath.run(), name="hostnet")]

@@ -32,14 +32,14 @@ class ConflistError(ValueError):
 def render_for(config: Config) -> bytes | None:
     """The conflist ipamd writes once ready, as `config` asks (None: it writes none). Raises
     `ConflistError`."""
-    if config.cni_conflist_template is None:
+    if config.conflist.template is None:
         return None
     return render(
-        Path(config.cni_conflist_template),
-        config.socket_path,
-        config.pod_mtu or config.eni_mtu,
-        family_of(config).egress_dir(Path(config.socket_path).parent),
-        plugin_log=(config.plugin_log_file, config.plugin_log_level),
+        Path(config.conflist.template),
+        config.endpoints.socket_path,
+        config.conflist.pod_mtu or config.datapath.eni_mtu,
+        family_of(config).egress_dir(Path(config.endpoints.socket_path).parent),
+        plugin_log=(config.conflist.plugin_log_file, config.conflist.plugin_log_level),
     )
 
 

@@ -170,23 +170,23 @@ class Daemon(OnParts):
 
     def schedule(self) -> None:
         c = self.config
-        self.jobs.add(Job("ec2_drift", self.drift.run_once, c.ec2_reconcile_interval_s, 5.0))
-        self.jobs.add(Job("imds_hint", self.hint.run_once, c.imds_hint_interval_s, 1.0))
-        self.jobs.add(Job("leak_gc", self.leak_gc.run_once, c.leak_gc_interval_s, 5.0))
+        self.jobs.add(Job("ec2_drift", self.drift.run_once, c.reconcile.ec2_interval_s, 5.0))
+        self.jobs.add(Job("imds_hint", self.hint.run_once, c.reconcile.imds_hint_interval_s, 1.0))
+        self.jobs.add(Job("leak_gc", self.leak_gc.run_once, c.runtime.leak_gc_interval_s, 5.0))
         if self.datapath is not None:
             self.jobs.add(
-                Job("hostnet", self.datapath.reconcile, c.host_network_reconcile_interval_s, 1.0)
+                Job("hostnet", self.datapath.reconcile, c.datapath.reconcile_interval_s, 1.0)
             )
         # A node whose pool makes no ENIs (IPv6) has none to leak, nor does a node provisioned by
         # someone else (VPC CNI turns ENI GC off in both cases too).
         makes_enis = self.parts.family.makes_enis
         if makes_enis and not (
-            c.disable_leaked_eni_cleanup or c.disable_network_resource_provisioning
+            c.enis.disable_leaked_eni_cleanup or c.pool.disable_network_resource_provisioning
         ):
-            self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.eni_gc_interval_s, 60.0))
+            self.jobs.add(Job("eni_gc", self.eni_gc.run_once, c.enis.gc_interval_s, 60.0))
         if self.parts.subnet_free is not None:
             reading = self.parts.subnet_free
-            self.jobs.add(Job("subnet_free", reading.run_once, c.subnet_refresh_interval_s, 30.0))
+            self.jobs.add(Job("subnet_free", reading.run_once, c.subnets.refresh_interval_s, 30.0))
 
     async def _read_subnets(self) -> None:
         """The first reading of the subnets' free addresses, so that scarcity is known from the
@@ -333,11 +333,11 @@ def _datapath(
         adapters.host,
         adapters.snat,
         DatapathSettings(
-            mtu=config.eni_mtu,
-            external_snat=config.external_snat,
-            exclude_snat_cidrs=config.exclude_snat_cidrs,
-            randomize_snat=config.randomize_snat,
-            node_port_support=config.node_port_support,
+            mtu=config.datapath.eni_mtu,
+            external_snat=config.datapath.external_snat,
+            exclude_snat_cidrs=config.datapath.exclude_snat_cidrs,
+            randomize_snat=config.datapath.randomize_snat,
+            node_port_support=config.datapath.node_port_support,
             snat=family_of(config).snat,
         ),
         node_ip=instance.private_ip,
@@ -367,7 +367,7 @@ async def repair(daemon: Daemon, apply: bool) -> dict[str, object]:
 
 
 async def _rebuild(daemon: Daemon, apply: bool) -> dict[str, object]:
-    path = Path(daemon.config.state_dir) / STATE_FILE_NAME
+    path = Path(daemon.config.storage.state_dir) / STATE_FILE_NAME
     plan = await gather_claims(daemon.runtime, daemon.addresses)
     actions = [str(daemon.engine.unavailable), *plan.describe(path)]
     if not apply:

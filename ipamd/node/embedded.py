@@ -68,9 +68,8 @@ class EmbeddedNode:
 
     def how_to_repair(self, config: Config) -> str:
         """For a node that is not ready (an unusable state file): the exact repair command."""
-        ipamctl = (
-            f"{os.path.dirname(sys.executable)}/ipamctl --socket {absolute(config.socket_path)}"
-        )
+        socket = absolute(config.endpoints.socket_path)
+        ipamctl = f"{os.path.dirname(sys.executable)}/ipamctl --socket {socket}"
         return (
             f"ipamd: not ready. `{ipamctl} repair` shows how the state file would be rebuilt from "
             "the cloud and the runtime; `--apply` rebuilds it, and ipamd exits to be started again."
@@ -94,13 +93,13 @@ async def start_embedded(
     """The kept cloud, its IMDS and (with `own_runtime`) the embedded CRI, each closed by `stack`.
     Call with the state directory locked. Raises `StateUnusable` (a cloud file that cannot be read
     or rebuilt) or `SettingUnusable` (the runtime's socket cannot be served)."""
-    state_dir = absolute(config.state_dir)
+    state_dir = absolute(config.storage.state_dir)
     cloud_path = state_dir / CLOUD_FILE
     try:
         kept = start_kept_world(
             cloud_path,
-            config.embedded_instance_type,
-            config.aws_region or "us-west-2",
+            config.embedded.instance_type,
+            config.ec2.region or "us-west-2",
             layout=world_layout(config),
         )
     except CloudFileError as err:
@@ -134,8 +133,8 @@ async def start_embedded(
 def world_layout(config: Config) -> Layout | None:
     """The embedded world's layout: the pod subnet's (IPAMD_EMBEDDED_POD_SUBNET), with IPv6 CIDR
     blocks on the VPC and its subnets when the node runs IPv6 mode (ENABLE_IPv6)."""
-    layout = pod_subnet_layout(config.embedded_pod_subnet)
-    if not config.enable_ipv6:
+    layout = pod_subnet_layout(config.embedded.pod_subnet)
+    if not config.family.enable_ipv6:
         return layout
     return dataclasses.replace(layout or Layout(), ipv6=True)
 
@@ -161,7 +160,7 @@ def cri_socket_path(config: Config) -> Path:
     """The embedded runtime's socket, IPAMD_CRI_SOCKET's default under `--embedded`: beside the
     API's, named after it (`ipamd.sock` → `ipamd-cri.sock`), so two nodes with sockets side by side
     do not share one."""
-    api = absolute(config.socket_path)
+    api = absolute(config.endpoints.socket_path)
     return api.with_name(f"{api.stem}-cri.sock")
 
 
@@ -172,7 +171,7 @@ def runtime_record_path(cri_socket: Path) -> Path:
 
 
 async def _runtime(config: Config, state_dir: Path, stack: AsyncExitStack) -> EmbeddedCri:
-    path = Path(config.cri_socket_path)  # `main` set it to `cri_socket_path()`
+    path = Path(config.runtime.cri_socket_path)  # `main` set it to `cri_socket_path()`
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise SettingUnusable(
             f"the embedded runtime's socket {path} is longer than {MAX_SOCKET_PATH} bytes "
@@ -263,7 +262,7 @@ def how_to_try(config: Config, node: EmbeddedNode, listening: Mapping[str, HostP
     delete intents); then where the metrics and introspection endpoints listen (`listening`, by
     setting), saying so when a port was taken."""
     bin_dir = os.path.dirname(sys.executable)
-    sock = os.path.abspath(config.socket_path)
+    sock = os.path.abspath(config.endpoints.socket_path)
     ipamctl = f"{bin_dir}/ipamctl --socket {sock}"
     pod = f"demo-{secrets.token_hex(3)}"
     vanishing = f"{pod}-vanishes"
@@ -288,7 +287,7 @@ def how_to_try(config: Config, node: EmbeddedNode, listening: Mapping[str, HostP
         cni("ADD", pod),
         f"    {ipamctl} allocations",
         f"  Its DEL: the address goes back to the pool; the delete intent it leaves refuses a late "
-        f"ADD of {pod} for IPAMD_DELETE_INTENT_TTL ({config.delete_intent_ttl_s:g} s).",
+        f"ADD of {pod} for IPAMD_DELETE_INTENT_TTL ({config.engine.delete_intent_ttl_s:g} s).",
         cni("DEL", pod),
         f"    {ipamctl} intents",
     ]
@@ -299,8 +298,8 @@ def how_to_try(config: Config, node: EmbeddedNode, listening: Mapping[str, HostP
             cni("ADD", vanishing),
             f"    echo {vanishing} >> {node.runtime.gone_file}",
             f"  Repair shows its release, then --apply does it (the leak GC does it alone after "
-            f"IPAMD_LEAK_GRACE, {config.leak_grace_s:g} s, and two listings, "
-            f"IPAMD_LEAK_GC_INTERVAL, {config.leak_gc_interval_s:g} s).",
+            f"IPAMD_LEAK_GRACE, {config.runtime.leak_grace_s:g} s, and two listings, "
+            f"IPAMD_LEAK_GC_INTERVAL, {config.runtime.leak_gc_interval_s:g} s).",
             f"    {ipamctl} repair",
             f"    {ipamctl} repair --apply",
             f"  The embedded runtime (CRI) is at {node.runtime.endpoint}.",
@@ -317,12 +316,12 @@ def _endpoints(config: Config, listening: Mapping[str, HostPort]) -> list[str]:
     """A line per TCP endpoint served: its URL, and the port it wanted if that one was taken."""
     lines = []
     for name, setting, path, wanted in (
-        ("Metrics", "IPAMD_METRICS_ADDR", "/metrics", config.metrics_addr),
+        ("Metrics", "IPAMD_METRICS_ADDR", "/metrics", config.endpoints.metrics_addr),
         (
             "Introspection",
             "INTROSPECTION_BIND_ADDRESS",
             "/v1/enis",
-            config.introspection_bind_address,
+            config.endpoints.introspection_bind_address,
         ),
     ):
         bound = listening.get(setting)

@@ -84,13 +84,13 @@ async def describe_node(ec2: Ec2Catalog, instance_id: str) -> NodeFacts:
 
 def strategy(config: Config) -> UnitStrategy:
     """The unit the pool grows by: /28 prefixes or secondary IPs (ENABLE_PREFIX_DELEGATION)."""
-    return strategy_for(config.enable_prefix_delegation)
+    return strategy_for(config.sizing.enable_prefix_delegation)
 
 
 def fallback_strategy(config: Config) -> UnitStrategy | None:
     """Prefix mode with IPAMD_PREFIX_FALLBACK_TO_IPS: secondary IPs when no /28 is left."""
     prefix_mode = strategy(config).kind == "prefix"
-    return SECONDARY_IPS if config.prefix_fallback_to_ips and prefix_mode else None
+    return SECONDARY_IPS if config.sizing.prefix_fallback_to_ips and prefix_mode else None
 
 
 def unit_kinds(config: Config) -> tuple[UnitKind, ...]:
@@ -107,11 +107,11 @@ def engine_settings(config: Config, limits: NodeLimits) -> EngineSettings:
     max_pods = compute_pod_limit(targets, limits, unit, family.name)
     enis_hold = compute_address_capacity(targets, limits, unit)
     return EngineSettings(
-        cooldown_s=float(config.ip_cooldown_period_s),
-        intent_ttl_s=config.delete_intent_ttl_s,
+        cooldown_s=float(config.engine.ip_cooldown_period_s),
+        intent_ttl_s=config.engine.delete_intent_ttl_s,
         max_pods=max_pods,
         max_addresses=family.address_capacity(max_pods, enis_hold),
-        pods_on_primary=not config.custom_networking,
+        pods_on_primary=not config.custom_networking.enabled,
         pick=family.pick,
     )
 
@@ -120,9 +120,9 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
     """With custom networking, the ENIConfig named after the node's zone, which gives new ENIs
     their subnet and security groups; None without. Raises `SettingUnusable` when the file has
     none for the zone, or when no ENI is left for pods besides the primary."""
-    if not config.custom_networking:
+    if not config.custom_networking.enabled:
         return None
-    file, zone = config.eni_config_file, node.instance.availability_zone
+    file, zone = config.custom_networking.eni_config_file, node.instance.availability_zone
     if file is None:
         raise SettingUnusable(
             "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true: no ENIConfig could be read from the "
@@ -133,10 +133,14 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
         for env, value, default in (
             (
                 "ENI_CONFIG_LABEL_DEF",
-                config.eni_config_label,
+                config.custom_networking.eni_config_label,
                 (DEFAULT_ENICONFIG_KEY, *ZONE_LABELS),
             ),
-            ("ENI_CONFIG_ANNOTATION_DEF", config.eni_config_annotation, (DEFAULT_ENICONFIG_KEY,)),
+            (
+                "ENI_CONFIG_ANNOTATION_DEF",
+                config.custom_networking.eni_config_annotation,
+                (DEFAULT_ENICONFIG_KEY,),
+            ),
         )
         if value not in default
     ]
@@ -159,7 +163,7 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
     if enis_for_pods(pool_targets(config), node.limits) == 0:
         raise SettingUnusable(
             "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true leaves no ENI for pods: the primary carries "
-            f"none, and this node may have only one (MAX_ENI={config.max_eni}, "
+            f"none, and this node may have only one (MAX_ENI={config.sizing.max_eni}, "
             f"{node.instance.instance_type} takes {node.limits.max_enis})"
         )
     return spec
@@ -171,31 +175,31 @@ def pool_settings(config: Config) -> PoolSettings:
         targets=pool_targets(config),
         strategy=strategy(config),
         fallback_strategy=fallback_strategy(config),
-        subnet_scarcity_threshold=config.subnet_scarcity_threshold,
-        cluster_name=config.cluster_name,
-        extra_tags=config.additional_eni_tags,
-        subnet_exhausted_cooldown_s=config.subnet_exhausted_cooldown_s,
-        release_grace_s=config.reconcile_grace_s,
-        shrink_interval_s=config.shrink_interval_s,
-        release_delay_s=config.release_delay_s,
-        provisioning=not config.disable_network_resource_provisioning,
+        subnet_scarcity_threshold=config.subnets.scarcity_threshold,
+        cluster_name=config.enis.cluster_name,
+        extra_tags=config.enis.additional_eni_tags,
+        subnet_exhausted_cooldown_s=config.subnets.exhausted_cooldown_s,
+        release_grace_s=config.reconcile.grace_s,
+        shrink_interval_s=config.pool.shrink_interval_s,
+        release_delay_s=config.pool.release_delay_s,
+        provisioning=not config.pool.disable_network_resource_provisioning,
     )
 
 
 def pool_targets(config: Config) -> PoolTargets:
     """The pool's knobs, as the configuration sets them (the pods on their way come later, from
     the pool manager: `PoolManager.targets`)."""
-    kubelet = config.kubelet_config
+    kubelet = config.sizing.kubelet_config
     return PoolTargets(
-        warm_eni_target=config.warm_eni_target,
-        warm_ip_target=config.warm_ip_target,
-        minimum_ip_target=config.minimum_ip_target,
-        warm_prefix_target=config.warm_prefix_target,
-        max_eni=config.max_eni,
-        max_pods=config.max_pods_override,
+        warm_eni_target=config.sizing.warm_eni_target,
+        warm_ip_target=config.sizing.warm_ip_target,
+        minimum_ip_target=config.sizing.minimum_ip_target,
+        warm_prefix_target=config.sizing.warm_prefix_target,
+        max_eni=config.sizing.max_eni,
+        max_pods=config.sizing.max_pods_override,
         kubelet_max_pods=kubelet.max_pods if kubelet else None,
-        min_eni_lifetime_s=config.min_eni_lifetime_s,
-        custom_networking=config.custom_networking,
+        min_eni_lifetime_s=config.sizing.min_eni_lifetime_s,
+        custom_networking=config.custom_networking.enabled,
     )
 
 
@@ -203,10 +207,10 @@ def subnet_settings(config: Config, eni_config: EniConfig | None = None) -> Subn
     """Where new ENIs go: the ENIConfig's subnet (custom networking), else subnet discovery
     (ENABLE_SUBNET_DISCOVERY) or the node's subnet."""
     return SubnetSettings(
-        discovery=config.enable_subnet_discovery,
-        cluster_name=config.cluster_name,
+        discovery=config.subnets.discovery,
+        cluster_name=config.enis.cluster_name,
         eni_config=eni_config,
-        refresh_s=config.subnet_refresh_interval_s,
+        refresh_s=config.subnets.refresh_interval_s,
     )
 
 
@@ -311,7 +315,7 @@ async def open_parts(
     node's zone."""
     if eni_config is None:
         eni_config = node_eni_config(config, node)
-    path = Path(config.state_dir) / STATE_FILE_NAME
+    path = Path(config.storage.state_dir) / STATE_FILE_NAME
     engine = await open_engine(path, clock, engine_settings(config, node.limits))
     instance_id = node.instance.instance_id
     kinds = unit_kinds(config)
@@ -337,7 +341,7 @@ async def open_parts(
         background,
         instance_id,
         kinds,
-        config.reconcile_grace_s,
+        config.reconcile.grace_s,
         clock,
         lambda: pool.releases_in_flight | pending | pool.unbound_enis,
         foreign,
@@ -348,7 +352,7 @@ async def open_parts(
         lambda: engine.state,
         imds,
         kinds,
-        config.reconcile_grace_s,
+        config.reconcile.grace_s,
         clock,
         drift_wanted.set,
         foreign=foreign,
@@ -356,17 +360,17 @@ async def open_parts(
     eni_gc = EniGc(
         background,
         instance_id,
-        config.eni_gc_grace_s,
+        config.enis.gc_grace_s,
         clock,
         lambda: pending | set(engine.state.enis()),
-        cluster_name=config.cluster_name,
+        cluster_name=config.enis.cluster_name,
     )
     return Parts(
         engine=engine,
         pool=pool,
         drift=drift,
         hint=hint,
-        leak_gc=LeakGc(engine, runtime, config.leak_grace_s, clock),
+        leak_gc=LeakGc(engine, runtime, config.runtime.leak_grace_s, clock),
         eni_gc=eni_gc,
         pending_enis=pending,
         node=node,
@@ -384,7 +388,7 @@ def subnet_reading(
     """A reading of its own of the free addresses in the subnets new ENIs go to (the ENIConfig's, or
     the node's), for scarcity mode when subnet discovery does not read them; None when discovery
     does (the catalogue's view has them), the mode is off, or there is no catalog to read."""
-    if catalogue.discovering or catalog is None or config.subnet_scarcity_threshold <= 0:
+    if catalogue.discovering or catalog is None or config.subnets.scarcity_threshold <= 0:
         return None
     background = catalog.with_policy(CallPolicy.BACKGROUND)
     return SubnetFree(read_subnets(background, catalogue.candidates), clock)

@@ -121,4 +121,4 @@ FAMILIES: Mapping[AddressFamily, Family] = {"ipv4": Ipv4(), "ipv6": Ipv6()}
 
 def family_of(config: Config) -> Family:
     """The family the settings choose."""
-    return FAMILIES[address_family(config.enable_ipv6)]
+    return FAMILIES[address_family(config.family.enable_ipv6)]

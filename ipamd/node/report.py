@@ -101,7 +101,7 @@ def max_pods_report(daemon: Daemon) -> dict[str, object]:
     family = daemon.parts.family.name
     strategy = daemon.pool.report().strategy
     rule = compute_pod_limit_rule(parts.targets, parts.node.limits, strategy, family)
-    kubelet = daemon.config.kubelet_config
+    kubelet = daemon.config.sizing.kubelet_config
     return {
         "max_pods": daemon.engine.settings.max_pods,
         "max_pods_rule": str(rule.rule),

@@ -46,6 +46,8 @@ from cloud.ports import Ec2Api, Instance
 from datastore.records import Mutation
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
+from ipamd.config import groups
+from ipamd.config.groups import PoolSettings, ReconcileSettings
 from ipamd.config.settings import Config
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
@@ -104,9 +106,10 @@ def node_config(path: Path) -> Config:
         path.parent,
         TARGETS,
         cluster_name="crash-cluster",
-        delete_intent_ttl_s=INTENT_TTL_S,
-        reconcile_grace_s=GRACE_S,
-        release_delay_s=0.0,  # the pool shrinks as soon as it may: kills land inside releases
+        engine=groups.EngineSettings(delete_intent_ttl_s=INTENT_TTL_S),
+        reconcile=ReconcileSettings(grace_s=GRACE_S),
+        # the pool shrinks as soon as it may: kills land inside releases
+        pool=PoolSettings(release_delay_s=0.0),
     )
 
 

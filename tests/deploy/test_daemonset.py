@@ -180,11 +180,13 @@ def test_the_logs_are_where_aws_node_writes_them() -> None:
     assert log_file.startswith(mount["mountPath"] + "/") and not mount.get("readOnly")
     assert mount["mountPath"] == host_paths()["aws-routed-eni"]
     config = Config.from_env(environment())
-    assert config.log_file == log_file
-    assert config.plugin_log_file == host_paths()["aws-routed-eni"] + "/plugin.log"
+    assert config.logging.file == log_file
+    assert config.conflist.plugin_log_file == host_paths()["aws-routed-eni"] + "/plugin.log"
     (plugin, _) = json.loads(
         conflist_file.render(
-            CONFLIST, config.socket_path, plugin_log=(config.plugin_log_file, "info")
+            CONFLIST,
+            config.endpoints.socket_path,
+            plugin_log=(config.conflist.plugin_log_file, "info"),
         )
     )["plugins"]
     assert plugin["pluginLogFile"] == "/var/log/aws-routed-eni/plugin.log"
@@ -221,10 +223,13 @@ def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def test_configmap_and_env_parse_as_ipamd_configuration() -> None:
     config = Config.from_env(environment())
-    assert config.socket_path == "/run/ipamd/ipamd.sock"
-    assert config.state_dir == "/var/lib/ipamd"
-    assert (config.metrics_addr.host, config.metrics_addr.port) == ("10.0.1.17", 61678)
-    assert config.log_format == "json"
+    assert config.endpoints.socket_path == "/run/ipamd/ipamd.sock"
+    assert config.storage.state_dir == "/var/lib/ipamd"
+    assert (config.endpoints.metrics_addr.host, config.endpoints.metrics_addr.port) == (
+        "10.0.1.17",
+        61678,
+    )
+    assert config.logging.format == "json"
 
 
 def test_configmap_carries_the_vpc_cni_knobs_and_only_known_settings() -> None:
@@ -242,7 +247,7 @@ def test_configmap_carries_the_vpc_cni_knobs_and_only_known_settings() -> None:
 def test_prefix_mode_from_the_configmap_parses() -> None:
     """The documented switch to prefix mode is a valid configuration as shipped."""
     config = Config.from_env(environment({"ENABLE_PREFIX_DELEGATION": "true"}))
-    assert config.enable_prefix_delegation is True
+    assert config.sizing.enable_prefix_delegation is True
 
 
 def test_conflist_is_a_cni_network_ipamd_cni_accepts() -> None:

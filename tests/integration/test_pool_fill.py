@@ -79,7 +79,7 @@ async def test_targets_hold_under_churn_and_units_go_back_after(
             await node.engine.release(key(cid))
         node.clock.advance(node.engine.settings.cooldown_s + 1)
         await node.settle()  # the spare units go back; the spare ENIs wait out their delay
-        node.clock.advance(node.config.release_delay_s)
+        node.clock.advance(node.config.pool.release_delay_s)
         await node.settle()
         node.check()
         total = sum(len(units) for units in node.ec2_units().values())

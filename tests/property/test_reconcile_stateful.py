@@ -55,6 +55,8 @@ from cloud.models import Ipv4UnitKind
 from datastore.records import AllocationRecord
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock, FakeClock
+from ipamd.config import groups
+from ipamd.config.groups import ReconcileSettings, RuntimeSettings
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.invariants import check_invariants, normalized
@@ -222,9 +224,9 @@ class ReconcileMachine(RuleBasedStateMachine):
             self.dir / "state",
             knobs,
             prefix_mode=kind == "prefix",
-            ip_cooldown_period_s=cooldown_s,
-            reconcile_grace_s=GRACE_S,
-            leak_grace_s=LEAK_GRACE_S,
+            engine=groups.EngineSettings(ip_cooldown_period_s=cooldown_s),
+            reconcile=ReconcileSettings(grace_s=GRACE_S),
+            runtime=RuntimeSettings(leak_grace_s=LEAK_GRACE_S),
         )
         self.facts = self.run(describe_node(self.ec2, self.ec2.instance_id))
         self.open(adopt=True, live_containers=None)

@@ -13,6 +13,7 @@ from cloud.embedded.faults import FaultInjector
 from cloud.embedded.world import EmbeddedEc2
 from datastore.records import AllocationRecord
 from ipamd.clock import Clock
+from ipamd.config.groups import PoolSettings
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
@@ -25,7 +26,7 @@ from tests.support.stores import FaultyStore
 
 # Every pool in this module keeps its ENIs no longer than the test needs them.
 EAGER = PoolTargets(min_eni_lifetime_s=0)
-NO_RELEASE_DELAY = {"release_delay_s": 0.0}
+NO_RELEASE_DELAY = {"pool": PoolSettings(release_delay_s=0.0)}
 """What is spare goes at the first round that may free it (IPAMD_RELEASE_DELAY=0): for the
 scenarios about how a release goes, not when."""
 

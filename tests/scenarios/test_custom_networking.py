@@ -75,7 +75,7 @@ async def _open(world: World, config: Config, clock: FakeClock) -> CloudNode:
         rng=random.Random(3),
     )
     await parts.pool.adopt()
-    path = Path(config.state_dir) / STATE_FILE_NAME
+    path = Path(config.storage.state_dir) / STATE_FILE_NAME
     strategy = unit_strategy(config)
     return CloudNode(world, ec2, ec2, parts, clock, path, strategy, config, facts, runtime)
 

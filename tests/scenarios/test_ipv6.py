@@ -98,7 +98,7 @@ async def test_the_80_is_reconciled_by_content_with_the_grace_window(node: Cloud
     inside = await node.drift.run_once()
     assert inside.lost == [] and inside.added == [new]
     assert engine.state.units()[old].state == "active", "ipamd added it just now: left alone"
-    node.clock.advance(node.config.reconcile_grace_s)
+    node.clock.advance(node.config.reconcile.grace_s)
     outside = await node.drift.run_once()
 
     assert outside.lost == [old]
@@ -132,7 +132,7 @@ async def test_the_ipv6_pool_is_its_own_not_an_ipv4_pool_manager(node: CloudNode
 async def test_a_lost_80_is_replaced_by_the_pool_when_ec2_lists_none(node: CloudNode) -> None:
     engine, primary = node.engine, _primary(node)
     old = str(_prefix(node))
-    node.clock.advance(node.config.reconcile_grace_s)
+    node.clock.advance(node.config.reconcile.grace_s)
     eni_ipv6_prefixes(_backend_eni(node, primary)).clear()
 
     assert (await node.drift.run_once()).dropped == [old], "free, it just leaves"
@@ -156,7 +156,7 @@ async def test_leak_gc_releases_the_128s_of_sandboxes_the_runtime_no_longer_list
     node.runtime.start("alive")
 
     assert await gc.run_once() == ()
-    node.clock.advance(node.config.leak_grace_s)
+    node.clock.advance(node.config.runtime.leak_grace_s)
     assert set(await gc.run_once()) == {"gone-1", "gone-2"}
 
     assert {k.container_id for k in node.engine.state.allocations()} == {"alive"}

@@ -15,6 +15,7 @@ import pytest
 
 from cloud.embedded.world import EmbeddedEc2
 from datastore.records import AllocationRecord
+from ipamd.config.groups import SubnetSettings
 from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
@@ -30,7 +31,7 @@ from tests.support.node import key
 
 # -- S31 ---------------------------------------------------------------------------------------
 
-EXHAUSTION_ALONE = {"subnet_scarcity_threshold": 0}
+EXHAUSTION_ALONE = {"subnets": SubnetSettings(scarcity_threshold=0)}
 """Subnets this small are scarce too (tests/scenarios/test_subnet_scarcity.py): these tests are
 about exhaustion, with the warm targets as configured."""
 

@@ -115,6 +115,6 @@ async def test_addresses_provisioned_later_are_served(
 
 
 def test_the_setting_is_parsed_as_vpc_cni_parses_it(tmp_path: Path) -> None:
-    assert config(tmp_path).disable_network_resource_provisioning
+    assert config(tmp_path).pool.disable_network_resource_provisioning
     on = Config.from_env({"IPAMD_STATE_DIR": str(tmp_path)})
-    assert not on.disable_network_resource_provisioning
+    assert not on.pool.disable_network_resource_provisioning

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
+from ipamd.config.groups import PoolSettings
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.sizing.model import PoolTargets
 from tests.support.node import key
@@ -40,7 +41,7 @@ async def test_a_spare_eni_goes_only_after_the_delay_and_a_break_starts_it_over(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     async with open_cloud_node(embedded, tmp_path, "m5.large", targets=EAGER) as node:
-        delay_s = node.config.release_delay_s
+        delay_s = node.config.pool.release_delay_s
         assert delay_s == 300.0, "the default"
         await node.settle()
         assert len(node.ec2_units()) == 1, "the primary's 9 free addresses meet the target"
@@ -71,7 +72,11 @@ async def test_a_delay_of_zero_frees_a_spare_eni_at_the_first_round(
     embedded: EmbeddedEc2, tmp_path: Path
 ) -> None:
     async with open_cloud_node(
-        embedded, tmp_path, "m5.large", targets=EAGER, settings={"release_delay_s": 0.0}
+        embedded,
+        tmp_path,
+        "m5.large",
+        targets=EAGER,
+        settings={"pool": PoolSettings(release_delay_s=0.0)},
     ) as node:
         await node.settle()
         await _come_and_go(node, "pod-0")
@@ -93,7 +98,7 @@ async def test_a_spare_prefix_goes_only_after_the_delay(
         assert sum(len(units) for units in node.ec2_units().values()) == prefixes + 1
         await node.pool.run_once()
         assert node.pool.plan().release_units, "the pod's prefix is wholly free again: spare"
-        node.clock.advance(node.config.release_delay_s - 1)
+        node.clock.advance(node.config.pool.release_delay_s - 1)
         await node.pool.run_once()
         assert sum(len(units) for units in node.ec2_units().values()) == prefixes + 1, "kept"
         node.clock.advance(1)

@@ -15,6 +15,7 @@ import pytest
 from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import EmbeddedEc2
 from cloud.imds import Imdsv2Client
+from ipamd.config.groups import PoolSettings
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.sizing.model import PoolTargets
@@ -101,7 +102,8 @@ async def views(embedded: EmbeddedEc2, tmp_path: Path) -> AsyncIterator[Views]:
         tmp_path,
         targets=targets,
         subnet_cidr="10.56.144.0/20",
-        settings={"release_delay_s": 0.0},  # the excess goes at once: the lie meets a release
+        # the excess goes at once: the lie meets a release
+        settings={"pool": PoolSettings(release_delay_s=0.0)},
     ) as node:
         sim = ImdsSimulator(node.world, clock=node.clock.now)
         base_url = await sim.start()

@@ -30,7 +30,7 @@ async def test_a_clean_start_is_adoption_logged_at_info_and_real_drift_warns(
             assert warned == [], [r.getMessage() for r in warned]
             assert any("reconcile.adopted" in r.getMessage() for r in caplog.records)
             await daemon.pool.run_once()  # the warm pool's first units, on ipamd's own calls
-            clock.advance(config.reconcile_grace_s + 1)
+            clock.advance(config.reconcile.grace_s + 1)
             await daemon.drift.run_once()
             warned = [r for r in caplog.records if r.levelname == "WARNING"]
             assert warned == [], "its own growth is no drift either"
@@ -38,7 +38,7 @@ async def test_a_clean_start_is_adoption_logged_at_info_and_real_drift_warns(
             held = next(iter(daemon.engine.state.units()))
             eni_id = daemon.engine.state.units()[held].eni_id
             await ec2.unassign_units(eni_id, "ip", [held])  # behind ipamd's back
-            clock.advance(config.reconcile_grace_s + 1)
+            clock.advance(config.reconcile.grace_s + 1)
             report = await daemon.drift.run_once()
             assert report.dropped == [held]
             assert [r.getMessage().split()[0] for r in caplog.records] == ["reconcile.drift"]

@@ -22,6 +22,7 @@ from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.config.eniconfig import EniConfig
+from ipamd.config.groups import ReconcileSettings
 from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.cloud_node import CloudNode, node_config, open_cloud_node
@@ -50,7 +51,7 @@ async def _open(
     eni_config: EniConfig | None = None,
     **values: Any,
 ) -> Parts:
-    config = node_config(tmp_path, targets, reconcile_grace_s=0.0, **values)
+    config = node_config(tmp_path, targets, reconcile=ReconcileSettings(grace_s=0.0), **values)
     facts = await describe_node(ec2, ec2.instance_id)
     parts = await open_parts(
         config,

@@ -18,6 +18,7 @@ from cloud.embedded.fragment import fragment_subnet, free_blocks
 from cloud.embedded.world import EmbeddedEc2
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, SubnetSpec
 from datastore.records import AllocationRecord
+from ipamd.config.groups import SubnetSettings
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.sizing.model import PoolTargets
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
@@ -291,7 +292,7 @@ async def test_a_fragmented_subnet_sends_prefix_growth_to_another_subnet_before_
         subnet_cidr="10.0.0.0/24",
         fallback=True,
         layout=POD_LAYOUT,
-        settings={"subnet_scarcity_threshold": 0},
+        settings={"subnets": SubnetSettings(scarcity_threshold=0)},
     ) as node:
         client: Any = node.world.client()
         fragment_subnet(client, node.world.subnet_id)

@@ -17,6 +17,7 @@ import pytest
 from cloud.fakes import FakeEc2, FakeImds
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
+from ipamd.config.groups import ReconcileSettings, SubnetSettings
 from ipamd.engine.invariants import check_invariants
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.cloud_node import node_config
@@ -55,7 +56,7 @@ def _others_leave(ec2: FakeEc2) -> None:
 
 
 async def _open(tmp_path: Path, ec2: FakeEc2, clock: FakeClock, **values: Any) -> Parts:
-    config = node_config(tmp_path, TARGETS, reconcile_grace_s=0.0, **values)
+    config = node_config(tmp_path, TARGETS, reconcile=ReconcileSettings(grace_s=0.0), **values)
     parts = await open_parts(
         config,
         await describe_node(ec2, ec2.instance_id),
@@ -132,7 +133,7 @@ async def test_a_tagged_subnet_takes_over_when_the_nodes_runs_dry_under_the_prim
 async def test_without_discovery_exhaustion_pauses_growth_as_before(tmp_path: Path) -> None:
     clock = FakeClock()
     ec2, _ = _dry_node_subnet(clock, free=4)
-    parts = await _open(tmp_path, ec2, clock, enable_subnet_discovery=False)
+    parts = await _open(tmp_path, ec2, clock, subnets=SubnetSettings(discovery=False))
     try:
         await parts.pool.run_once()
         assert parts.pool.conditions.subnet_exhausted_until == clock.now() + 120.0

@@ -80,5 +80,5 @@ class AwsNodeLeft:
         )
 
     def check(self, daemon: Daemon) -> None:
-        state_file = Path(self.config.state_dir) / STATE_FILE_NAME
+        state_file = Path(self.config.storage.state_dir) / STATE_FILE_NAME
         check_invariants(daemon.engine, state_file, self.clock.now())

@@ -119,7 +119,7 @@ def test_the_ceiling_comes_down_as_branches_go() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "if config.enable_ipv6:\n    pass",
+        "if config.family.enable_ipv6:\n    pass",
         "x = 1 if family == 'ipv6' else 2",
         "if a:\n    pass\nelif unit.kind == IPV6_PREFIX:\n    pass",
         "y = [a for a in addresses if ':' in a]",

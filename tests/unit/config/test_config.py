@@ -10,12 +10,36 @@ from pathlib import Path
 
 import pytest
 
+from ipamd.config.groups import (
+    ConflistSettings,
+    CustomNetworkingSettings,
+    DatapathSettings,
+    Ec2Settings,
+    EmbeddedSettings,
+    EndpointSettings,
+    EngineSettings,
+    EniSettings,
+    FamilySettings,
+    LogSettings,
+    PoolSettings,
+    ReconcileSettings,
+    RuntimeSettings,
+    SizingSettings,
+    StorageSettings,
+    SubnetSettings,
+)
 from ipamd.config.kinds import HostPort, render_settings_table
 from ipamd.config.kubelet import DEFAULT_KUBELET_CONFIG, read_kubelet_config
 from ipamd.config.settings import SETTINGS, Config, ConfigError
 
 TAGS = (("team", "net"), ("env", "x"))
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
+
+
+def value_at(config: Config, path: str) -> object:
+    """A setting's value by `group.field`."""
+    group, name = path.split(".")
+    return getattr(getattr(config, group), name)
 
 
 def problems_of(environ: dict[str, str]) -> tuple[str, ...]:
@@ -28,136 +52,178 @@ def test_defaults_from_an_empty_mapping() -> None:
     config = Config.from_env({})
 
     assert config == Config(
-        warm_eni_target=1,
-        warm_ip_target=0,
-        minimum_ip_target=0,
-        warm_prefix_target=1,
-        enable_prefix_delegation=False,
-        max_eni=None,
-        ip_cooldown_period_s=30,
-        cluster_name="",
-        enable_subnet_discovery=True,
-        aws_region=None,
-        ec2_endpoint=None,
-        ec2_http_timeout_s=10,
-        additional_eni_tags=(),
-        disable_leaked_eni_cleanup=False,
-        disable_network_resource_provisioning=False,
-        eni_mtu=9001,
-        pod_mtu=None,
-        external_snat=False,
-        node_port_support=True,
-        exclude_snat_cidrs=(),
-        randomize_snat="prng",
-        disable_metrics=False,
-        custom_networking=False,
-        eni_config_label="k8s.amazonaws.com/eniConfig",
-        eni_config_annotation="k8s.amazonaws.com/eniConfig",
-        socket_path="/run/ipamd/ipamd.sock",
-        state_dir="/var/lib/ipamd",
-        metrics_addr=HostPort("127.0.0.1", 61678),
-        cri_socket_path="/run/containerd/containerd.sock",
-        host_network="on",
-        embedded_instance_type="m5.large",
-        embedded_pod_subnet=None,
-        max_pods_override=None,
-        log_format="auto",
-        log_level="info",
-        prefix_fallback_to_ips=False,
-        subnet_scarcity_threshold=64,
-        cni_conf_dir=None,
-        cni_conflist_template=None,
-        eni_config_file=None,
-        delete_intent_ttl_s=600.0,
-        pool_interval_s=5.0,
-        shrink_interval_s=30.0,
-        ec2_reconcile_interval_s=300.0,
-        imds_hint_interval_s=5.0,
-        reconcile_grace_s=60.0,
-        leak_gc_interval_s=60.0,
-        leak_grace_s=120.0,
-        eni_gc_interval_s=3600.0,
-        eni_gc_grace_s=300.0,
-        min_eni_lifetime_s=60.0,
-        release_delay_s=300.0,
-        subnet_exhausted_cooldown_s=120.0,
-        subnet_refresh_interval_s=1800.0,
-        host_network_reconcile_interval_s=60.0,
-        ec2_call_timeout_s=10.0,
-        # Read from the node's path (no such file on a test machine: the calculator applies).
-        kubelet_config=read_kubelet_config(DEFAULT_KUBELET_CONFIG),
-        enable_ipv4=True,
-        enable_ipv6=False,
+        family=FamilySettings(
+            enable_ipv4=True,
+            enable_ipv6=False,
+        ),
+        sizing=SizingSettings(
+            warm_eni_target=1,
+            warm_ip_target=0,
+            minimum_ip_target=0,
+            warm_prefix_target=1,
+            enable_prefix_delegation=False,
+            max_eni=None,
+            max_pods_override=None,
+            prefix_fallback_to_ips=False,
+            min_eni_lifetime_s=60.0,
+            # Read from the node's path (no such file on a test machine: the calculator applies).
+            kubelet_config=read_kubelet_config(DEFAULT_KUBELET_CONFIG),
+        ),
+        pool=PoolSettings(
+            disable_network_resource_provisioning=False,
+            interval_s=5.0,
+            shrink_interval_s=30.0,
+            release_delay_s=300.0,
+        ),
+        subnets=SubnetSettings(
+            discovery=True,
+            scarcity_threshold=64,
+            exhausted_cooldown_s=120.0,
+            refresh_interval_s=1800.0,
+        ),
+        custom_networking=CustomNetworkingSettings(
+            enabled=False,
+            eni_config_label="k8s.amazonaws.com/eniConfig",
+            eni_config_annotation="k8s.amazonaws.com/eniConfig",
+            eni_config_file=None,
+        ),
+        enis=EniSettings(
+            cluster_name="",
+            additional_eni_tags=(),
+            disable_leaked_eni_cleanup=False,
+            gc_interval_s=3600.0,
+            gc_grace_s=300.0,
+        ),
+        engine=EngineSettings(
+            ip_cooldown_period_s=30,
+            delete_intent_ttl_s=600.0,
+        ),
+        reconcile=ReconcileSettings(
+            ec2_interval_s=300.0,
+            imds_hint_interval_s=5.0,
+            grace_s=60.0,
+        ),
+        runtime=RuntimeSettings(
+            cri_socket_path="/run/containerd/containerd.sock",
+            leak_gc_interval_s=60.0,
+            leak_grace_s=120.0,
+        ),
+        datapath=DatapathSettings(
+            eni_mtu=9001,
+            external_snat=False,
+            node_port_support=True,
+            exclude_snat_cidrs=(),
+            randomize_snat="prng",
+            host_network="on",
+            reconcile_interval_s=60.0,
+        ),
+        conflist=ConflistSettings(
+            pod_mtu=None,
+            conf_dir=None,
+            template=None,
+        ),
+        ec2=Ec2Settings(
+            region=None,
+            endpoint=None,
+            http_timeout_s=10,
+            call_timeout_s=10.0,
+        ),
+        endpoints=EndpointSettings(
+            disable_metrics=False,
+            socket_path="/run/ipamd/ipamd.sock",
+            metrics_addr=HostPort("127.0.0.1", 61678),
+        ),
+        storage=StorageSettings(
+            state_dir="/var/lib/ipamd",
+        ),
+        logging=LogSettings(
+            format="auto",
+            level="info",
+        ),
+        embedded=EmbeddedSettings(
+            instance_type="m5.large",
+            pod_subnet=None,
+        ),
     )
-    assert config.kubelet_config is not None
-    assert config.kubelet_config.path == "/etc/kubernetes/kubelet/config.json"
+    assert config.sizing.kubelet_config is not None
+    assert config.sizing.kubelet_config.path == "/etc/kubernetes/kubelet/config.json"
 
 
 @pytest.mark.parametrize(
     ("env", "text", "field", "expected"),
     [
-        ("WARM_ENI_TARGET", "3", "warm_eni_target", 3),
-        ("WARM_ENI_TARGET", "0", "warm_eni_target", 0),
-        ("WARM_IP_TARGET", "5", "warm_ip_target", 5),
-        ("MINIMUM_IP_TARGET", "+10", "minimum_ip_target", 10),
-        ("WARM_PREFIX_TARGET", "2", "warm_prefix_target", 2),
-        ("ENABLE_PREFIX_DELEGATION", "true", "enable_prefix_delegation", True),
-        ("MAX_ENI", "4", "max_eni", 4),
-        ("MAX_ENI", "-1", "max_eni", None),
-        ("IP_COOLDOWN_PERIOD", "0", "ip_cooldown_period_s", 0),
-        ("IP_COOLDOWN_PERIOD", "45", "ip_cooldown_period_s", 45),
-        ("CLUSTER_NAME", "prod-eu", "cluster_name", "prod-eu"),
-        ("AWS_REGION", "eu-west-1", "aws_region", "eu-west-1"),
-        ("AWS_REGION", "us-gov-west-1", "aws_region", "us-gov-west-1"),
-        ("AWS_EC2_ENDPOINT", "https://ec2.example.com", "ec2_endpoint", "https://ec2.example.com"),
-        ("AWS_EC2_ENDPOINT", "http://127.0.0.1:5000", "ec2_endpoint", "http://127.0.0.1:5000"),
-        ("HTTP_TIMEOUT", "30", "ec2_http_timeout_s", 30),
-        ("ADDITIONAL_ENI_TAGS", '{"team": "net", "env": "x"}', "additional_eni_tags", TAGS),
-        ("DISABLE_LEAKED_ENI_CLEANUP", "1", "disable_leaked_eni_cleanup", True),
-        ("DISABLE_METRICS", "TRUE", "disable_metrics", True),
+        ("WARM_ENI_TARGET", "3", "sizing.warm_eni_target", 3),
+        ("WARM_ENI_TARGET", "0", "sizing.warm_eni_target", 0),
+        ("WARM_IP_TARGET", "5", "sizing.warm_ip_target", 5),
+        ("MINIMUM_IP_TARGET", "+10", "sizing.minimum_ip_target", 10),
+        ("WARM_PREFIX_TARGET", "2", "sizing.warm_prefix_target", 2),
+        ("ENABLE_PREFIX_DELEGATION", "true", "sizing.enable_prefix_delegation", True),
+        ("MAX_ENI", "4", "sizing.max_eni", 4),
+        ("MAX_ENI", "-1", "sizing.max_eni", None),
+        ("IP_COOLDOWN_PERIOD", "0", "engine.ip_cooldown_period_s", 0),
+        ("IP_COOLDOWN_PERIOD", "45", "engine.ip_cooldown_period_s", 45),
+        ("CLUSTER_NAME", "prod-eu", "enis.cluster_name", "prod-eu"),
+        ("AWS_REGION", "eu-west-1", "ec2.region", "eu-west-1"),
+        ("AWS_REGION", "us-gov-west-1", "ec2.region", "us-gov-west-1"),
+        ("AWS_EC2_ENDPOINT", "https://ec2.example.com", "ec2.endpoint", "https://ec2.example.com"),
+        ("AWS_EC2_ENDPOINT", "http://127.0.0.1:5000", "ec2.endpoint", "http://127.0.0.1:5000"),
+        ("HTTP_TIMEOUT", "30", "ec2.http_timeout_s", 30),
+        ("ADDITIONAL_ENI_TAGS", '{"team": "net", "env": "x"}', "enis.additional_eni_tags", TAGS),
+        ("DISABLE_LEAKED_ENI_CLEANUP", "1", "enis.disable_leaked_eni_cleanup", True),
+        ("DISABLE_METRICS", "TRUE", "endpoints.disable_metrics", True),
     ],
 )
 def test_vpc_cni_knobs_are_parsed(env: str, text: str, field: str, expected: object) -> None:
     config = Config.from_env({env: text})
 
-    assert getattr(config, field) == expected
+    assert value_at(config, field) == expected
 
 
 @pytest.mark.parametrize(
     ("env", "text", "field", "expected"),
     [
-        ("IPAMD_METRICS_ADDR", "0.0.0.0:9100", "metrics_addr", HostPort("0.0.0.0", 9100)),
-        ("IPAMD_METRICS_ADDR", "[::1]:61678", "metrics_addr", HostPort("::1", 61678)),
-        ("IPAMD_METRICS_ADDR", "localhost:1", "metrics_addr", HostPort("localhost", 1)),
-        ("IPAMD_CRI_SOCKET", "/run/crio/crio.sock", "cri_socket_path", "/run/crio/crio.sock"),
+        ("IPAMD_METRICS_ADDR", "0.0.0.0:9100", "endpoints.metrics_addr", HostPort("0.0.0.0", 9100)),
+        ("IPAMD_METRICS_ADDR", "[::1]:61678", "endpoints.metrics_addr", HostPort("::1", 61678)),
+        ("IPAMD_METRICS_ADDR", "localhost:1", "endpoints.metrics_addr", HostPort("localhost", 1)),
+        (
+            "IPAMD_CRI_SOCKET",
+            "/run/crio/crio.sock",
+            "runtime.cri_socket_path",
+            "/run/crio/crio.sock",
+        ),
         (
             "IPAMD_EMBEDDED_INSTANCE_TYPE",
             "c7gn.16xlarge",
-            "embedded_instance_type",
+            "embedded.instance_type",
             "c7gn.16xlarge",
         ),
-        ("IPAMD_MAX_PODS", "110", "max_pods_override", 110),
-        ("IPAMD_LOG_FORMAT", "JSON", "log_format", "json"),
-        ("AWS_VPC_K8S_CNI_LOGLEVEL", "Debug", "log_level", "debug"),
-        ("AWS_VPC_K8S_CNI_LOGLEVEL", "WARN", "log_level", "warn"),
+        ("IPAMD_MAX_PODS", "110", "sizing.max_pods_override", 110),
+        ("IPAMD_LOG_FORMAT", "JSON", "logging.format", "json"),
+        ("AWS_VPC_K8S_CNI_LOGLEVEL", "Debug", "logging.level", "debug"),
+        ("AWS_VPC_K8S_CNI_LOGLEVEL", "WARN", "logging.level", "warn"),
         (
             "AWS_VPC_K8S_CNI_LOG_FILE",
             "/var/log/ipamd/ipamd.log",
-            "log_file",
+            "logging.file",
             "/var/log/ipamd/ipamd.log",
         ),
-        ("AWS_VPC_K8S_CNI_LOG_FILE", "stdout", "log_file", None),
-        ("AWS_VPC_K8S_CNI_LOG_FILE", "Stderr", "log_file", None),
-        ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/cni.log", "plugin_log_file", "/var/log/cni.log"),
-        ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "STDERR", "plugin_log_file", "stderr"),
-        ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Fatal", "plugin_log_level", "fatal"),
-        ("IPAMD_PREFIX_FALLBACK_TO_IPS", "t", "prefix_fallback_to_ips", True),
-        ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "0", "subnet_scarcity_threshold", 0),
-        ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "500", "subnet_scarcity_threshold", 500),
+        ("AWS_VPC_K8S_CNI_LOG_FILE", "stdout", "logging.file", None),
+        ("AWS_VPC_K8S_CNI_LOG_FILE", "Stderr", "logging.file", None),
+        (
+            "AWS_VPC_K8S_PLUGIN_LOG_FILE",
+            "/var/log/cni.log",
+            "conflist.plugin_log_file",
+            "/var/log/cni.log",
+        ),
+        ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "STDERR", "conflist.plugin_log_file", "stderr"),
+        ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Fatal", "conflist.plugin_log_level", "fatal"),
+        ("IPAMD_PREFIX_FALLBACK_TO_IPS", "t", "sizing.prefix_fallback_to_ips", True),
+        ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "0", "subnets.scarcity_threshold", 0),
+        ("IPAMD_SUBNET_SCARCITY_THRESHOLD", "500", "subnets.scarcity_threshold", 500),
     ],
 )
 def test_ipamd_settings_are_parsed(env: str, text: str, field: str, expected: object) -> None:
-    assert getattr(Config.from_env({env: text}), field) == expected
+    assert value_at(Config.from_env({env: text}), field) == expected
 
 
 def test_metrics_addr_renders_ipv6_in_brackets() -> None:
@@ -167,12 +233,12 @@ def test_metrics_addr_renders_ipv6_in_brackets() -> None:
 
 @pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
 def test_booleans_accept_go_true_forms(text: str) -> None:
-    assert Config.from_env({"DISABLE_METRICS": text}).disable_metrics is True
+    assert Config.from_env({"DISABLE_METRICS": text}).endpoints.disable_metrics is True
 
 
 @pytest.mark.parametrize("text", ["0", "f", "F", "FALSE", "false", "False"])
 def test_booleans_accept_go_false_forms(text: str) -> None:
-    assert Config.from_env({"DISABLE_METRICS": text}).disable_metrics is False
+    assert Config.from_env({"DISABLE_METRICS": text}).endpoints.disable_metrics is False
 
 
 @pytest.mark.parametrize(
@@ -190,15 +256,18 @@ def test_booleans_accept_go_false_forms(text: str) -> None:
     ],
 )
 def test_duration_forms(text: str, seconds: float) -> None:
-    assert Config.from_env({"IPAMD_DELETE_INTENT_TTL": text}).delete_intent_ttl_s == seconds
+    assert Config.from_env({"IPAMD_DELETE_INTENT_TTL": text}).engine.delete_intent_ttl_s == seconds
 
 
 def test_grace_windows_may_be_zero_but_intervals_may_not() -> None:
     config = Config.from_env({"IPAMD_LEAK_GRACE": "0", "IPAMD_RECONCILE_GRACE": "0s"})
-    assert (config.leak_grace_s, config.reconcile_grace_s) == (0.0, 0.0)
+    assert (config.runtime.leak_grace_s, config.reconcile.grace_s) == (0.0, 0.0)
 
     problems = problems_of({"IPAMD_POOL_INTERVAL": "0", "IPAMD_DELETE_INTENT_TTL": "0ms"})
-    assert [p.split("=")[0] for p in problems] == ["IPAMD_DELETE_INTENT_TTL", "IPAMD_POOL_INTERVAL"]
+    in_docs_order = [
+        s.env for s in SETTINGS if s.env in ("IPAMD_POOL_INTERVAL", "IPAMD_DELETE_INTENT_TTL")
+    ]
+    assert [p.split("=")[0] for p in problems] == in_docs_order
     assert all("> 0" in p for p in problems)
 
 
@@ -206,34 +275,31 @@ def test_embedded_mode_changes_socket_state_log_and_host_network_defaults_only()
     plain = Config.from_env({})
     embedded = Config.from_env({}, embedded=True)
 
-    assert (embedded.socket_path, embedded.state_dir) == ("./.run/ipamd.sock", "./.run/state")
+    assert (embedded.endpoints.socket_path, embedded.storage.state_dir) == (
+        "./.run/ipamd.sock",
+        "./.run/state",
+    )
     assert (
-        embedded.config_server_socket,
-        embedded.network_policy_agent_socket,
-        embedded.aws_node_checkpoint,
+        embedded.network_policy.config_server_socket,
+        embedded.network_policy.agent_socket,
+        embedded.storage.aws_node_checkpoint,
     ) == ("./.run/aws-node/ipamd.sock", "./.run/aws-node/npa.sock", "./.run/aws-node/ipam.json")
-    assert plain.aws_node_checkpoint == "/var/run/aws-node/ipam.json"
-    assert (plain.host_network, embedded.host_network) == ("on", "off"), "a laptop run never "
-    "touches the host's routing"
-    assert (plain.log_file, plain.plugin_log_file) == (
+    assert plain.storage.aws_node_checkpoint == "/var/run/aws-node/ipam.json"
+    assert (plain.datapath.host_network, embedded.datapath.host_network) == ("on", "off"), (
+        "a laptop run never touches the host's routing"
+    )
+    assert (plain.logging.file, plain.conflist.plugin_log_file) == (
         "/var/log/aws-routed-eni/ipamd.log",
         "/var/log/aws-routed-eni/plugin.log",
     ), "where aws-node writes them"
-    assert (embedded.log_file, embedded.plugin_log_file) == (
+    assert (embedded.logging.file, embedded.conflist.plugin_log_file) == (
         "./.run/aws-routed-eni/ipamd.log",
         "./.run/aws-routed-eni/plugin.log",
     ), "nor the host's /var/log"
-    rest = dataclasses.replace(
-        embedded,
-        socket_path=plain.socket_path,
-        state_dir=plain.state_dir,
-        host_network=plain.host_network,
-        config_server_socket=plain.config_server_socket,
-        network_policy_agent_socket=plain.network_policy_agent_socket,
-        aws_node_checkpoint=plain.aws_node_checkpoint,
-        log_file=plain.log_file,
-        plugin_log_file=plain.plugin_log_file,
-    )
+    changed = {"endpoints", "storage", "datapath", "network_policy", "logging", "conflist"}
+    for group in changed:
+        assert getattr(embedded, group) != getattr(plain, group), group
+    rest = dataclasses.replace(embedded, **{group: getattr(plain, group) for group in changed})
     assert rest == plain
 
 
@@ -249,12 +315,14 @@ def test_host_network_settings_parse_with_vpc_cni_meanings() -> None:
         },
         embedded=True,
     )
-    assert config.host_network == "off"
-    assert (config.eni_mtu, config.pod_mtu) == (1500, 1400)
-    assert config.external_snat is True
-    assert config.exclude_snat_cidrs == ("192.168.0.0/24", "172.16.0.0/12")
-    assert config.randomize_snat == "hashrandom"
-    assert Config.from_env({"IPAMD_HOST_NETWORK": "on"}, embedded=True).host_network == "on"
+    assert config.datapath.host_network == "off"
+    assert (config.datapath.eni_mtu, config.conflist.pod_mtu) == (1500, 1400)
+    assert config.datapath.external_snat is True
+    assert config.datapath.exclude_snat_cidrs == ("192.168.0.0/24", "172.16.0.0/12")
+    assert config.datapath.randomize_snat == "hashrandom"
+    assert (
+        Config.from_env({"IPAMD_HOST_NETWORK": "on"}, embedded=True).datapath.host_network == "on"
+    )
 
 
 def test_bad_host_network_values_are_reported_together() -> None:
@@ -285,7 +353,10 @@ def test_explicit_values_win_over_embedded_defaults() -> None:
 
     config = Config.from_env(environ, embedded=True)
 
-    assert (config.socket_path, config.state_dir) == ("/tmp/x/ipamd.sock", "/tmp/x/state")
+    assert (config.endpoints.socket_path, config.storage.state_dir) == (
+        "/tmp/x/ipamd.sock",
+        "/tmp/x/state",
+    )
 
 
 def test_all_bad_values_are_reported_in_one_error() -> None:
@@ -364,7 +435,7 @@ def test_each_kind_of_bad_value_is_reported(environ: dict[str, str], expected: s
 def test_prefix_mode_starts_with_any_one_target(target: str) -> None:
     environ = {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "0", target: "1"}
 
-    assert Config.from_env(environ).enable_prefix_delegation is True
+    assert Config.from_env(environ).sizing.enable_prefix_delegation is True
 
 
 def test_cross_field_rule_is_skipped_when_a_target_did_not_parse() -> None:
@@ -376,7 +447,7 @@ def test_cross_field_rule_is_skipped_when_a_target_did_not_parse() -> None:
 def test_minimum_ip_target_without_warm_ip_target_is_allowed() -> None:
     config = Config.from_env({"MINIMUM_IP_TARGET": "10"})
 
-    assert (config.minimum_ip_target, config.warm_ip_target) == (10, 0)
+    assert (config.sizing.minimum_ip_target, config.sizing.warm_ip_target) == (10, 0)
 
 
 def test_empty_string_counts_as_unset() -> None:
@@ -430,13 +501,15 @@ def test_config_is_frozen() -> None:
     config = Config.from_env({})
 
     with pytest.raises(dataclasses.FrozenInstanceError):
-        config.warm_ip_target = 5  # type: ignore[misc]
+        config.sizing.warm_ip_target = 5  # type: ignore[misc]
     with pytest.raises((AttributeError, TypeError)):
         config.extra = 1  # type: ignore[attr-defined]
 
 
 def test_settings_cover_every_field_once() -> None:
-    assert [s.field for s in SETTINGS] == [f.name for f in dataclasses.fields(Config)]
+    groups = {f.name: f.default_factory for f in dataclasses.fields(Config)}
+    declared = [(g, f.name) for g, group in groups.items() for f in dataclasses.fields(group)]  # type: ignore[arg-type]
+    assert [(s.group, s.field) for s in SETTINGS] == declared
     assert len({s.env for s in SETTINGS}) == len(SETTINGS)
 
 
@@ -516,8 +589,11 @@ def test_address_family_rules_in_every_combination(
         assert list(problems_of(environ)) == expected
     else:
         config = Config.from_env(environ)
-        assert (config.enable_ipv4, config.enable_ipv6) == (ipv4, ipv6)
-        assert (config.enable_prefix_delegation, config.custom_networking) == (pd, cn)
+        assert (config.family.enable_ipv4, config.family.enable_ipv6) == (ipv4, ipv6)
+        assert (config.sizing.enable_prefix_delegation, config.custom_networking.enabled) == (
+            pd,
+            cn,
+        )
 
 
 def test_the_only_valid_ipv6_configuration_names_vpc_cnis_settings() -> None:
@@ -525,7 +601,11 @@ def test_the_only_valid_ipv6_configuration_names_vpc_cnis_settings() -> None:
         {"ENABLE_IPv4": "false", "ENABLE_IPv6": "true", "ENABLE_PREFIX_DELEGATION": "true"}
     )
 
-    assert (config.enable_ipv4, config.enable_ipv6, config.enable_prefix_delegation) == (
+    assert (
+        config.family.enable_ipv4,
+        config.family.enable_ipv6,
+        config.sizing.enable_prefix_delegation,
+    ) == (
         False,
         True,
         True,
@@ -583,4 +663,4 @@ def test_address_family_problems_come_with_every_other_problem() -> None:
     ("old", "level"), [("debug", "debug"), ("warning", "warn"), ("ERROR", "error")]
 )
 def test_the_old_log_level_variable_is_still_read_as_its_successor(old: str, level: str) -> None:
-    assert Config.from_env({"IPAMD_LOG_LEVEL": old}).log_level == level
+    assert Config.from_env({"IPAMD_LOG_LEVEL": old}).logging.level == level

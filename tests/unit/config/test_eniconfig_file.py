@@ -88,11 +88,13 @@ def test_custom_networking_takes_the_file_the_setting_names(tmp_path: Path) -> N
         {"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true", "IPAMD_ENI_CONFIG_FILE": path}
     )
 
-    assert config.custom_networking is True
-    assert config.eni_config_file == EniConfigFile(path, EXPECTED)
-    assert config.eni_config_file.find("us-west-2b") == EXPECTED[1]
-    assert config.eni_config_file.find("us-west-2c") is None
-    assert config.eni_config_label == "k8s.amazonaws.com/eniConfig", "VPC CNI's default"
+    assert config.custom_networking.enabled is True
+    assert config.custom_networking.eni_config_file == EniConfigFile(path, EXPECTED)
+    assert config.custom_networking.eni_config_file.find("us-west-2b") == EXPECTED[1]
+    assert config.custom_networking.eni_config_file.find("us-west-2c") is None
+    assert config.custom_networking.eni_config_label == "k8s.amazonaws.com/eniConfig", (
+        "VPC CNI's default"
+    )
     described = config.describe()
     assert described["IPAMD_ENI_CONFIG_FILE"] == path
     assert Config.from_env(described) == config
@@ -102,7 +104,9 @@ def test_custom_networking_takes_the_file_the_setting_names(tmp_path: Path) -> N
     "label", ["topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"]
 )
 def test_either_zone_label_is_accepted(label: str) -> None:
-    assert Config.from_env({"ENI_CONFIG_LABEL_DEF": label}).eni_config_label == label
+    assert (
+        Config.from_env({"ENI_CONFIG_LABEL_DEF": label}).custom_networking.eni_config_label == label
+    )
 
 
 # --- bad files ------------------------------------------------------------------------------------
@@ -249,7 +253,7 @@ def test_custom_networking_without_a_file_or_the_api_is_an_error() -> None:
         "the node's zones, with IPAMD_KUBERNETES=off (no ENIConfig resource can be read)",
     )
     # With the API possible, the ENIConfig resource is read at start (or the start says why not).
-    assert Config.from_env({"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true"}).custom_networking
+    assert Config.from_env({"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": "true"}).custom_networking.enabled
 
 
 def test_a_file_that_did_not_parse_is_not_reported_missing_too() -> None:
@@ -265,7 +269,7 @@ def test_a_file_is_checked_even_with_custom_networking_off(tmp_path: Path) -> No
 
     assert len(_problems({"IPAMD_ENI_CONFIG_FILE": path})) == 1
     good = _write(tmp_path, KUBECTL_LIST, "good.json")
-    assert Config.from_env({"IPAMD_ENI_CONFIG_FILE": good}).custom_networking is False
+    assert Config.from_env({"IPAMD_ENI_CONFIG_FILE": good}).custom_networking.enabled is False
 
 
 @pytest.mark.parametrize("label", ["TOPOLOGY.KUBERNETES.IO/ZONE", "a b", "x/" + "n" * 64])

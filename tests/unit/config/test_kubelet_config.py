@@ -41,7 +41,7 @@ def problems_of(path: Path, **env: str) -> tuple[str, ...]:
 def test_the_kubelet_max_pods_is_read_at_start(tmp_path: Path) -> None:
     path = write(tmp_path / "config.json", NODEADM)
     config = config_for(path)
-    assert config.kubelet_config == KubeletConfig(str(path), 737, str(path), read=True)
+    assert config.sizing.kubelet_config == KubeletConfig(str(path), 737, str(path), read=True)
     assert pool_targets(config).kubelet_max_pods == 737
     assert config.describe()["IPAMD_KUBELET_CONFIG"] == str(path)
 
@@ -50,17 +50,17 @@ def test_a_missing_file_leaves_the_calculator(tmp_path: Path) -> None:
     """The default path on a node not built from the EKS AMI: nothing there, nothing to follow."""
     for path in (tmp_path / "config.json", tmp_path / "no-such-dir" / "config.json"):
         config = config_for(path)
-        assert config.kubelet_config == KubeletConfig(str(path))
+        assert config.sizing.kubelet_config == KubeletConfig(str(path))
         assert pool_targets(config).kubelet_max_pods is None
-        assert config.kubelet_config.describe() == f"no file at {path}"
+        assert config.sizing.kubelet_config.describe() == f"no file at {path}"
 
 
 def test_a_file_without_max_pods_leaves_the_calculator(tmp_path: Path) -> None:
     path = write(tmp_path / "config.json", {k: v for k, v in NODEADM.items() if k != "maxPods"})
     config = config_for(path)
-    assert config.kubelet_config == KubeletConfig(str(path), read=True)
+    assert config.sizing.kubelet_config == KubeletConfig(str(path), read=True)
     assert pool_targets(config).kubelet_max_pods is None
-    assert "no maxPods in" in config.kubelet_config.describe()
+    assert "no maxPods in" in config.sizing.kubelet_config.describe()
 
 
 def test_drop_ins_override_in_name_order(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_drop_ins_override_in_name_order(tmp_path: Path) -> None:
     write(drop_ins / "40-nodeadm.conf", {"maxPods": 110})
     write(drop_ins / "50-other.conf", {"kind": "KubeletConfiguration", "podPidsLimit": 4096})
     write(drop_ins / "90-ignored.json", {"maxPods": 5})  # not a .conf: kubelet skips it too
-    got = config_for(path).kubelet_config
+    got = config_for(path).sizing.kubelet_config
     assert got == KubeletConfig(str(path), 110, str(drop_ins / "40-nodeadm.conf"), read=True)
     assert got.describe() == f"maxPods=110 in {drop_ins / '40-nodeadm.conf'}"
 
@@ -81,7 +81,7 @@ def test_drop_ins_without_the_file(tmp_path: Path) -> None:
     drop_ins = tmp_path / "config.json.d"
     drop_ins.mkdir()
     write(drop_ins / "40-nodeadm.conf", {"maxPods": 58})
-    assert config_for(tmp_path / "config.json").kubelet_config == KubeletConfig(
+    assert config_for(tmp_path / "config.json").sizing.kubelet_config == KubeletConfig(
         str(tmp_path / "config.json"), 58, str(drop_ins / "40-nodeadm.conf"), read=True
     )
 

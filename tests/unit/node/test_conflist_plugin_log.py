@@ -31,7 +31,7 @@ def test_the_plugin_is_told_its_log_file_and_level() -> None:
             "AWS_VPC_K8S_PLUGIN_LOG_LEVEL": "WARN",
         }
     )
-    plugin, portmap = plugins((config.plugin_log_file, config.plugin_log_level))
+    plugin, portmap = plugins((config.conflist.plugin_log_file, config.conflist.plugin_log_level))
     assert (plugin["pluginLogFile"], plugin["pluginLogLevel"]) == (
         "/var/log/cni/plugin.log",
         "warn",
@@ -41,7 +41,7 @@ def test_the_plugin_is_told_its_log_file_and_level() -> None:
 
 def test_by_default_where_aws_node_writes_it() -> None:
     config = Config.from_env({})
-    plugin, _ = plugins((config.plugin_log_file, config.plugin_log_level))
+    plugin, _ = plugins((config.conflist.plugin_log_file, config.conflist.plugin_log_level))
     assert plugin["pluginLogFile"] == "/var/log/aws-routed-eni/plugin.log"
     assert plugin["pluginLogLevel"] == "info"
 

@@ -12,8 +12,8 @@ from ipamd.node.embedded import pod_subnet_layout
 
 def test_the_setting_takes_a_subnet_outside_the_nodes() -> None:
     config = Config.from_env({"IPAMD_EMBEDDED_POD_SUBNET": "100.64.0.0/19"}, embedded=True)
-    assert config.embedded_pod_subnet == "100.64.0.0/19"
-    assert Config.from_env({}, embedded=True).embedded_pod_subnet is None
+    assert config.embedded.pod_subnet == "100.64.0.0/19"
+    assert Config.from_env({}, embedded=True).embedded.pod_subnet is None
 
 
 @pytest.mark.parametrize("text", ["10.0.4.0/24", "100.64.0.1/16", "100.64.0.0/29", "bogus"])

@@ -54,7 +54,7 @@ async def test_an_imds_hint_inside_the_grace_window_costs_no_describe(tmp_path: 
         imds.hidden |= new  # IMDS lags behind the assign, as it does
         describes = ec2.calls["describe_enis"]
 
-        clock.advance(config.reconcile_grace_s - 1)
+        clock.advance(config.reconcile.grace_s - 1)
         assert await _hint_tick(daemon) == [], "inside the window IMDS's lag is no disagreement"
         assert ec2.calls["describe_enis"] == describes, "and costs no DescribeNetworkInterfaces"
         assert daemon.hint.triggers == 0
@@ -81,7 +81,7 @@ async def test_an_agreeing_imds_is_compared_again_only_once_something_changed(
     try:
         await daemon.start()
         await daemon.pool.run_once()
-        clock.advance(config.reconcile_grace_s)
+        clock.advance(config.reconcile.grace_s)
         assert await daemon.hint.run_once() == []
         assert compared, "compared the first time"
         compared.clear()
