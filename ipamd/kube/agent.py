@@ -23,13 +23,13 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
 from cloud.errors import CloudError
 from datastore.records import AllocationKey, AllocationRecord
 from ipamd.config.eniconfig import EniConfig
+from ipamd.config.groups import CustomNetworkingSettings, KubeSettings
 from ipamd.config.kinds import Taint
 from ipamd.config.kubelet import KubeletConfig
 from ipamd.engine.state import NodeState
@@ -50,44 +50,22 @@ EVENT_SPACING_S = 600.0
 """Least time between two Events of one reason and EC2 call."""
 
 
-@dataclass(frozen=True, slots=True)
-class KubeSettings:
-    """The settings of ipamd's part in its Node's life, as the composition root hands them
-    (`ipamd.node.compose.kube_settings`); each keeps its setting's name and meaning."""
-
-    mode: str = "auto"
-    """IPAMD_KUBERNETES: `auto`, `on` or `off`."""
-    node_name: str = ""
-    """MY_NODE_NAME."""
-    startup_taint: str = ""
-    """IPAMD_STARTUP_TAINT ("" for none)."""
-    eni_config_annotation: str = ""
-    """ENI_CONFIG_ANNOTATION_DEF."""
-    eni_config_label: str = ""
-    """ENI_CONFIG_LABEL_DEF."""
-    manage_enis_non_schedulable: bool = False
-    """AWS_MANAGE_ENIS_NON_SCHEDULABLE."""
-    pod_aware_pool: str = "auto"
-    """IPAMD_POD_AWARE_POOL: `auto`, `on` or `off`."""
-    annotate_pod_ip: bool = False
-    """ANNOTATE_POD_IP."""
-    custom_networking: bool = False
-    """AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG."""
-
-
 class KubeNode:
     """This node's objects in the API, and what ipamd does with them."""
 
     def __init__(
         self,
         objects: NodeObjects,
-        config: KubeSettings,
+        settings: KubeSettings,
+        custom: CustomNetworkingSettings | None = None,
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
         self.objects = objects
-        self.settings = config
+        self.settings = settings
+        self.custom = custom or CustomNetworkingSettings()
+        """Custom networking's settings: which of the node's labels names its ENIConfig."""
         self._sleep = sleep
         self._rng = rng or random.Random()
         self.reachable = False
@@ -143,7 +121,7 @@ class KubeNode:
         `SettingUnusable` when it is missing or invalid, `KubeUnavailable` when the API did not
         answer."""
         node = await self.objects.node()
-        c = self.settings
+        c = self.custom
         name = eniconfig_name(node, c.eni_config_annotation, c.eni_config_label)
         try:
             spec = await self.objects.eniconfig(name)
@@ -174,7 +152,7 @@ class KubeNode:
         when none was read from the API at start). Run it with `EniConfigFollower.run`."""
         if self.eni_config_read is None:
             return None
-        c = self.settings
+        c = self.custom
         return EniConfigFollower(
             self.objects,
             c.eni_config_annotation,
@@ -385,7 +363,11 @@ def _where(pod: PodRef, record: AllocationRecord) -> tuple[str, str, str]:
 
 
 async def connect(
-    config: KubeSettings, environ: Mapping[str, str], *, embedded: bool = False
+    config: KubeSettings,
+    environ: Mapping[str, str],
+    *,
+    embedded: bool = False,
+    custom: CustomNetworkingSettings | None = None,
 ) -> KubeNode | None:
     """This node's link to the API server, or None when it is not to be used. Raises
     `SettingUnusable` when IPAMD_KUBERNETES=on cannot be honoured."""
@@ -418,18 +400,22 @@ async def connect(
         credentials.source,
         config.node_name,
     )
-    return KubeNode(NodeObjects(KubeApi(credentials), config.node_name), config)
+    return KubeNode(NodeObjects(KubeApi(credentials), config.node_name), config, custom)
 
 
-__all__ = ["KubeNode", "KubeSettings", "KubeUnavailable", "connect"]
+__all__ = ["KubeNode", "KubeUnavailable", "connect"]
 
 
 async def open_for(
-    config: KubeSettings, environ: Mapping[str, str], embedded: bool, stack: AsyncExitStack
+    config: KubeSettings,
+    custom: CustomNetworkingSettings,
+    environ: Mapping[str, str],
+    embedded: bool,
+    stack: AsyncExitStack,
 ) -> KubeNode | None:
     """Start-up's step: this node's link to the API (None: not used), closed with `stack`, its
     node read within the start-up wait. Raises `SettingUnusable` (`connect`)."""
-    kube = await connect(config, environ, embedded=embedded)
+    kube = await connect(config, environ, embedded=embedded, custom=custom)
     if kube is None:
         return None
     stack.push_async_callback(kube.close)
@@ -440,7 +426,7 @@ async def open_for(
 async def eni_config_for(kube: KubeNode | None) -> EniConfig | None:
     """Custom networking's ENIConfig from the API (None: the file's, or none is used). Raises
     `SettingUnusable` when the node's ENIConfig is missing or invalid."""
-    if kube is None or not kube.reachable or not kube.settings.custom_networking:
+    if kube is None or not kube.reachable or not kube.custom.enabled:
         return None
     try:
         return await kube.eni_config()

@@ -34,7 +34,7 @@ from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config
 from ipamd.errors import SettingUnusable, StartupError, os_reason
 from ipamd.kube import agent as kube_agent
-from ipamd.kube.agent import KubeNode, KubeSettings
+from ipamd.kube.agent import KubeNode
 from ipamd.netpolicy.agent import GrpcPolicyAgent
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
@@ -143,27 +143,14 @@ def _publish_conflist(config: Config, daemon: Daemon, data: bytes | None) -> Pat
     return conflist.write(target.parent, target.name, data)
 
 
-def kube_settings(config: Config) -> KubeSettings:
-    """What the Kubernetes API part (`ipamd.kube.agent`) reads of the configuration."""
-    return KubeSettings(
-        mode=config.kube.mode,
-        node_name=config.kube.node_name,
-        startup_taint=config.kube.startup_taint,
-        eni_config_annotation=config.custom_networking.eni_config_annotation,
-        eni_config_label=config.custom_networking.eni_config_label,
-        manage_enis_non_schedulable=config.kube.manage_enis_non_schedulable,
-        pod_aware_pool=config.kube.pod_aware_pool,
-        annotate_pod_ip=config.kube.annotate_pod_ip,
-        custom_networking=config.custom_networking.enabled,
-    )
-
-
 async def _kube(
     config: Config, embedded: bool, stack: AsyncExitStack
 ) -> tuple[KubeNode | None, Config]:
     """The Kubernetes API part (None: not used), closed with `stack`, and `config` with the max
     pods the Node's capacity says where no kubelet config file does."""
-    kube = await kube_agent.open_for(kube_settings(config), os.environ, embedded, stack)
+    kube = await kube_agent.open_for(
+        config.kube, config.custom_networking, os.environ, embedded, stack
+    )
     if kube is None:
         return None, config
     kubelet = await kube.node_max_pods(config.sizing.kubelet_config)

@@ -9,7 +9,8 @@ from typing import Any
 
 from cloud.errors import Rejected, Throttled
 from ipamd.config.eniconfig import EniConfig
-from ipamd.kube.agent import KubeNode, KubeSettings
+from ipamd.config.groups import KubeSettings
+from ipamd.kube.agent import KubeNode
 from ipamd.kube.client import KubeApi
 from ipamd.kube.credentials import from_kubeconfig
 from ipamd.kube.node import NodeObjects
