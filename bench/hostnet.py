@@ -32,9 +32,10 @@ from bench.timing import p50, timed_ms
 from datastore.records import EniRecord
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
+from ipamd.config.groups import DatapathSettings
 from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
-from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.fake import FakeSnatTable
 from ipamd.hostnet.netlink import NetlinkHostNetwork
 from ipamd.hostnet.ports import Rule

@@ -33,12 +33,12 @@ import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from cloud.backoff import backoff_delay_s
 from cloud.errors import CloudError
 from datastore.records import AllocationKey, AllocationRecord, EniRecord, Mutation
 from ipamd.clock import Clock
+from ipamd.config.groups import DatapathSettings
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable
 from ipamd.hostnet.aws_node_rules import AwsNodeRules
@@ -63,22 +63,9 @@ logger = logging.getLogger(__name__)
 BLOCKED_NEW = "link not set up yet"
 
 
-@dataclass(frozen=True, slots=True)
-class DatapathSettings:
-    mtu: int = 9001
-    """AWS_VPC_ENI_MTU: the MTU of every secondary ENI's link."""
-    external_snat: bool = False
-    exclude_snat_cidrs: tuple[str, ...] = ()
-    randomize_snat: Literal["prng", "hashrandom", "none"] = "prng"
-    node_port_support: bool = True
-    """AWS_VPC_CNI_NODE_PORT_SUPPORT: ipamd's table marks connections to the node's own addresses
-    arriving on the primary ENI (`ipamd.hostnet.snat.SnatPlan.node_port`)."""
-    snat: SnatMode = VPC_SNAT
-    """What the SNAT table does for the node's family (`ipamd/hostnet/snat_modes.py`): IPv4's
-    marks and SNAT out of the VPC, or IPv6's SNAT of its pods' IPv4 egress range alone, to which
-    the external SNAT, exclusion and node port settings do not apply."""
-    retry_base_s: float = 1.0
-    retry_cap_s: float = 30.0
+RETRY_BASE_S = 1.0
+RETRY_CAP_S = 30.0
+"""An ENI whose link could not be set up is tried again after a backoff between these."""
 
 
 @dataclass(slots=True)
@@ -125,6 +112,7 @@ class Datapath:
         snat: SnatTable,
         settings: DatapathSettings,
         *,
+        mode: SnatMode = VPC_SNAT,
         node_ip: str,
         subnet_cidr: Callable[[str], Awaitable[str]],
         vpc_cidrs: Callable[[str], Awaitable[tuple[str, ...]]],
@@ -138,6 +126,10 @@ class Datapath:
         self._host = host
         self._snat = snat
         self.settings = settings
+        self.mode = mode
+        """What the SNAT table does for the node's family (`ipamd/hostnet/snat_modes.py`): IPv4's
+        marks and SNAT out of the VPC, or IPv6's SNAT of its pods' IPv4 egress range alone, to
+        which the external SNAT, exclusion and node port settings do not apply."""
         self._node_ip = node_ip
         self._subnet_cidr = subnet_cidr
         self._vpc_cidrs = vpc_cidrs
@@ -203,7 +195,7 @@ class Datapath:
             if self._engine.state.allocation(record.key) != record:
                 return  # released meanwhile: its removal owns the address now
             eni = self._engine.state.eni(record.eni_id)
-            rules_of = self.settings.snat.pod_rules
+            rules_of = self.mode.pod_rules
             rules = [r for a in record.addresses for r in rules_of(a, eni)]
             await self._host.add_rules(rules)
 
@@ -243,7 +235,7 @@ class Datapath:
                 rule
                 for address, record in dirty.items()
                 if state.owner_of(address) is None
-                for rule in self.settings.snat.pod_rules(address, state.eni(record.eni_id))
+                for rule in self.mode.pod_rules(address, state.eni(record.eni_id))
             ]
             try:
                 if stale:
@@ -280,7 +272,7 @@ class Datapath:
                 eni.primary_ip,
                 prefix_length(subnet),
                 subnet,
-                self.settings.mtu,
+                self.settings.eni_mtu,
             )
             async with self._lock:
                 if eni.eni_id not in self._engine.state.enis():
@@ -307,10 +299,7 @@ class Datapath:
     def _retry_later(self, eni: EniRecord, err: Exception) -> None:
         pending = self._pending.setdefault(eni.eni_id, _Pending())
         pending.attempts += 1
-        s = self.settings
-        delay = backoff_delay_s(
-            pending.attempts, s.retry_base_s, s.retry_cap_s, self._rng, floor=0.5
-        )
+        delay = backoff_delay_s(pending.attempts, RETRY_BASE_S, RETRY_CAP_S, self._rng, floor=0.5)
         pending.next_try = self._clock.now() + delay
         if eni.eni_id in self._ready:
             return  # set up before; a failed refresh does not take its addresses away
@@ -368,9 +357,7 @@ class Datapath:
         routes = await self._host.list_routes()
         foreign = await self._takeover.read()
         ready = tuple(r for r in self._ready.values() if r.record.eni_id in state.enis())
-        plan = self._planner.plan(
-            state, ready, self.marks_connections, self.settings.snat.pod_rules
-        )
+        plan = self._planner.plan(state, ready, self.marks_connections, self.mode.pod_rules)
         diff = diff_kernel(plan, rules, routes)
         if not diff.is_empty():
             await self._apply(diff)
@@ -400,21 +387,20 @@ class Datapath:
         """Whether ipamd's table marks connections (IPv4 mode: pods' traffic leaving the VPC
         without external SNAT, or inbound connections to the node with node port support): the
         connmark rule is then part of the kernel plan."""
-        s = self.settings
-        return s.snat.marks_connections(s)
+        return self.mode.marks_connections(self.settings)
 
     @property
     def inbound_marked(self) -> bool:
         """Whether ipamd's table marks inbound connections to the node (IPv4 mode with
         AWS_VPC_CNI_NODE_PORT_SUPPORT)."""
-        return self.settings.snat.inbound_marked(self.settings)
+        return self.mode.inbound_marked(self.settings)
 
     async def _reconcile_snat(self) -> bool:
         """True once the table is what the settings say: ipamd's table live, or (in IPv4 mode
         with external SNAT and without node port support) absent."""
         self._snat_stale = False
         s = self.settings
-        if not s.snat.keeps_table(s):
+        if not self.mode.keeps_table(s):
             if await self._snat.remove():
                 self.health.fixes["snat"] += 1
             return True
@@ -464,7 +450,7 @@ class Datapath:
             return tuple(dict.fromkeys((*vpc, *s.exclude_snat_cidrs)))
 
         links = SnatLinks(self._node_ip, primary, [r.ifname for r in self._ready.values()])
-        return await s.snat.plan(links, exempt, s)
+        return await self.mode.plan(links, exempt, s)
 
     def ready_links(self) -> Iterable[ReadyEni]:
         return tuple(self._ready.values())

@@ -1,5 +1,5 @@
 """What the datapath does on a node of each address family, chosen once by the composition
-(`DatapathSettings.snat`, docs/architecture.md §7.4): the datapath asks it a pod's policy rules,
+(`Datapath.mode`, docs/architecture.md §7.4): the datapath asks it a pod's policy rules,
 whether ipamd's SNAT table marks connections and what plan to apply, and never tests the family
 itself.
 
@@ -25,7 +25,8 @@ from ipamd.wire.pod import V4_EGRESS_CIDR
 
 
 class SnatKnobs(Protocol):
-    """The settings a mode reads (`DatapathSettings` has them): VPC CNI's SNAT knobs."""
+    """The settings a mode reads (the datapath group, `ipamd.config.groups.DatapathSettings`, has
+    them): VPC CNI's SNAT knobs."""
 
     @property
     def external_snat(self) -> bool: ...

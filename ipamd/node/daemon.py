@@ -33,7 +33,7 @@ from ipamd.config.settings import Config
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed, utc_text
 from ipamd.hostnet.aws_snat import AwsNodeSnat
-from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.ports import HostNetError, HostNetwork
 from ipamd.hostnet.snat import SnatTable
 from ipamd.node.engine_parts import (
@@ -332,14 +332,8 @@ def _datapath(
         engine,
         adapters.host,
         adapters.snat,
-        DatapathSettings(
-            mtu=config.datapath.eni_mtu,
-            external_snat=config.datapath.external_snat,
-            exclude_snat_cidrs=config.datapath.exclude_snat_cidrs,
-            randomize_snat=config.datapath.randomize_snat,
-            node_port_support=config.datapath.node_port_support,
-            snat=family_of(config).snat,
-        ),
+        config.datapath,
+        mode=family_of(config).snat,
         node_ip=instance.private_ip,
         subnet_cidr=subnet_cidr,
         vpc_cidrs=adapters.vpc_cidrs,

@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from datastore.records import EniRecord
+from ipamd.config.groups import DatapathSettings
 from ipamd.engine.engine import Engine
 from ipamd.hostnet.aws_snat import NftAwsNodeSnat
-from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.netlink import NetlinkHostNetwork
 from ipamd.hostnet.ports import RT_PROTO_IPAMD
 from ipamd.hostnet.snat import NftSnatTable
@@ -174,7 +175,7 @@ async def datapath(netns: str, node: NodeFixture) -> AsyncIterator[Datapath]:
             engine,
             host,
             NftSnatTable((*in_ns, "nft")),
-            DatapathSettings(mtu=1500),
+            DatapathSettings(eni_mtu=1500),
             node_ip=NODE_IP,
             subnet_cidr=_subnet,
             vpc_cidrs=_vpc,

@@ -15,9 +15,10 @@ from datastore.records import EniRecord
 from ipamd.api import views
 from ipamd.cli.ipamctl import render_status
 from ipamd.clock import FakeClock
+from ipamd.config.groups import DatapathSettings
 from ipamd.engine.engine import Engine
 from ipamd.errors import DatapathUnavailable, DeleteIntentActive, NoAddressAvailable
-from ipamd.hostnet.datapath import BLOCKED_NEW, Datapath, DatapathSettings
+from ipamd.hostnet.datapath import BLOCKED_NEW, Datapath
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.kernel_plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (

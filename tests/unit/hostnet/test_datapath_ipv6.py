@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 import pytest
 
 from datastore.records import EniRecord
+from ipamd.config.groups import DatapathSettings
 from ipamd.engine.engine import Engine
 from ipamd.engine.pick_v6 import pick_v6_addresses
-from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.fake import FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.snat_modes import EGRESS_SNAT
 from ipamd.wire.pod import V4_EGRESS_CIDR
@@ -42,12 +43,13 @@ async def _no_vpc_cidrs(mac: str) -> tuple[str, ...]:
 def _datapath(
     engine: Engine, kernel: FakeHostNetwork, snat: FakeSnatTable, node: NodeFixture, **kw: bool
 ) -> Datapath:
-    settings = DatapathSettings(snat=EGRESS_SNAT, **kw)  # type: ignore[arg-type]
+    settings = DatapathSettings(**kw)  # type: ignore[arg-type]
     return Datapath(
         engine,
         kernel,
         snat,
         settings,
+        mode=EGRESS_SNAT,
         node_ip=NODE_IP,
         subnet_cidr=_no_subnet,
         vpc_cidrs=_no_vpc_cidrs,

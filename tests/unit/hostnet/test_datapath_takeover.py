@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import pytest
 
 from datastore.records import EniRecord
+from ipamd.config.groups import DatapathSettings
 from ipamd.engine.engine import Engine
-from ipamd.hostnet.datapath import Datapath, DatapathSettings
+from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.fake import INBOUND_MARK, FakeAwsNodeSnat, FakeHostNetwork, FakeSnatTable
 from ipamd.hostnet.kernel_plan import CONNMARK_RULE
 from ipamd.hostnet.ports import (
