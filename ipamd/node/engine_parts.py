@@ -37,7 +37,7 @@ from ipamd.engine.allocator import EngineSettings
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable
 from ipamd.node.family import Family, family_of
-from ipamd.pool.catalogue import SubnetCatalogue, SubnetSettings, SubnetSource
+from ipamd.pool.catalogue import SubnetCatalogue, SubnetSource
 from ipamd.pool.rounds import Pool
 from ipamd.pool.settings import PoolSettings
 from ipamd.reconcile.ec2_drift import Ec2Drift
@@ -170,7 +170,7 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
 
 
 def pool_settings(config: Config) -> PoolSettings:
-    """The pool manager's settings (where new ENIs go is the subnet catalogue's: `subnet_settings`)."""
+    """The pool manager's settings (where new ENIs go is the subnet catalogue's)."""
     return PoolSettings(
         targets=pool_targets(config),
         strategy=strategy(config),
@@ -200,17 +200,6 @@ def pool_targets(config: Config) -> PoolTargets:
         kubelet_max_pods=kubelet.max_pods if kubelet else None,
         min_eni_lifetime_s=config.sizing.min_eni_lifetime_s,
         custom_networking=config.custom_networking.enabled,
-    )
-
-
-def subnet_settings(config: Config, eni_config: EniConfig | None = None) -> SubnetSettings:
-    """Where new ENIs go: the ENIConfig's subnet (custom networking), else subnet discovery
-    (ENABLE_SUBNET_DISCOVERY) or the node's subnet."""
-    return SubnetSettings(
-        discovery=config.subnets.discovery,
-        cluster_name=config.enis.cluster_name,
-        eni_config=eni_config,
-        refresh_s=config.subnets.refresh_interval_s,
     )
 
 
@@ -326,7 +315,16 @@ async def open_parts(
         # longer after each failure in a row instead.
         view = ec2.with_policy(CallPolicy.BACKGROUND)
         source = view if isinstance(view, SubnetSource) else ec2
-    catalogue = SubnetCatalogue(source, node.instance, subnet_settings(config, eni_config), clock)
+    # Where new ENIs go: the ENIConfig's subnet (custom networking), else subnet discovery
+    # (ENABLE_SUBNET_DISCOVERY) or the node's subnet.
+    catalogue = SubnetCatalogue(
+        source,
+        node.instance,
+        config.subnets,
+        clock,
+        cluster_name=config.enis.cluster_name,
+        eni_config=eni_config,
+    )
     settings = pool_settings(config) if pool_config is None else pool_config
     subnet_free = subnet_reading(config, catalogue, catalog, clock)
     free = catalogue.free_addresses if subnet_free is None else subnet_free.free

@@ -3,11 +3,12 @@ which subnets are closed to new pods. The rules live in `ipamd.sizing.subnets`; 
 the view of the subnets they are applied to.
 
 - **The view** is one DescribeSubnets of the node's VPC and zone. It is read on first use, then
-  every `refresh_s` (30 min: two calls a node-hour), and soon after a call finds a subnet full;
-  never once per ENI. A failed read keeps the last view and is tried again after `retry_s`, twice
-  that after a second failure in a row, and so on up to `refresh_s`: on an account whose read
-  budget thousands of nodes exhaust, a fixed retry multiplied the reads it refused. With no view
-  at all, new ENIs go to the node's subnet, as VPC CNI does when DescribeSubnets fails.
+  every IPAMD_SUBNET_REFRESH_INTERVAL (30 min: two calls a node-hour), and soon after a call finds
+  a subnet full; never once per ENI. A failed read keeps the last view and is tried again after
+  `RETRY_S`, twice that after a second failure in a row, and so on up to the refresh interval: on
+  an account whose read budget thousands of nodes exhaust, a fixed retry multiplied the reads it
+  refused. With no view at all, new ENIs go to the node's subnet, as VPC CNI does when
+  DescribeSubnets fails.
 - **A full subnet** is one a create, or an assign on one of its ENIs, found without room. It stays
   full until a view shows the room that call asked for. Meanwhile it goes last among the
   candidates, and its ENIs grow no more while new ENIs may go to another subnet (`growth_closed`).
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from cloud.errors import CloudError, SubnetExhausted, SubnetFragmented
@@ -29,6 +29,7 @@ from cloud.models import Ipv4UnitKind, NetworkInterface, Subnet
 from cloud.ports import Ec2Api, Instance
 from ipamd.clock import Clock
 from ipamd.config.eniconfig import EniConfig
+from ipamd.config.groups import SubnetSettings
 from ipamd.engine.state import NodeState
 from ipamd.sizing.model import NodeStats
 from ipamd.sizing.subnets import (
@@ -50,20 +51,9 @@ class SubnetSource(Protocol):
     async def subnets_in(self, vpc_id: str, availability_zone: str) -> tuple[Subnet, ...]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class SubnetSettings:
-    discovery: bool = True
-    """ENABLE_SUBNET_DISCOVERY: new ENIs may go to other tagged subnets of the node's zone."""
-    cluster_name: str = ""
-    """CLUSTER_NAME, which scopes cluster-tagged subnets."""
-    eni_config: EniConfig | None = None
-    """The node zone's ENIConfig under custom networking: its subnet and security groups, and
-    discovery off."""
-    refresh_s: float = 1800.0
-    """IPAMD_SUBNET_REFRESH_INTERVAL: how old the view may grow before it is read again."""
-    retry_s: float = 60.0
-    """After a failed read (doubled for each failure in a row, up to `refresh_s`), or after a
-    create found a subnet full: the least time to the next."""
+RETRY_S = 60.0
+"""After a failed read (doubled for each failure in a row, up to the refresh interval), or after a
+create found a subnet full: the least time to the next read."""
 
 
 class SubnetCatalogue:
@@ -78,12 +68,22 @@ class SubnetCatalogue:
         instance: Instance,
         settings: SubnetSettings,
         clock: Clock,
+        *,
+        cluster_name: str = "",
+        eni_config: EniConfig | None = None,
+        retry_s: float = RETRY_S,
     ) -> None:
         self._source = source
         self._instance = instance
         self._settings = settings
+        self._cluster_name = cluster_name
+        """CLUSTER_NAME, which scopes cluster-tagged subnets."""
+        self._eni_config = eni_config
+        """The node zone's ENIConfig under custom networking: its subnet and security groups, and
+        discovery off."""
+        self._retry_s = retry_s
         known = bool(instance.vpc_id and instance.availability_zone) and source is not None
-        self._discovering = settings.discovery and settings.eni_config is None and known
+        self._discovering = settings.discovery and eni_config is None and known
         self._clock = clock
         self._view: tuple[SubnetFacts, ...] | None = None
         self._due = float("-inf")
@@ -118,21 +118,21 @@ class SubnetCatalogue:
     @property
     def eni_config(self) -> EniConfig | None:
         """The ENIConfig new ENIs follow under custom networking; None without it."""
-        return self._settings.eni_config
+        return self._eni_config
 
     def follow_eni_config(self, config: EniConfig, problem: str = "") -> None:
         """Custom networking: the next ENI follows `config` (the node's ENIConfig changed);
         `problem`: why the one the node chose cannot be used ("" once it can), a degraded reason.
         ENIs already made keep theirs; without custom networking it changes nothing."""
-        if self._settings.eni_config is None:
+        if self._eni_config is None:
             return
-        self._settings = replace(self._settings, eni_config=config)
+        self._eni_config = config
         self.eni_config_problem = problem
 
     @property
     def security_groups(self) -> tuple[str, ...]:
         """The groups of a new ENI: the ENIConfig's if it names any, else the primary ENI's."""
-        config = self._settings.eni_config
+        config = self._eni_config
         if config is not None and config.security_groups:
             return config.security_groups
         return self._instance.security_groups
@@ -140,12 +140,12 @@ class SubnetCatalogue:
     def candidates(self, *, prefixes: bool = False) -> tuple[str, ...]:
         """The subnets a new ENI may go to, best first (empty: none may take one now); those found
         full come last. For prefix growth, the subnets that lately had no /28 to give come last."""
-        config = self._settings.eni_config
+        config = self._eni_config
         if config is not None:
             return (config.subnet_id,)
         if not self.discovering or self._view is None:
             return (self._instance.subnet_id,)
-        node, cluster = self._instance.subnet_id, self._settings.cluster_name
+        node, cluster = self._instance.subnet_id, self._cluster_name
         ranked = self._ranked
         if ranked is None:
             ranked = self._ranked = rank_subnets(self._view, node, cluster, self._full)
@@ -248,23 +248,27 @@ class SubnetCatalogue:
         now = self._clock.now()
         self._last_read = now
         self.reads += 1
-        instance, s = self._instance, self._settings
+        instance, refresh_s, retry_s = (
+            self._instance,
+            self._settings.refresh_interval_s,
+            self._retry_s,
+        )
         try:
             subnets = await self._source.subnets_in(instance.vpc_id, instance.availability_zone)
         except CloudError as err:
             self.failures += 1
             self._failed_in_row += 1
-            wait_s = min(s.retry_s * 2 ** (self._failed_in_row - 1), max(s.refresh_s, s.retry_s))
+            wait_s = min(retry_s * 2 ** (self._failed_in_row - 1), max(refresh_s, retry_s))
             self._due = now + wait_s
             logger.warning("subnets.read_failed error=%s retry_in_s=%s", err, wait_s)
             return False
         self._failed_in_row = 0
-        self._due = now + s.refresh_s
+        self._due = now + refresh_s
         self._view = _facts(subnets)
         self.cidrs.update((subnet.subnet_id, subnet.cidr) for subnet in subnets)
         self._full = still_full(self._full, self._view)
         self._ranked = None
-        closed = excluded_subnets(self._view, s.cluster_name)
+        closed = excluded_subnets(self._view, self._cluster_name)
         changed, self.closed = closed != self.closed, closed
         logger.info(
             "subnets.read candidates=%s closed=%s",
@@ -310,7 +314,7 @@ class SubnetCatalogue:
         if self.discovering:
             self._full[subnet_id] = max(asked, self._full.get(subnet_id, 0))
             self._ranked = None
-            self._due = min(self._due, self._last_read + self._settings.retry_s)
+            self._due = min(self._due, self._last_read + self._retry_s)
             logger.info("subnets.full subnet_id=%s asked=%d", subnet_id, asked)
 
 

@@ -11,9 +11,10 @@ from cloud.fakes import FakeEc2, FakeEc2View, FakeImds
 from cloud.ports import CallPolicy
 from ipamd.clock import FakeClock
 from ipamd.config.eniconfig import EniConfig
+from ipamd.config.groups import SubnetSettings
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.pool.catalogue import SubnetCatalogue, SubnetSettings
+from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.sizing.subnets import ROLE_TAG
 
@@ -21,13 +22,16 @@ HOUR_S = 3600.0
 
 
 async def _catalogue(
-    settings: SubnetSettings | None = None,
+    settings: SubnetSettings | None = None, eni_config: EniConfig | None = None
 ) -> tuple[SubnetCatalogue, FakeEc2, FakeClock, str]:
     clock = FakeClock()
     ec2 = FakeEc2(clock, subnet_cidr="10.0.0.0/24")
     pods = ec2.add_subnet("10.0.16.0/20", {ROLE_TAG: "1"})
     instance = await ec2.describe_instance(ec2.instance_id)
-    return SubnetCatalogue(ec2, instance, settings or SubnetSettings(), clock), ec2, clock, pods
+    catalogue = SubnetCatalogue(
+        ec2, instance, settings or SubnetSettings(), clock, eni_config=eni_config, retry_s=60.0
+    )
+    return catalogue, ec2, clock, pods
 
 
 async def test_the_first_use_reads_then_only_every_refresh_period() -> None:
@@ -48,7 +52,7 @@ async def test_failed_reads_in_a_row_are_retried_ever_later_up_to_the_refresh() 
     """Thousands of nodes share the account's read budget: a node whose read was refused waits
     twice as long after each failure in a row (up to the refresh period), so its retries do not
     add to the load that refused them; a read that goes through starts over."""
-    catalogue, ec2, clock, _ = await _catalogue(SubnetSettings(retry_s=60.0, refresh_s=1800.0))
+    catalogue, ec2, clock, _ = await _catalogue(SubnetSettings(refresh_interval_s=1800.0))
     await catalogue.refresh_if_due()
     clock.advance(1800.0)
 
@@ -74,7 +78,7 @@ async def test_failed_reads_in_a_row_are_retried_ever_later_up_to_the_refresh() 
 
 
 async def test_a_full_subnet_brings_the_next_read_forward_but_not_before_retry_s() -> None:
-    catalogue, ec2, clock, pods = await _catalogue(SubnetSettings(retry_s=60.0))
+    catalogue, ec2, clock, pods = await _catalogue()
     await catalogue.refresh_if_due()
     clock.advance(10.0)
     catalogue.full(pods)
@@ -90,7 +94,7 @@ async def test_a_full_subnet_brings_the_next_read_forward_but_not_before_retry_s
 
 
 async def test_a_failed_read_keeps_the_last_view_and_is_retried() -> None:
-    catalogue, ec2, clock, pods = await _catalogue(SubnetSettings(retry_s=60.0))
+    catalogue, ec2, clock, pods = await _catalogue()
     await catalogue.refresh_if_due()
     ec2.tag_subnet(ec2.subnet_id, {ROLE_TAG: "0"})
     clock.advance(1800.0)
@@ -126,13 +130,13 @@ async def test_discovery_off_reads_nothing_and_uses_the_nodes_subnet() -> None:
 
 async def test_an_eni_config_names_the_subnet_and_groups_and_turns_discovery_off() -> None:
     config = EniConfig("us-west-2a", "subnet-custom", ("sg-pods", "sg-extra"))
-    catalogue, ec2, _, _ = await _catalogue(SubnetSettings(eni_config=config))
+    catalogue, ec2, _, _ = await _catalogue(eni_config=config)
     await catalogue.refresh_if_due()
     assert ec2.calls["subnets_in"] == 0
     assert catalogue.candidates() == ("subnet-custom",)
     assert catalogue.security_groups == ("sg-pods", "sg-extra")
 
-    bare, ec2, _, _ = await _catalogue(SubnetSettings(eni_config=EniConfig("z", "subnet-c")))
+    bare, ec2, _, _ = await _catalogue(eni_config=EniConfig("z", "subnet-c"))
     assert bare.security_groups == ("sg-0fake",), "none named: the primary ENI's"
 
 
@@ -198,7 +202,7 @@ async def test_the_parts_wire_the_catalogue_from_the_configuration(tmp_path: Pat
 
 async def test_a_followed_eniconfig_is_the_next_enis_and_its_problem_is_kept() -> None:
     start = EniConfig("pods-a", "subnet-0aaaaaaaaaaaaaaa1")
-    catalogue, ec2, _, pods = await _catalogue(SubnetSettings(eni_config=start))
+    catalogue, ec2, _, pods = await _catalogue(eni_config=start)
     primary = (await ec2.describe_instance(ec2.instance_id)).security_groups
     assert catalogue.candidates() == ("subnet-0aaaaaaaaaaaaaaa1",)
     assert catalogue.security_groups == primary, "none named: the primary ENI's"
