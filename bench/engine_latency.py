@@ -16,7 +16,7 @@ from bench.timing import p50, p99, timed_ms
 from datastore.records import AllocationKey, EniRecord, UnitKind
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.node.family import FAMILIES
 
@@ -47,7 +47,7 @@ async def add_then_del(
     # `Store.open` creates the directory. A clock that never moves: nothing expires mid-run, so
     # every sample does the same work.
     engine = await open_node(
-        workdir / STATE_FILE_NAME, FakeClock(), EngineSettings(), enis, per_eni, kind
+        workdir / STATE_FILE_NAME, FakeClock(), EngineParams(), enis, per_eni, kind
     )
     try:
         keys = [pod_key(f"latency-{kind}", n) for n in range(PODS)]
@@ -61,7 +61,7 @@ async def add_then_del(
 async def ipv6_adds(workdir: Path) -> list[float]:
     """Time `PODS` ADDs one by one on a node whose one unit is an IPv6 /80 on its primary ENI."""
     clock = FakeClock()
-    settings = EngineSettings(pick=FAMILIES["ipv6"].pick)  # as the composition gives an IPv6 node
+    settings = EngineParams(pick=FAMILIES["ipv6"].pick)  # as the composition gives an IPv6 node
     engine = await Engine.open(workdir / STATE_FILE_NAME, clock, settings)
     try:
         await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, clock.now()))

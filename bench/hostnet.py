@@ -33,7 +33,7 @@ from datastore.records import EniRecord
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.config.groups import DatapathSettings
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.hostnet.datapath import Datapath
 from ipamd.hostnet.fake import FakeSnatTable
@@ -57,7 +57,7 @@ def _ip(*args: str) -> None:
 
 
 async def _node(path: Path, clock: FakeClock, with_macs: bool) -> Engine:
-    engine = await Engine.open(path, clock, EngineSettings())
+    engine = await Engine.open(path, clock, EngineParams())
     for index in range(ENIS):
         eni_id = f"eni-{index:04d}"
         facts = {"mac": _mac(index), "primary_ip": f"10.0.{index}.5"} if with_macs else {}

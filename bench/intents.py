@@ -16,7 +16,7 @@ from bench.timing import p50, timed_ms
 from datastore.records import AllocationKey
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 
 PODS = 250
@@ -54,7 +54,7 @@ async def run(workdir: Path) -> dict[str, float]:
     # The clock stands still while DELs are measured, so intents stay outstanding; with the default
     # cooldown every released address would then cool for the whole run and the 20 spare addresses
     # would be gone after 20 DELs. Cooldowns are off here: this measures intents, not cooldowns.
-    settings = EngineSettings(cooldown_s=0.0)
+    settings = EngineParams(cooldown_s=0.0)
     bare = await open_node(workdir / "bare.db", clock, settings, enis=9, per_eni=30, kind="ip")
     loaded = await open_node(
         workdir / STATE_FILE_NAME, clock, settings, enis=9, per_eni=30, kind="ip"

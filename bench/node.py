@@ -10,7 +10,7 @@ from pathlib import Path
 
 from datastore.records import AllocationKey, EniRecord, IntentRecord, Mutation, UnitKind
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.engine.state import NodeState
 
@@ -35,7 +35,7 @@ def unit_cidrs(eni_index: int, count: int, kind: UnitKind) -> list[str]:
 
 
 async def open_node(
-    path: Path, clock: FakeClock, settings: EngineSettings, enis: int, per_eni: int, kind: UnitKind
+    path: Path, clock: FakeClock, settings: EngineParams, enis: int, per_eni: int, kind: UnitKind
 ) -> Engine:
     """Open a fresh engine at `path` and attach `enis` ENIs with `per_eni` units each."""
     engine = await Engine.open(path, clock, settings)

@@ -12,7 +12,7 @@ from bench.node import backfill_intents, fill, open_node
 from bench.timing import median, timed_ms
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 
 PODS = 250
@@ -23,7 +23,7 @@ RUNS = 5
 async def run(workdir: Path) -> dict[str, float]:
     path = workdir / STATE_FILE_NAME
     clock = FakeClock()
-    settings = EngineSettings()
+    settings = EngineParams()
     await _build(path, clock, settings)
     samples = [await _timed_open(path, clock, settings) for _ in range(RUNS)]
     # Median of RUNS opens, each after the previous engine closed: the page cache is warm, as for a
@@ -31,7 +31,7 @@ async def run(workdir: Path) -> dict[str, float]:
     return {"restore_ms_250_alloc_86400_intents": median(samples)}
 
 
-async def _build(path: Path, clock: FakeClock, settings: EngineSettings) -> None:
+async def _build(path: Path, clock: FakeClock, settings: EngineParams) -> None:
     engine = await open_node(path, clock, settings, enis=9, per_eni=30, kind="ip")
     try:
         await fill(engine, "restore", PODS)
@@ -40,7 +40,7 @@ async def _build(path: Path, clock: FakeClock, settings: EngineSettings) -> None
         await engine.close()
 
 
-async def _timed_open(path: Path, clock: FakeClock, settings: EngineSettings) -> float:
+async def _timed_open(path: Path, clock: FakeClock, settings: EngineParams) -> float:
     elapsed, engine = await timed_ms(Engine.open(path, clock, settings))
     try:
         loaded = (len(engine.state.allocations()), len(engine.state.intents()))

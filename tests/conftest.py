@@ -21,7 +21,7 @@ from hypothesis import settings
 
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from tests.support.node import NodeFixture
 
 # The profile hypothesis picked (its `ci` one under CI: no database, no deadline), with the blob of
@@ -95,6 +95,6 @@ async def no_leftover_tasks() -> AsyncIterator[None]:
 @pytest.fixture
 async def node(state_path: Path, clock: FakeClock) -> AsyncIterator[NodeFixture]:
     """A node with a real state file, a faulty-capable store and the invariant check at hand."""
-    fixture = NodeFixture(state_path, clock, EngineSettings())
+    fixture = NodeFixture(state_path, clock, EngineParams())
     yield fixture
     await fixture.close()

@@ -30,7 +30,7 @@ from cloud.ports import ImdsIdentity, ImdsInterface
 from datastore.store import Store
 from ipamd.clock import Clock
 from ipamd.config.settings import Config
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.engine.state import NodeState
 from ipamd.errors import StoreWriteFailed
@@ -225,7 +225,7 @@ class SimNode:
 
 
 async def open_inline_engine(
-    path: Path, clock: Clock, settings: EngineSettings, opened: Callable[[Store], None]
+    path: Path, clock: Clock, settings: EngineParams, opened: Callable[[Store], None]
 ) -> Engine:
     """A fresh engine on `path`, its store used on the loop's thread (see the module docstring);
     `opened` is handed the store, through which the invariant checks read the file."""
@@ -259,7 +259,7 @@ async def build_node(
     runtime = FakeRuntime(clock)
     stores: list[Store] = []
 
-    async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+    async def open_engine(path: Path, clock: Clock, settings: EngineParams) -> Engine:
         return await open_inline_engine(path, clock, settings, stores.append)
 
     daemon = await build_daemon(

@@ -13,7 +13,7 @@ from bench.node import backfill_intents, fill, open_node
 from bench.timing import p50
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 
 INTENT_COUNTS = (0, 1_000, 10_000, 86_400)
 DELS_PER_POINT = 300
@@ -42,7 +42,7 @@ async def _del_p50(workdir: Path, intents: int) -> float:
     engine = await open_node(
         workdir / STATE_FILE_NAME,
         clock,
-        EngineSettings(cooldown_s=0.0),
+        EngineParams(cooldown_s=0.0),
         enis=9,
         per_eni=30,
         kind="ip",

@@ -31,7 +31,12 @@ Pick = Callable[
 
 
 @dataclass(frozen=True, slots=True)
-class EngineSettings:
+class EngineParams:
+    """What the allocator works by on this node: the engine group's windows
+    (`ipamd.config.groups.EngineSettings`), the limits the node's instance type and targets leave,
+    and the family's pick, as `ipamd.node.engine_parts.engine_params` derives them. Tests build
+    it with keyword arguments."""
+
     cooldown_s: float = 30.0
     """IP_COOLDOWN_PERIOD: a released address is not handed out again for this long."""
     intent_ttl_s: float = 600.0
@@ -64,7 +69,7 @@ def plan_assign(
     pod: PodRef,
     count: int,
     now: float,
-    settings: EngineSettings,
+    settings: EngineParams,
     blocked_enis: Collection[str] = (),
 ) -> tuple[Mutation, AllocationRecord]:
     first_del = state._intents.get(key.container_id)
@@ -120,7 +125,7 @@ def pick_addresses(
     to EC2 whole. Ties go to the lower device index and the lower CIDR, so the choice is deterministic.
     `skip_primary` (custom networking): never the primary ENI. The pick of a node of listed units
     (IPv4); an IPv6 node's is `pick_v6_addresses` (`ipamd/engine/pick_v6.py`), chosen once in
-    `EngineSettings.pick`.
+    `EngineParams.pick`.
     """
     horizon = now - cooldown_s  # an address released after this instant is still cooling
     best: tuple[int, str, list[tuple[int, str]]] | None = None
@@ -196,7 +201,7 @@ def plan_retract(state: NodeState, record: AllocationRecord) -> tuple[Mutation, 
 
 
 def plan_release(
-    state: NodeState, container_id: str, now: float, settings: EngineSettings
+    state: NodeState, container_id: str, now: float, settings: EngineParams
 ) -> tuple[Mutation, tuple[AllocationRecord, ...]]:
     """DEL: release every allocation of the container ID (any network, any ifname) and record the
     delete intent. The intent keeps the time of the first DEL; only an expired one is replaced."""
@@ -244,7 +249,7 @@ def plan_release(
     )
 
 
-def plan_pruning(state: NodeState, m: Mutation, now: float, settings: EngineSettings) -> Mutation:
+def plan_pruning(state: NodeState, m: Mutation, now: float, settings: EngineParams) -> Mutation:
     """Add to `m` the removal of up to `prune_batch` expired intents and cooldowns, oldest first.
 
     Both maps are insertion-ordered by time, so this looks at O(batch) entries whatever their number.

@@ -56,7 +56,7 @@ from ipamd.clock import Clock
 from ipamd.engine import inventory
 from ipamd.engine.allocator import (
     OTHER_REFUSALS,
-    EngineSettings,
+    EngineParams,
     plan_assign,
     plan_pruning,
     plan_release,
@@ -89,7 +89,7 @@ class Engine:
         store: Store | None,
         state: NodeState,
         clock: Clock,
-        settings: EngineSettings,
+        settings: EngineParams,
         executor: ThreadPoolExecutor,
         unavailable: StateUnavailable | None = None,
         decided: NodeState | None = None,
@@ -122,7 +122,7 @@ class Engine:
         self._starvation_cause: Callable[[], str] = str
 
     @property
-    def settings(self) -> EngineSettings:
+    def settings(self) -> EngineParams:
         """Given when the engine is opened, and final: nothing changes them afterwards."""
         return self._settings
 
@@ -136,7 +136,7 @@ class Engine:
         cls,
         path: Path,
         clock: Clock,
-        settings: EngineSettings | None = None,
+        settings: EngineParams | None = None,
         live_containers: frozenset[str] | None = None,
         store_opener: Callable[[Path], Store] = Store.open,
         *,
@@ -145,7 +145,7 @@ class Engine:
         """Open the state file and restore from it. An unusable file yields an engine that refuses
         every change with a message naming the file and the repair command (fail closed).
         `inline_writes=False` for a store whose commit may wait on something besides the disk."""
-        settings = settings or EngineSettings()
+        settings = settings or EngineParams()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipamd-store")
         loop = asyncio.get_running_loop()
         try:

@@ -1,6 +1,6 @@
 """IPv6's pick: which addresses of the node's /80 an ADD takes (docs/architecture.md §3.7).
 
-Chosen once for an IPv6 node (`EngineSettings.pick`), in place of the listed units' pick
+Chosen once for an IPv6 node (`EngineParams.pick`), in place of the listed units' pick
 (`pick_addresses` (`ipamd/engine/allocator.py`)).
 """
 

@@ -33,13 +33,13 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
 from ipamd.config.eniconfig import DEFAULT_ENICONFIG_KEY, ZONE_LABELS, EniConfig
 from ipamd.config.settings import Config
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable
 from ipamd.node.family import Family, family_of
 from ipamd.pool.catalogue import SubnetCatalogue, SubnetSource
+from ipamd.pool.params import PoolParams
 from ipamd.pool.rounds import Pool
-from ipamd.pool.settings import PoolSettings
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
@@ -57,7 +57,7 @@ class Ec2(Ec2Api, Ec2Catalog, Protocol):
     def with_policy(self, policy: CallPolicy) -> Ec2: ...
 
 
-EngineOpener = Callable[[Path, Clock, EngineSettings], Awaitable[Engine]]
+EngineOpener = Callable[[Path, Clock, EngineParams], Awaitable[Engine]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +100,13 @@ def unit_kinds(config: Config) -> tuple[UnitKind, ...]:
     return family_of(config).unit_kinds(mode_kinds)
 
 
-def engine_settings(config: Config, limits: NodeLimits) -> EngineSettings:
+def engine_params(config: Config, limits: NodeLimits) -> EngineParams:
     """The engine's settings, final: the configuration's, with the pod and address limits the
     pool's targets leave on this instance type."""
     targets, unit, family = pool_targets(config), strategy(config), family_of(config)
     max_pods = compute_pod_limit(targets, limits, unit, family.name)
     enis_hold = compute_address_capacity(targets, limits, unit)
-    return EngineSettings(
+    return EngineParams(
         cooldown_s=float(config.engine.ip_cooldown_period_s),
         intent_ttl_s=config.engine.delete_intent_ttl_s,
         max_pods=max_pods,
@@ -169,9 +169,9 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
     return spec
 
 
-def pool_settings(config: Config) -> PoolSettings:
+def pool_params(config: Config) -> PoolParams:
     """The pool manager's settings (where new ENIs go is the subnet catalogue's)."""
-    return PoolSettings(
+    return PoolParams(
         targets=pool_targets(config),
         strategy=strategy(config),
         fallback_strategy=fallback_strategy(config),
@@ -287,14 +287,14 @@ async def open_parts(
     clock: Clock,
     open_engine: EngineOpener = Engine.open,
     rng: random.Random | None = None,
-    pool_config: PoolSettings | None = None,
+    pool_config: PoolParams | None = None,
     eni_config: EniConfig | None = None,
     subnets: SubnetSource | None = None,
     catalog: Ec2Catalog | None = None,
 ) -> Parts:
     """Open the state file in IPAMD_STATE_DIR with its final settings and build every part on it.
 
-    `pool_config`: the pool manager's settings; by default `pool_settings(config)`'s. `eni_config`: this
+    `pool_config`: the pool manager's settings; by default `pool_params(config)`'s. `eni_config`: this
     zone's ENIConfig under custom networking; by default the one the configuration's ENIConfig file
     has for the node's zone. `subnets`: where subnet discovery reads
     the zone's subnets; by default `ec2` when it serves that call too (a pure `Ec2Api` that does not
@@ -305,7 +305,7 @@ async def open_parts(
     if eni_config is None:
         eni_config = node_eni_config(config, node)
     path = Path(config.storage.state_dir) / STATE_FILE_NAME
-    engine = await open_engine(path, clock, engine_settings(config, node.limits))
+    engine = await open_engine(path, clock, engine_params(config, node.limits))
     instance_id = node.instance.instance_id
     kinds = unit_kinds(config)
     source = subnets
@@ -325,7 +325,7 @@ async def open_parts(
         cluster_name=config.enis.cluster_name,
         eni_config=eni_config,
     )
-    settings = pool_settings(config) if pool_config is None else pool_config
+    settings = pool_params(config) if pool_config is None else pool_config
     subnet_free = subnet_reading(config, catalogue, catalog, clock)
     free = catalogue.free_addresses if subnet_free is None else subnet_free.free
     family = family_of(config)

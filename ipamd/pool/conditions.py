@@ -33,7 +33,7 @@ from dataclasses import replace
 from cloud.errors import SubnetExhausted
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
-from ipamd.pool.settings import PoolSettings
+from ipamd.pool.params import PoolParams
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.plan import PoolPlan
 from ipamd.sizing.scarcity import RECOVERY_FACTOR, scarce_after
@@ -54,7 +54,7 @@ class Conditions:
     def __init__(
         self,
         engine: Engine,
-        settings: PoolSettings,
+        settings: PoolParams,
         clock: Clock,
         subnet_free: Callable[[], int | None] = never_read,
     ) -> None:

@@ -46,8 +46,8 @@ from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import eni_record
 from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.pace import Pace
+from ipamd.pool.params import PoolParams
 from ipamd.pool.release import attached_here
-from ipamd.pool.settings import PoolSettings
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class EniMaker:
         engine: Engine,
         ec2: Ec2Api,
         instance: Instance,
-        settings: PoolSettings,
+        settings: PoolParams,
         subnets: SubnetCatalogue,
         clock: Clock,
         pace: Pace,

@@ -34,8 +34,8 @@ from ipamd.errors import StoreWriteFailed
 from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import never_read
 from ipamd.pool.health import PoolReport
+from ipamd.pool.params import PoolParams
 from ipamd.pool.rounds import NO_PLAN, FailureListener, ListingWatch, Rounds
-from ipamd.pool.settings import PoolSettings
 from ipamd.sizing.model import NodeLimits, PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.plan import PoolPlan
@@ -53,7 +53,7 @@ class Ipv6Pool:
         ec2: Ec2Api,
         instance: Instance,
         limits: NodeLimits,
-        settings: PoolSettings,
+        settings: PoolParams,
         subnets: SubnetCatalogue,
         clock: Clock,
         rng: random.Random | None = None,

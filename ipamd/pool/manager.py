@@ -50,9 +50,9 @@ from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import never_read
 from ipamd.pool.enis import EniMaker
 from ipamd.pool.health import PoolReport
+from ipamd.pool.params import PoolParams
 from ipamd.pool.release import Releaser
 from ipamd.pool.rounds import NO_PLAN, FailureListener, Rounds
-from ipamd.pool.settings import PoolSettings
 from ipamd.pool.stats import StatsMemo, aged
 from ipamd.sizing.model import NodeLimits, NodeStats, PoolTargets
 from ipamd.sizing.modes import UnitStrategy
@@ -71,7 +71,7 @@ class PoolManager:
         ec2: Ec2Api,
         instance: Instance,
         limits: NodeLimits,
-        settings: PoolSettings,
+        settings: PoolParams,
         subnets: SubnetCatalogue,
         clock: Clock,
         rng: random.Random | None = None,

@@ -44,7 +44,7 @@ from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed
 from ipamd.pool.conditions import Conditions
 from ipamd.pool.health import PoolHealth
-from ipamd.pool.settings import PoolSettings
+from ipamd.pool.params import PoolParams
 
 DEMAND_WINDOW_S = 60.0
 """An ADD that found no address this long ago no longer makes a round urgent."""
@@ -76,7 +76,7 @@ class Pace:
     def __init__(
         self,
         engine: Engine,
-        settings: PoolSettings,
+        settings: PoolParams,
         health: PoolHealth,
         conditions: Conditions,
         clock: Clock,

@@ -28,7 +28,7 @@ from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import Conditions, never_read
 from ipamd.pool.health import PoolHealth, PoolReport
 from ipamd.pool.pace import Pace
-from ipamd.pool.settings import PoolSettings
+from ipamd.pool.params import PoolParams
 from ipamd.sizing.model import PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.plan import PoolPlan
@@ -47,7 +47,7 @@ class Rounds:
     def __init__(
         self,
         engine: Engine,
-        settings: PoolSettings,
+        settings: PoolParams,
         clock: Clock,
         rng: random.Random,
         subnet_free: Callable[[], int | None] = never_read,

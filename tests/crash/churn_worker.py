@@ -33,7 +33,7 @@ from pathlib import Path
 
 from datastore.records import EniRecord
 from ipamd.clock import SystemClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.errors import DeleteIntentActive, NoAddressAvailable, NodeFull
 from tests.support.node import key, secondary_ips
@@ -44,7 +44,7 @@ IPS_PER_ENI = 29
 """Secondary IPs per ENI (a c5.4xlarge's 30 per ENI, less the primary)."""
 MAX_LIVE = 32
 """Allocations the child keeps at most; with the cooldown below the pool of 87 never runs dry."""
-SETTINGS = EngineSettings(cooldown_s=0.05)
+SETTINGS = EngineParams(cooldown_s=0.05)
 """A real but short cooldown: DELs write cooldown rows and ADDs prune them, yet addresses come back
 within a few operations."""
 

@@ -49,11 +49,11 @@ from ipamd.clock import Clock
 from ipamd.config import groups
 from ipamd.config.groups import PoolSettings, ReconcileSettings
 from ipamd.config.settings import Config
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.node import cloud_node
 from ipamd.node.cloud_node import FAST, NoImds
-from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, open_parts, pool_settings
+from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, open_parts, pool_params
 from ipamd.pool.rounds import Pool
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
@@ -124,7 +124,7 @@ async def open_node(
     """The node's parts, wired as the daemon wires them (`ipamd.node.engine_parts`); no IMDS or
     runtime here."""
 
-    async def finer(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+    async def finer(path: Path, clock: Clock, settings: EngineParams) -> Engine:
         return await open_engine(path, clock, replace(settings, cooldown_s=COOLDOWN_S))
 
     config = node_config(path)
@@ -138,7 +138,7 @@ async def open_node(
         clock=clock,
         open_engine=finer,
         rng=rng,
-        pool_config=replace(pool_settings(config), backoff_base_s=base_s, backoff_cap_s=cap_s),
+        pool_config=replace(pool_params(config), backoff_base_s=base_s, backoff_cap_s=cap_s),
     )
 
 

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from ipamd.api import create_app, serve_unix
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from tests.support.node import NodeFixture
 
@@ -100,10 +100,10 @@ async def run_plugin(environ: dict[str, str], stdin: bytes) -> Run:
 
 
 @pytest.fixture
-def engine_settings() -> EngineSettings:
+def engine_params() -> EngineParams:
     """The engine's settings, final once `daemon` opens it: a test that needs others parametrizes
     this fixture."""
-    return EngineSettings()
+    return EngineParams()
 
 
 @pytest.fixture
@@ -115,9 +115,9 @@ def damaged() -> bool:
 
 @pytest.fixture
 async def daemon(
-    node: NodeFixture, engine_settings: EngineSettings, damaged: bool
+    node: NodeFixture, engine_params: EngineParams, damaged: bool
 ) -> AsyncIterator[Daemon]:
-    node.settings = engine_settings
+    node.settings = engine_params
     if damaged:
         engine = await node.open_damaged()
     else:
@@ -264,7 +264,7 @@ async def test_an_empty_pool_is_try_again_later(daemon: Daemon) -> None:
     assert daemon.engine.pool_wanted
 
 
-@pytest.mark.parametrize("engine_settings", [EngineSettings(max_addresses=4)])
+@pytest.mark.parametrize("engine_params", [EngineParams(max_addresses=4)])
 async def test_a_node_that_can_hold_no_more_addresses_is_node_full_not_try_again(
     daemon: Daemon,
 ) -> None:

@@ -42,18 +42,14 @@ def test_a_subnet_reading_not_taken_yet_is_said_so() -> None:
 
 def test_a_pod_short_of_one_address_is_told_so_plainly() -> None:
     from datastore.records import AllocationKey
-    from ipamd.engine.allocator import EngineSettings, plan_assign
+    from ipamd.engine.allocator import EngineParams, plan_assign
     from ipamd.engine.state import NodeState
     from ipamd.errors import NoAddressAvailable
     from ipamd.model import PodRef
 
     with pytest.raises(NoAddressAvailable) as one:
-        plan_assign(
-            NodeState(), AllocationKey("n", "c", "eth0"), PodRef(), 1, 0.0, EngineSettings()
-        )
+        plan_assign(NodeState(), AllocationKey("n", "c", "eth0"), PodRef(), 1, 0.0, EngineParams())
     assert str(one.value).startswith("no free address right now;"), one.value
     with pytest.raises(NoAddressAvailable) as two:
-        plan_assign(
-            NodeState(), AllocationKey("n", "c", "eth0"), PodRef(), 2, 0.0, EngineSettings()
-        )
+        plan_assign(NodeState(), AllocationKey("n", "c", "eth0"), PodRef(), 2, 0.0, EngineParams())
     assert str(two.value).startswith("no 2 free addresses on one ENI right now;"), two.value

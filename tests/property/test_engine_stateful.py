@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 from datastore.records import AllocationKey
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.engine.invariants import check_invariants, normalized
 from ipamd.engine.pick_v6 import pick_v6_addresses
@@ -81,7 +81,7 @@ class EngineMachine(RuleBasedStateMachine):
             tempfile.mkdtemp(prefix="ipamd-property-", dir=shm if shm.is_dir() else None)
         )
         self.clock = FakeClock()
-        self.settings = EngineSettings()
+        self.settings = EngineParams()
         self.node = NodeFixture(self.dir / "state" / STATE_FILE_NAME, self.clock, self.settings)
         self.model = Model(self.settings.cooldown_s, self.settings.intent_ttl_s)
         self.draws = StepDraws()
@@ -141,7 +141,7 @@ class EngineMachine(RuleBasedStateMachine):
         prefixes; in IPv6 mode, at most its two /80s, which are never enumerated)."""
         mode = self.only_mode or mode
         pick = pick_v6_addresses if mode == "ipv6" else None  # the node's family's, chosen once
-        self.settings = EngineSettings(cooldown_s=cooldown_s, prune_batch=prune_batch, pick=pick)
+        self.settings = EngineParams(cooldown_s=cooldown_s, prune_batch=prune_batch, pick=pick)
         self.node.settings = self.settings
         self.node.inline_writes = inline_writes
         self.loop.run_until_complete(self.node.restart())

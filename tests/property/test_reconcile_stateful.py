@@ -57,7 +57,7 @@ from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock, FakeClock
 from ipamd.config import groups
 from ipamd.config.groups import ReconcileSettings, RuntimeSettings
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.engine.invariants import check_invariants, normalized
 from ipamd.errors import MaxPodsReached, NoAddressAvailable, NodeFull
@@ -164,7 +164,7 @@ class ReconcileMachine(RuleBasedStateMachine):
     def open(self, adopt: bool, live_containers: frozenset[str] | None) -> None:
         """Start the daemon's parts afresh on the state file and the same fakes."""
 
-        async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+        async def open_engine(path: Path, clock: Clock, settings: EngineParams) -> Engine:
             return await Engine.open(path, clock, settings, live_containers)
 
         parts = self.run(

@@ -14,7 +14,7 @@ from cloud.embedded.world import EmbeddedEc2
 from datastore.records import AllocationRecord
 from ipamd.clock import Clock
 from ipamd.config.groups import PoolSettings
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.sizing.model import PoolTargets
@@ -71,7 +71,7 @@ async def on_faulty_store(node: CloudNode, *, inline_writes: bool = True) -> Fau
         stores.append(store)
         return store
 
-    async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+    async def open_engine(path: Path, clock: Clock, settings: EngineParams) -> Engine:
         return await Engine.open(
             path, clock, settings, store_opener=opener, inline_writes=inline_writes
         )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from datastore.records import AllocationKey, EniRecord, UnitKind
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.engine.invariants import check_invariants
 from tests.support.stores import FaultyStore
@@ -26,7 +26,7 @@ def prefixes(eni_index: int, count: int) -> list[str]:
 
 
 class NodeFixture:
-    def __init__(self, path: Path, clock: FakeClock, settings: EngineSettings) -> None:
+    def __init__(self, path: Path, clock: FakeClock, settings: EngineParams) -> None:
         self.path = path
         self.clock = clock
         self.settings = settings

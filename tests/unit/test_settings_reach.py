@@ -1,7 +1,7 @@
 """The settings object (`ipamd.config.settings.Config`) is read only where a node is composed: its
 module is imported by `ipamd/main.py`, the modules of `ipamd/node/` and the configuration package
 itself, and by nothing else of ipamd. Every other part receives the values it uses (a settings
-group of its own, such as `KubeSettings`, `PoolSettings`, `EngineSettings`, or plain arguments).
+group of its own, such as `KubeSettings`, `PoolParams`, `EngineParams`, or plain arguments).
 Read from the source, every import counted (under `TYPE_CHECKING` and in functions too); the
 check is itself tested on samples."""
 

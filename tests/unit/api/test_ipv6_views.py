@@ -11,7 +11,7 @@ import pytest
 from ipamd.api.views import IPV6_POD_ROUTES, PodRoutes
 from ipamd.cli.ipamctl import render_status
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.pick_v6 import pick_v6_addresses
 from tests.support.ipv6 import MAX_PODS, PREFIX, hold_prefix, v6
 from tests.support.node import NodeFixture
@@ -22,7 +22,7 @@ from tests.unit.api.test_ipamctl import _ipamctl
 @pytest.fixture
 async def node(state_path: Path, clock: FakeClock) -> AsyncIterator[NodeFixture]:
     """An IPv6 node's engine: its max pods and its family's pick, as the daemon's."""
-    settings = EngineSettings(max_pods=MAX_PODS, pick=pick_v6_addresses)
+    settings = EngineParams(max_pods=MAX_PODS, pick=pick_v6_addresses)
     fixture = NodeFixture(state_path, clock, settings)
     yield fixture
     await fixture.close()

@@ -11,7 +11,7 @@ from datastore.records import AllocationKey, AllocationRecord
 from ipamd.awsnode.checkpoint import CheckpointFile, parse, render
 from ipamd.awsnode.keeper import CheckpointedPods, CheckpointKeeper
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.model import PodRef
 from tests.support.node import NodeFixture
@@ -59,7 +59,7 @@ def key(cid: str) -> AllocationKey:
 
 
 async def test_an_add_is_answered_only_once_the_checkpoint_holds_it(tmp_path: Path) -> None:
-    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineSettings(cooldown_s=0))
+    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineParams(cooldown_s=0))
     await node.seed(enis=1, per_eni=8)
     assert node.engine is not None
     file = CheckpointFile(tmp_path / "ipam.json")
@@ -89,7 +89,7 @@ async def test_an_add_is_answered_only_once_the_checkpoint_holds_it(tmp_path: Pa
 
 
 async def test_nothing_is_written_before_arm(tmp_path: Path) -> None:
-    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineSettings())
+    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineParams())
     await node.seed(enis=1, per_eni=4)
     assert node.engine is not None
     file = CheckpointFile(tmp_path / "ipam.json")
@@ -109,7 +109,7 @@ async def test_nothing_is_written_before_arm(tmp_path: Path) -> None:
 
 
 async def test_a_failing_disk_delays_no_add_and_is_retried(tmp_path: Path) -> None:
-    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineSettings())
+    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineParams())
     await node.seed(enis=1, per_eni=4)
     assert node.engine is not None
     file = CheckpointFile(tmp_path / "ipam.json")
@@ -142,7 +142,7 @@ async def test_a_failing_disk_delays_no_add_and_is_retried(tmp_path: Path) -> No
 async def test_a_removal_waits_for_the_next_adds_write(tmp_path: Path) -> None:
     """A DEL costs no write of its own: its removal goes out with the next ADD's (or after
     `defer_s`); a stale entry only makes aws-node hold an address longer."""
-    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineSettings(cooldown_s=0))
+    node = NodeFixture(tmp_path / "state.db", FakeClock(), EngineParams(cooldown_s=0))
     await node.seed(enis=1, per_eni=4)
     assert node.engine is not None
     file = CheckpointFile(tmp_path / "ipam.json")

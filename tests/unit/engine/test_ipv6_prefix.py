@@ -11,7 +11,7 @@ import pytest
 
 from cloud.fakes import FakeEc2
 from datastore.records import AllocationRecord, EniRecord, Mutation, UnitRecord
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.engine.state import NodeState
@@ -31,7 +31,7 @@ def v6(offset: int, prefix: str = PREFIX) -> str:
     return str(ipaddress.IPv6Network(prefix)[offset])
 
 
-async def v6_node(node: NodeFixture, settings: EngineSettings | None = None) -> Engine:
+async def v6_node(node: NodeFixture, settings: EngineParams | None = None) -> Engine:
     """A node whose primary ENI holds one /80, as IPv6 mode sets it up, and picks as IPv6 does."""
     node.settings = replace(settings or node.settings, pick=pick_v6_addresses)
     engine = await node.open()
@@ -81,7 +81,7 @@ async def test_a_del_records_its_intent_and_the_address_cools(node: NodeFixture)
 
 
 async def test_without_a_cooldown_a_released_address_is_reused_at_once(node: NodeFixture) -> None:
-    engine = await v6_node(node, EngineSettings(cooldown_s=0.0))
+    engine = await v6_node(node, EngineParams(cooldown_s=0.0))
     await engine.assign(key("a"))
     await engine.release(key("a"))
     assert (await engine.assign(key("b"))).addresses == (v6(1),)
@@ -89,7 +89,7 @@ async def test_without_a_cooldown_a_released_address_is_reused_at_once(node: Nod
 
 
 async def test_max_pods_bounds_the_prefix(node: NodeFixture) -> None:
-    engine = await v6_node(node, EngineSettings(max_pods=2))
+    engine = await v6_node(node, EngineParams(max_pods=2))
     await engine.assign(key("a"))
     await engine.assign(key("b"))
     with pytest.raises(MaxPodsReached):
@@ -117,7 +117,7 @@ async def test_the_state_never_lists_the_prefix_only_what_is_in_use(node: NodeFi
 
 
 async def test_the_snapshot_counts_the_free_as_the_pods_still_allowed(node: NodeFixture) -> None:
-    engine = await v6_node(node, EngineSettings(max_pods=110))
+    engine = await v6_node(node, EngineParams(max_pods=110))
     for n in range(3):
         await engine.assign(key(f"pod-{n}"))
     await engine.release(key("pod-0"))

@@ -1,18 +1,18 @@
-"""With custom networking (`EngineSettings.pods_on_primary=False`) no pod gets an address of the
+"""With custom networking (`EngineParams.pods_on_primary=False`) no pod gets an address of the
 primary ENI, even when it holds free ones and every other ENI is full."""
 
 from __future__ import annotations
 
 import pytest
 
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.errors import NoAddressAvailable
 from tests.support.node import NodeFixture, key
 
 
 @pytest.fixture
 def custom(node: NodeFixture) -> NodeFixture:
-    node.settings = EngineSettings(pods_on_primary=False)
+    node.settings = EngineParams(pods_on_primary=False)
     return node
 
 

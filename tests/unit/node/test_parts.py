@@ -17,14 +17,14 @@ from cloud.ports import MANAGED_BY, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_MANAGED
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock, FakeClock
 from ipamd.config.settings import Config
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.node.engine_parts import (
     Parts,
     describe_node,
-    engine_settings,
+    engine_params,
     open_parts,
-    pool_settings,
+    pool_params,
     pool_targets,
 )
 from ipamd.pool.manager import PoolManager
@@ -103,7 +103,7 @@ async def test_the_engine_opens_with_its_final_settings_from_the_configuration(
     parts = await _open(config, ec2, clock)
     try:
         # Two ENIs (MAX_ENI) of 9 pod addresses; max pods counts 2 host-network pods as well.
-        assert parts.engine.settings == EngineSettings(
+        assert parts.engine.settings == EngineParams(
             cooldown_s=7.0, intent_ttl_s=42.0, max_pods=20, max_addresses=18
         )
         assert (tmp_path / STATE_FILE_NAME).exists(), "the state file is in IPAMD_STATE_DIR"
@@ -124,7 +124,7 @@ async def test_prefix_mode_with_the_fallback_holds_both_kinds(
     try:
         assert parts.kinds == ("prefix", "ip")
         assert parts.pool.strategy is PREFIXES
-        assert pool_settings(config).fallback_strategy is SECONDARY_IPS
+        assert pool_params(config).fallback_strategy is SECONDARY_IPS
     finally:
         await parts.engine.close()
 
@@ -137,13 +137,13 @@ async def test_finer_settings_than_the_configuration_carries_come_through_the_in
     short pool backoff through the pool manager's settings; nothing is patched afterwards."""
     config = _config(tmp_path)
     ec2 = FakeEc2(clock)
-    opened: list[EngineSettings] = []
+    opened: list[EngineParams] = []
 
-    async def open_engine(path: Path, clock: Clock, settings: EngineSettings) -> Engine:
+    async def open_engine(path: Path, clock: Clock, settings: EngineParams) -> Engine:
         opened.append(settings)
         return await Engine.open(path, clock, replace(settings, cooldown_s=0.05))
 
-    pool = replace(pool_settings(config), backoff_base_s=0.05, backoff_cap_s=0.2)
+    pool = replace(pool_params(config), backoff_base_s=0.05, backoff_cap_s=0.2)
     facts = await describe_node(ec2, ec2.instance_id)
     parts = await open_parts(
         config,
@@ -156,11 +156,11 @@ async def test_finer_settings_than_the_configuration_carries_come_through_the_in
         pool_config=pool,
     )
     try:
-        assert opened == [engine_settings(config, parts.node.limits)], "the configuration's"
+        assert opened == [engine_params(config, parts.node.limits)], "the configuration's"
         assert parts.engine.settings == replace(opened[0], cooldown_s=0.05)
         assert isinstance(parts.pool, PoolManager), "an IPv4 node's pool"
         assert parts.pool._settings is pool
-        assert pool_settings(config) == replace(pool, backoff_base_s=1.0, backoff_cap_s=60.0)
+        assert pool_params(config) == replace(pool, backoff_base_s=1.0, backoff_cap_s=60.0)
     finally:
         await parts.engine.close()
 

@@ -13,12 +13,12 @@ from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.eniconfig import EniConfig
 from ipamd.config.settings import Config
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.errors import SettingUnusable
 from ipamd.node.engine_parts import (
     NodeFacts,
     describe_node,
-    engine_settings,
+    engine_params,
     node_eni_config,
     open_parts,
 )
@@ -61,7 +61,7 @@ async def test_the_zones_eniconfig_reaches_the_pool_and_the_engine_spares_the_pr
     try:
         assert parts.pool.subnets.eni_config == EniConfig(ZONE, SUBNET, (SG,))
         # Two ENIs of 9 pod addresses (the primary carries none), + 2 host-network pods: EKS's 20.
-        assert parts.engine.settings == EngineSettings(
+        assert parts.engine.settings == EngineParams(
             cooldown_s=30.0, max_pods=20, max_addresses=18, pods_on_primary=False
         )
         assert parts.targets.custom_networking is True
@@ -76,7 +76,7 @@ async def test_without_custom_networking_the_file_is_not_used(tmp_path: Path) ->
     _, facts = await _facts(FakeClock())
 
     assert node_eni_config(config, facts) is None
-    settings = engine_settings(config, facts.limits)
+    settings = engine_params(config, facts.limits)
     assert (settings.max_pods, settings.pods_on_primary) == (29, True)
 
 

@@ -13,7 +13,7 @@ from cloud.errors import ServiceUnavailable
 from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
-from ipamd.node.engine_parts import Parts, describe_node, open_parts, pool_settings
+from ipamd.node.engine_parts import Parts, describe_node, open_parts, pool_params
 from ipamd.node.report import pool_report
 from ipamd.reconcile.subnet_free import SubnetFree
 from ipamd.runtime.fake import FakeRuntime
@@ -49,7 +49,7 @@ async def test_with_discovery_the_catalogues_view_is_what_scarcity_reads(tmp_pat
     # A /26: 59 usable addresses, the instance's own among them, below the threshold of 64.
     ec2 = FakeEc2(clock, subnet_cidr="10.0.0.0/26")
     config = _config(tmp_path)
-    assert pool_settings(config).subnet_scarcity_threshold == 64
+    assert pool_params(config).subnet_scarcity_threshold == 64
     parts = await _open(config, ec2, clock)
     try:
         assert parts.subnet_free is None, "no reading of its own: the catalogue reads the subnets"

@@ -16,7 +16,7 @@ from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.pool.conditions import Conditions
-from ipamd.pool.settings import PoolSettings
+from ipamd.pool.params import PoolParams
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.sizing.model import PoolTargets
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
@@ -59,7 +59,7 @@ def _conditions(
     parts: Parts, clock: FakeClock, free: list[int | None] | None = None, **settings: Any
 ) -> Conditions:
     """Conditions on `parts`' engine; `free` holds the subnets' free addresses as last read."""
-    base = PoolSettings(PoolTargets(), SECONDARY_IPS, subnet_exhausted_cooldown_s=COOLDOWN_S)
+    base = PoolParams(PoolTargets(), SECONDARY_IPS, subnet_exhausted_cooldown_s=COOLDOWN_S)
     reading = free if free is not None else [None]
     return Conditions(parts.engine, replace(base, **settings), clock, lambda: reading[0])
 

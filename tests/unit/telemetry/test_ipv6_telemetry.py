@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ipamd.clock import FakeClock
-from ipamd.engine.allocator import EngineSettings
+from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.model import AddressState, EniView, PodRef, PoolSnapshot, UnitView
@@ -32,7 +32,7 @@ ZERO_TIME = "0001-01-01T00:00:00Z"
 @pytest.fixture
 async def node(state_path: Path, clock: FakeClock) -> AsyncIterator[NodeFixture]:
     """A node whose engine knows its max pods, as the daemon's does."""
-    fixture = NodeFixture(state_path, clock, EngineSettings(max_pods=MAX_PODS))
+    fixture = NodeFixture(state_path, clock, EngineParams(max_pods=MAX_PODS))
     yield fixture
     await fixture.close()
 

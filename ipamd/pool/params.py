@@ -1,5 +1,6 @@
-"""A pool's settings, as `ipamd.node.engine_parts` derives them from the configuration (what a pool
-has been through and shows of itself is `ipamd.pool.health`)."""
+"""A pool's parameters on this node, as `ipamd.node.engine_parts.pool_params` derives them from the
+settings groups (sizing, pool, subnets, ENIs, reconcile) and the unit the node's family and mode
+choose; what a pool has been through and shows of itself is `ipamd.pool.health`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from ipamd.sizing.modes import UnitStrategy
 
 
 @dataclass(frozen=True, slots=True)
-class PoolSettings:
+class PoolParams:
+    """What the pool manager works by on this node: the targets and unit strategy the sizing group
+    and the family decide, with the pool's, subnets', ENIs' and reconcile's settings it reads."""
+
     targets: PoolTargets
     strategy: UnitStrategy
     fallback_strategy: UnitStrategy | None = None
