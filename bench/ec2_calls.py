@@ -16,7 +16,7 @@ from cloud.embedded.world import EmbeddedEc2
 from ipamd.errors import NoAddressAvailable
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.pool.enis import BIND_SETTLE_S
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 
 MUTATIONS = frozenset(
     {

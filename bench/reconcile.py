@@ -40,7 +40,7 @@ from ipamd.engine.engine import Engine
 from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.runtime.fake import FakeRuntime
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 
 ENIS = 15
 PREFIXES_PER_ENI = 49

@@ -1,4 +1,4 @@
-"""A pod's interface as the interface plugin makes it: VPC CNI's shape, through `ipamd.cni.netlink`.
+"""A pod's interface as the interface plugin makes it: VPC CNI's shape, through `ipamd.cni.rtnl`.
 
 Host side: a veth named by the caller (VPC CNI's `eni` + 11 hex digits), up, with the conf's MTU and
 a random locally administered MAC; a main-table route `<pod>/32 dev <veth> scope link` and a
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-from ipamd.cni.netlink import EINVAL, Netlink, NetlinkError, Netns, link_index, set_sysctl
+from ipamd.cni.rtnl import EINVAL, Netlink, NetlinkError, Netns, link_index, set_sysctl
 
 POD_GATEWAY = "169.254.1.1"
 """The pod's next hop: link-local, answered by the host veth's MAC through a static neighbour."""

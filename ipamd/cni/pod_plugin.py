@@ -51,7 +51,7 @@ from ipamd.cni.invocation import ERR_INVALID_CONFIG, CniError, Invocation
 from ipamd.cni.ipam import ERR_IPAMD, allocate, ask
 from ipamd.cni.ipam import check as check_allocation
 from ipamd.cni.ipam import delete as delete_allocation
-from ipamd.cni.netlink import NetlinkError, Netns
+from ipamd.cni.rtnl import NetlinkError, Netns
 from ipamd.wire import PATH_ALLOCATIONS, Allocation
 from ipamd.wire.fast import sha1
 from ipamd.wire.pod import POLICY_SEGMENT, PolicyRequest, veth_name

@@ -163,7 +163,8 @@ class PoolSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubnetSettings:
-    """Which subnets new ENIs go to, and how scarce addresses change the pool (`ipamd.pool.catalogue`)."""
+    """Which subnets new ENIs go to, and how scarce addresses change the pool
+    (`ipamd.pool.subnet_catalogue`)."""
 
     discovery: bool = setting(
         "ENABLE_SUBNET_DISCOVERY", BOOL, "true", "", "`ENABLE_SUBNET_DISCOVERY` (v1.18.0+)",

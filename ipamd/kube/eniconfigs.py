@@ -30,7 +30,7 @@ Obj = dict[str, Any]
 
 
 class EniConfigTarget(Protocol):
-    """Where new ENIs are made (`ipamd.pool.catalogue.SubnetCatalogue`)."""
+    """Where new ENIs are made (`ipamd.pool.subnet_catalogue.SubnetCatalogue`)."""
 
     def follow_eni_config(self, config: EniConfig, problem: str = "") -> None: ...
 

@@ -43,7 +43,7 @@ from ipamd.node.engine_parts import (
 from ipamd.node.engine_parts import strategy as unit_strategy
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 
 # Generous buckets: these tests are about correctness, and the fake clock does not refill them.

@@ -33,8 +33,8 @@ from ipamd.clock import SystemClock
 from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config
 from ipamd.errors import SettingUnusable, StartupError, os_reason
-from ipamd.kube import agent as kube_agent
-from ipamd.kube.agent import KubeNode
+from ipamd.kube import kube_node
+from ipamd.kube.kube_node import KubeNode
 from ipamd.netpolicy.agent import GrpcPolicyAgent
 from ipamd.netpolicy.config_server import ConfigServer, read_agent_config
 from ipamd.netpolicy.enforcement import NetworkPolicy
@@ -148,7 +148,7 @@ async def _kube(
 ) -> tuple[KubeNode | None, Config]:
     """The Kubernetes API part (None: not used), closed with `stack`, and `config` with the max
     pods the Node's capacity says where no kubelet config file does."""
-    kube = await kube_agent.open_for(
+    kube = await kube_node.open_for(
         config.kube, config.custom_networking, os.environ, embedded, stack
     )
     if kube is None:
@@ -199,7 +199,7 @@ async def run(
                 clock=clock,
                 hostnet=hostnet,
                 checkpoint=CheckpointFile(Path(config.storage.aws_node_checkpoint)),
-                eni_config=await kube_agent.eni_config_for(kube),
+                eni_config=await kube_node.eni_config_for(kube),
             )
         except CloudError as err:
             raise StartupError(f"cannot read this instance from IMDS and EC2: {err}") from err
@@ -239,7 +239,7 @@ async def run(
         written = _publish_conflist(config, daemon, conflist_bytes)
         if written is not None:
             conflist.remove_aws_node(written)  # only now: it sorts first and aws-node is gone
-        kube_agent.start_when_ready(kube, daemon.ready, daemon.pool, daemon.engine, stack)
+        kube_node.start_when_ready(kube, daemon.ready, daemon.pool, daemon.engine, stack)
         if node is not None:  # the hints only once ready; else the line above says why
             hints = (
                 node.how_to_try(config, listening) if daemon.ready else node.how_to_repair(config)

@@ -37,16 +37,16 @@ from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.errors import SettingUnusable
 from ipamd.node.family import Family, family_of
-from ipamd.pool.catalogue import SubnetCatalogue, SubnetSource
 from ipamd.pool.params import PoolParams
 from ipamd.pool.rounds import Pool
+from ipamd.pool.subnet_catalogue import SubnetCatalogue, SubnetSource
 from ipamd.reconcile.ec2_drift import Ec2Drift
 from ipamd.reconcile.eni_gc import EniGc
 from ipamd.reconcile.imds_hint import ImdsHint
 from ipamd.reconcile.leaks import LeakGc
 from ipamd.reconcile.subnet_free import SubnetFree, read_subnets
 from ipamd.runtime.ports import RuntimeApi
-from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.sizing.inputs import NodeLimits, PoolTargets
 from ipamd.sizing.modes import SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.sizing.plan import compute_address_capacity, compute_pod_limit, enis_for_pods
 

@@ -44,10 +44,10 @@ from cloud.ports import (
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import eni_record
-from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.pace import Pace
 from ipamd.pool.params import PoolParams
 from ipamd.pool.release import attached_here
+from ipamd.pool.subnet_catalogue import SubnetCatalogue
 
 logger = logging.getLogger(__name__)
 

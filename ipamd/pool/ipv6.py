@@ -31,12 +31,12 @@ from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
 from ipamd.engine.state import IPV6_PREFIX
 from ipamd.errors import StoreWriteFailed
-from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import never_read
 from ipamd.pool.health import PoolReport
 from ipamd.pool.params import PoolParams
 from ipamd.pool.rounds import NO_PLAN, FailureListener, ListingWatch, Rounds
-from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.pool.subnet_catalogue import SubnetCatalogue
+from ipamd.sizing.inputs import NodeLimits, PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.plan import PoolPlan
 

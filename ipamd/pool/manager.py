@@ -46,7 +46,6 @@ from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.engine.inventory import diff_inventory, eni_record
 from ipamd.errors import StoreWriteFailed
-from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import never_read
 from ipamd.pool.enis import EniMaker
 from ipamd.pool.health import PoolReport
@@ -54,7 +53,8 @@ from ipamd.pool.params import PoolParams
 from ipamd.pool.release import Releaser
 from ipamd.pool.rounds import NO_PLAN, FailureListener, Rounds
 from ipamd.pool.stats import StatsMemo, aged
-from ipamd.sizing.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.pool.subnet_catalogue import SubnetCatalogue
+from ipamd.sizing.inputs import NodeLimits, NodeStats, PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.plan import PoolPlan, effective_max_enis, kept_after_marking, plan_pool
 from ipamd.sizing.subnets import left_alone, plan_drain

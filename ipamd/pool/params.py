@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 
 

@@ -24,12 +24,12 @@ from cloud.models import NetworkInterface
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed, utc_text
-from ipamd.pool.catalogue import SubnetCatalogue
 from ipamd.pool.conditions import Conditions, never_read
 from ipamd.pool.health import PoolHealth, PoolReport
 from ipamd.pool.pace import Pace
 from ipamd.pool.params import PoolParams
-from ipamd.sizing.model import PoolTargets
+from ipamd.pool.subnet_catalogue import SubnetCatalogue
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.plan import PoolPlan
 

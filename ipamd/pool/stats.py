@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datastore.records import EniRecord
 from ipamd.engine.state import NodeState
-from ipamd.sizing.model import EniStats, NodeStats, PoolTargets, UnitStats
+from ipamd.sizing.inputs import EniStats, NodeStats, PoolTargets, UnitStats
 from ipamd.sizing.plan import old_enough
 
 Counted = tuple[tuple[EniRecord, tuple[UnitStats, ...]], ...]

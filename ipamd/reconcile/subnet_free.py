@@ -5,7 +5,7 @@ round (`free`) and never calls EC2 for it.
 Which subnets, and how one reading is taken, is the `read` callable's: `read_subnets(catalog,
 subnet_ids)`, DescribeSubnets' AvailableIpAddressCount summed over the subnets new ENIs go to. With
 subnet discovery on, nothing here runs: the subnet catalogue's own view has the counts
-(`ipamd.pool.catalogue.SubnetCatalogue.free_addresses`). A failed read keeps the last number (a
+(`ipamd.pool.subnet_catalogue.SubnetCatalogue.free_addresses`). A failed read keeps the last number (a
 reading a few minutes old beats none) and is counted by the job schedule like any other job's.
 """
 

@@ -6,8 +6,8 @@ pool manager in `ipamd.engine` applies the plan through the EC2 port. The mode (
 does I/O, or knows the engine, the datastore or the cloud adapters.
 """
 
+from ipamd.sizing.inputs import EniStats, NodeLimits, NodeStats, PoolTargets, UnitStats
 from ipamd.sizing.max_pods import MaxPods, MaxPodsRule, compute_node_max_pods
-from ipamd.sizing.model import EniStats, NodeLimits, NodeStats, PoolTargets, UnitStats
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS, UnitStrategy, strategy_for
 from ipamd.sizing.plan import (
     PoolPlan,

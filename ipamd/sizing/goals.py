@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.sizing.inputs import NodeLimits, PoolTargets
 from ipamd.sizing.tally import PoolTally
 
 

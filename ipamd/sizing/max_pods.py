@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from ipamd.sizing.model import NodeLimits
+from ipamd.sizing.inputs import NodeLimits
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS, UnitStrategy
 
 AddressFamily = Literal["ipv4", "ipv6"]

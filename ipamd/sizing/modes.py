@@ -22,7 +22,7 @@ from ipamd.sizing.goals import (
     warm_ip_goal,
     warm_prefix_goal,
 )
-from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.sizing.inputs import NodeLimits, PoolTargets
 
 Ipv4UnitKind = Literal["ip", "prefix"]
 """What an IPv4 pool grows by: `cloud.models.Ipv4UnitKind`, the kinds of the one unit kind

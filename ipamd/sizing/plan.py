@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from itertools import chain, repeat
 
 from ipamd.sizing.goals import Goal
+from ipamd.sizing.inputs import EniStats, NodeLimits, NodeStats, PoolTargets
 from ipamd.sizing.max_pods import AddressFamily, MaxPods, compute_node_max_pods
-from ipamd.sizing.model import EniStats, NodeLimits, NodeStats, PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.prefix_return import leftovers_to_return, replacements
 from ipamd.sizing.scarcity import scarce_goal

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ipamd.sizing.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.sizing.inputs import NodeLimits, NodeStats, PoolTargets
 from ipamd.sizing.modes import UnitStrategy
 from ipamd.sizing.plan import (
     compute_pod_limit,

@@ -36,7 +36,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
-from ipamd.sizing.model import NodeLimits, NodeStats, PoolTargets
+from ipamd.sizing.inputs import NodeLimits, NodeStats, PoolTargets
 from ipamd.sizing.plan import PoolPlan, effective_max_enis
 
 ROLE_TAG: Final = "kubernetes.io/role/cni"

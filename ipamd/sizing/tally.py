@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ipamd.sizing.model import EniStats, NodeStats, UnitStats
+from ipamd.sizing.inputs import EniStats, NodeStats, UnitStats
 
 
 @dataclass(slots=True)

@@ -57,7 +57,7 @@ from ipamd.node.engine_parts import EngineOpener, NodeFacts, Parts, open_parts, 
 from ipamd.pool.rounds import Pool
 from ipamd.reconcile.ec2_drift import DriftReport, Ec2Drift
 from ipamd.runtime.fake import FakeRuntime
-from ipamd.sizing.model import NodeLimits, PoolTargets
+from ipamd.sizing.inputs import NodeLimits, PoolTargets
 from ipamd.sizing.plan import PoolPlan
 from tests.crash.churn_worker import Churn
 

@@ -65,7 +65,7 @@ from ipamd.node.cloud_node import FAST, open_cloud_node
 from ipamd.node.engine_parts import NodeFacts, Parts
 from ipamd.pool.enis import BIND_SETTLE_S
 from ipamd.reconcile.ec2_drift import DriftReport
-from ipamd.sizing.model import NodeLimits
+from ipamd.sizing.inputs import NodeLimits
 from tests.crash import reconcile_worker as worker
 from tests.crash.reconcile_checks import (
     EC2View,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.property.test_reconcile_stateful import GRACE_S, ReconcileMachine
 
 # -- known bugs: minimal replays ------------------------------------------------------------------

@@ -66,7 +66,7 @@ from ipamd.node.engine_parts import describe_node, open_parts
 from ipamd.pool.rounds import Pool
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.support.node import key
 
 T = TypeVar("T")

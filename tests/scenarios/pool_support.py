@@ -17,7 +17,7 @@ from ipamd.config.groups import PoolSettings
 from ipamd.engine.allocator import EngineParams
 from ipamd.engine.engine import Engine
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.support.ec2_doubles import (
     retrying_on,
 )

@@ -20,7 +20,7 @@ from datastore.records import AllocationRecord
 from ipamd.errors import NoAddressAvailable, NodeFull
 from ipamd.model import AddressState
 from ipamd.node.cloud_node import open_cloud_node
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.scenarios.pool_support import (
     EAGER,
     NO_RELEASE_DELAY,

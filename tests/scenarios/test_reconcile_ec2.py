@@ -18,7 +18,7 @@ from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, CallPolicy,
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.support.node import key
 
 GRACE_S = 60.0

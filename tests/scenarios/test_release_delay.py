@@ -16,7 +16,7 @@ import pytest
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.config.groups import PoolSettings
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.support.node import key
 
 EAGER = PoolTargets(min_eni_lifetime_s=0)

@@ -18,7 +18,7 @@ from cloud.imds import Imdsv2Client
 from ipamd.config.groups import PoolSettings
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
 from ipamd.reconcile.imds_hint import ImdsHint
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.support.node import key
 
 GRACE_S = 60.0

@@ -29,7 +29,7 @@ from ipamd.node.cloud_node import CloudNode, node_config, open_cloud_node
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.subnets import CLUSTER_TAG_PREFIX, NO_MANAGE_TAG, ROLE_TAG
 from tests.support.node import key
 

@@ -20,7 +20,7 @@ from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, SubnetSpec
 from datastore.records import AllocationRecord
 from ipamd.config.groups import SubnetSettings
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
 from tests.support.ec2_doubles import check_mixed, ec2_units_of_both_kinds
 from tests.support.node import key

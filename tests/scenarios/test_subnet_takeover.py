@@ -24,7 +24,7 @@ from ipamd.node.cloud_node import node_config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.subnets import ROLE_TAG
 from tests.support.node import key
 

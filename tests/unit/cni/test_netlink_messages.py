@@ -1,4 +1,4 @@
-"""The rtnetlink requests `ipamd.cni.netlink` sends, decoded field by field as the kernel reads them,
+"""The rtnetlink requests `ipamd.cni.rtnl` sends, decoded field by field as the kernel reads them,
 and the acknowledgement it reads back."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ipamd.cni import netlink as nl
+from ipamd.cni import rtnl as nl
 
 
 def attrs(data: bytes) -> dict[int, bytes]:

@@ -10,9 +10,9 @@ from typing import Any
 from cloud.errors import Rejected, Throttled
 from ipamd.config.eniconfig import EniConfig
 from ipamd.config.groups import KubeSettings
-from ipamd.kube.agent import KubeNode
 from ipamd.kube.client import KubeApi
 from ipamd.kube.credentials import from_kubeconfig
+from ipamd.kube.kube_node import KubeNode
 from ipamd.kube.node import NodeObjects
 from tests.support.kube_api import KubeApiServer, kube_api
 

@@ -24,7 +24,7 @@ async def test_warm_targets_at_0_follow_the_pods_only_once_the_pool_is_pod_aware
         await daemon.start()
         assert in_force(daemon)["goal"] == "warm_eni", "VPC CNI's WARM_ENI_TARGET=0"
 
-        daemon.pool.expect_pods(lambda: 2)  # what the API's pod watch does (ipamd.kube.agent)
+        daemon.pool.expect_pods(lambda: 2)  # what the API's pod watch does (ipamd.kube.kube_node)
         shown = in_force(daemon)
         assert shown["goal"] == "pods"
         assert shown["targets"] == ["IPAMD_POD_AWARE_POOL"]

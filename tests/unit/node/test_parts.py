@@ -29,7 +29,7 @@ from ipamd.node.engine_parts import (
 )
 from ipamd.pool.manager import PoolManager
 from ipamd.runtime.fake import FakeRuntime
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
 from tests.support.node import key
 

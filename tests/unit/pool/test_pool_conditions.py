@@ -18,7 +18,7 @@ from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.pool.conditions import Conditions
 from ipamd.pool.params import PoolParams
 from ipamd.runtime.fake import FakeRuntime
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from ipamd.sizing.modes import PREFIXES, SECONDARY_IPS
 from ipamd.sizing.plan import PoolPlan
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datastore.records import EniRecord
 from ipamd.engine.state import NodeState
 from ipamd.pool.stats import StatsMemo, mature_enis, node_stats
-from ipamd.sizing.model import PoolTargets
+from ipamd.sizing.inputs import PoolTargets
 from tests.support.node import NodeFixture, key
 
 

@@ -1,4 +1,4 @@
-"""The subnet catalogue (`ipamd.pool.catalogue`): when it reads DescribeSubnets (first use, then on
+"""The subnet catalogue (`ipamd.pool.subnet_catalogue`): when it reads DescribeSubnets (first use, then on
 the slow period, soon after a full subnet, never per ENI), what it answers with no view or after a
 failed read, and custom networking's ENIConfig, which turns discovery off; how the parts wire it."""
 
@@ -14,7 +14,7 @@ from ipamd.config.eniconfig import EniConfig
 from ipamd.config.groups import SubnetSettings
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
-from ipamd.pool.catalogue import SubnetCatalogue
+from ipamd.pool.subnet_catalogue import SubnetCatalogue
 from ipamd.runtime.fake import FakeRuntime
 from ipamd.sizing.subnets import ROLE_TAG
 

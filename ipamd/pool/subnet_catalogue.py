@@ -31,7 +31,7 @@ from ipamd.clock import Clock
 from ipamd.config.eniconfig import EniConfig
 from ipamd.config.groups import SubnetSettings
 from ipamd.engine.state import NodeState
-from ipamd.sizing.model import NodeStats
+from ipamd.sizing.inputs import NodeStats
 from ipamd.sizing.subnets import (
     SubnetFacts,
     excluded_subnets,

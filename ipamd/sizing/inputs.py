@@ -50,7 +50,7 @@ class EniStats:
     units: tuple[UnitStats, ...]
     grows: bool = True
     """False: no unit is added to this ENI (its subnet was found without room while a new ENI may
-    go to another, `ipamd.pool.catalogue.SubnetCatalogue.growth_closed`); its free addresses
+    go to another, `ipamd.pool.subnet_catalogue.SubnetCatalogue.growth_closed`); its free addresses
     still count."""
 
 
