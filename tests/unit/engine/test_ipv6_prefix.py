@@ -1,6 +1,7 @@
-"""IPv6 mode's one unit, a /80 prefix: pods get /128 addresses from it, lowest first from ::1, with
-the same idempotence, delete intents and cooldown as IPv4, and it is never enumerated (2^48
-addresses): the state, the snapshot, restore and the invariants read only the addresses in use."""
+"""IPv6 mode's one unit, a /80 prefix: pods get /128 addresses from it, lowest first from ::1, and it
+is never enumerated (2^48 addresses): the state, the snapshot, restore and the invariants read only
+the addresses in use. Idempotence, delete intents, cooldowns, max pods and restart are the same as
+IPv4's, and tested on both families in `test_assign_release.py`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.engine.state import NodeState
 from ipamd.engine.units import unit_addresses, unit_holds
 from ipamd.engine.units_v6 import V6_HOSTS, V6Unit
-from ipamd.errors import DeleteIntentActive, MaxPodsReached
 from ipamd.model import AddressState
 from ipamd.pool.release import NeverReleased, Releaser
 from tests.support.node import NodeFixture, key
@@ -47,53 +47,6 @@ async def test_adds_take_the_lowest_addresses_from_one_up(node: NodeFixture) -> 
     assert all(r.unit_cidrs == (PREFIX,) and r.eni_id == "eni-0000" for r in records)
     two = await engine.assign(key("multi"), count=2)
     assert two.addresses == (v6(4), v6(5))
-    node.check()
-
-
-async def test_a_retried_add_returns_the_same_address(node: NodeFixture) -> None:
-    engine = await v6_node(node)
-    first = await engine.assign(key("pod"))
-    assert node.store is not None
-    commits = node.store.commits
-    assert await engine.assign(key("pod")) == first
-    assert node.store.commits == commits, "a retried ADD writes nothing"
-    node.check()
-
-
-async def test_a_del_records_its_intent_and_the_address_cools(node: NodeFixture) -> None:
-    engine = await v6_node(node)
-    a = await engine.assign(key("a"))
-    b = await engine.assign(key("b"))
-    (released,) = await engine.release(key("a"))
-    assert released == a
-    with pytest.raises(DeleteIntentActive):
-        await engine.assign(key("a"))
-    assert engine.state.is_cooling(v6(1), node.clock.now(), engine.settings.cooldown_s)
-    # ::1 cools: the next pod steps over it (and over ::2, owned) to ::3.
-    c = await engine.assign(key("c"))
-    assert (b.addresses, c.addresses) == ((v6(2),), (v6(3),))
-    node.check()
-    node.clock.advance(engine.settings.cooldown_s)
-    d = await engine.assign(key("d"))
-    assert d.addresses == (v6(1),), "its cooldown over, the lowest address is handed out again"
-    assert v6(1) not in engine.state.cooldowns(), "taking it ends its cooldown record"
-    node.check()
-
-
-async def test_without_a_cooldown_a_released_address_is_reused_at_once(node: NodeFixture) -> None:
-    engine = await v6_node(node, EngineParams(cooldown_s=0.0))
-    await engine.assign(key("a"))
-    await engine.release(key("a"))
-    assert (await engine.assign(key("b"))).addresses == (v6(1),)
-    node.check()
-
-
-async def test_max_pods_bounds_the_prefix(node: NodeFixture) -> None:
-    engine = await v6_node(node, EngineParams(max_pods=2))
-    await engine.assign(key("a"))
-    await engine.assign(key("b"))
-    with pytest.raises(MaxPodsReached):
-        await engine.assign(key("c"))
     node.check()
 
 
@@ -135,21 +88,6 @@ async def test_the_snapshot_counts_the_free_as_the_pods_still_allowed(node: Node
     node.clock.advance(engine.settings.cooldown_s)
     (unit,) = engine.snapshot().enis[0].units
     assert [a for a, _ in unit.addresses] == [v6(2), v6(3)], "a cooled address is free, unlisted"
-
-
-async def test_restart_restores_the_v6_allocations_and_what_is_cooling(node: NodeFixture) -> None:
-    engine = await v6_node(node)
-    for n in range(4):
-        await engine.assign(key(f"pod-{n}"))
-    await engine.release(key("pod-1"))
-    before = engine.state.to_image()
-    engine = await node.restart()
-    assert engine.state.to_image() == before
-    assert engine.state.quarantine() == {}
-    assert engine.state.addresses_of(PREFIX) == tuple(v6(n) for n in (1, 2, 3, 4))
-    node.check()
-    assert (await engine.assign(key("next"))).addresses == (v6(5),), "::2 still cools"
-    node.check()
 
 
 async def test_a_v6_claim_outside_its_prefix_is_quarantined_at_restore(node: NodeFixture) -> None:

@@ -34,6 +34,7 @@ from ipamd.sizing import (
     compute_pod_limit,
     compute_pod_limit_rule,
 )
+from ipamd.sizing.max_pods import AddressFamily
 from tests.unit.sizing.simulation import addresses, fresh_node, settle
 
 
@@ -327,3 +328,29 @@ def test_pod_limit_follows_the_kubelet() -> None:
     assert (
         compute_pod_limit(PoolTargets(kubelet_max_pods=737, max_pods=5), m5_16xlarge, PREFIXES) == 5
     )
+
+
+FORMULA_ON_M5_LARGE: dict[tuple[AddressFamily, str], int] = {
+    ("ipv4", "ip"): 3 * 9 + 2,
+    ("ipv4", "prefix"): 3 * 9 * 16 + 2,
+    ("ipv6", "ip"): 3 * 9 * 16 + 2,  # IPv6 counts as prefix mode, whatever the pool's unit
+    ("ipv6", "prefix"): 3 * 9 * 16 + 2,
+}
+"""EKS's formula on an m5.large (3 ENIs, 9 addresses each but the primary's), by family and unit."""
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+@pytest.mark.parametrize("strategy", [SECONDARY_IPS, PREFIXES], ids=["ips", "prefixes"])
+def test_the_kubelet_and_the_override_win_in_either_family(
+    strategy: UnitStrategy, family: AddressFamily
+) -> None:
+    m5_large = next(r for r in TABLE if r.instance_type == "m5.large").limits
+    kubelet = compute_node_max_pods(m5_large, strategy, 3, kubelet=58, family=family)
+    override = compute_node_max_pods(m5_large, strategy, 3, kubelet=58, override=17, family=family)
+    above = compute_node_max_pods(m5_large, strategy, 3, kubelet=500, family=family)
+
+    assert (kubelet.value, kubelet.rule) == (58, MaxPodsRule.KUBELET)
+    assert (override.value, override.rule) == (17, MaxPodsRule.OVERRIDE)
+    assert (above.value, above.rule) == (500, MaxPodsRule.KUBELET)
+    formula = FORMULA_ON_M5_LARGE[family, strategy.kind]
+    assert kubelet.formula_pods == override.formula_pods == above.formula_pods == formula

@@ -1,7 +1,8 @@
 """Max pods in IPv6 mode, as EKS computes it for an IPv6 cluster: the EKS AMI's max-pods calculator
 run as with prefix delegation (`calc_prefixes` of eks_max_pods.txt, whose header says where each
 figure comes from), over the instance type's ENIs, whatever the pool's mode, MAX_ENI or custom
-networking; the kubelet's maxPods and IPAMD_MAX_PODS still win. IPv4 is unchanged."""
+networking; the kubelet's maxPods and IPAMD_MAX_PODS still win, in either family
+(`test_max_pods.py`). IPv4 is unchanged."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from ipamd.sizing import (
     MaxPodsRule,
     NodeLimits,
     PoolTargets,
-    UnitStrategy,
     compute_node_max_pods,
     compute_pod_limit,
     compute_pod_limit_rule,
@@ -68,18 +68,6 @@ def test_ipv4_is_unchanged_by_the_family_argument() -> None:
             ipv4 = compute_node_max_pods(row.limits, strategy, row.enis, family="ipv4")
             assert ipv4 == default and default.family == "ipv4"
     assert compute_node_max_pods(M5_LARGE, SECONDARY_IPS, 3).value == 29
-
-
-@pytest.mark.parametrize("strategy", [SECONDARY_IPS, PREFIXES], ids=["ips", "prefixes"])
-def test_the_kubelet_and_the_override_still_win_in_ipv6(strategy: UnitStrategy) -> None:
-    kubelet = compute_node_max_pods(M5_LARGE, strategy, 3, kubelet=58, family="ipv6")
-    override = compute_node_max_pods(M5_LARGE, strategy, 3, kubelet=58, override=17, family="ipv6")
-    above = compute_node_max_pods(M5_LARGE, strategy, 3, kubelet=500, family="ipv6")
-
-    assert (kubelet.value, kubelet.rule) == (58, MaxPodsRule.KUBELET)
-    assert (override.value, override.rule) == (17, MaxPodsRule.OVERRIDE)
-    assert (above.value, above.rule) == (500, MaxPodsRule.KUBELET)
-    assert kubelet.formula_pods == override.formula_pods == 3 * 9 * 16 + 2
 
 
 def test_the_pod_limit_ignores_max_eni_and_custom_networking_in_ipv6() -> None:
