@@ -64,7 +64,6 @@ import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
 
 from aiohttp import web
 
@@ -80,7 +79,7 @@ from ipamd.api.errors import (
     UnsupportedMediaType,
 )
 from ipamd.clock import Clock
-from ipamd.engine.engine import Engine
+from ipamd.engine.engine import Engine, PodAddresses
 from ipamd.errors import BadRequest, IpamdError
 from ipamd.model import PodRef
 from ipamd.netpolicy.enforcement import NetworkPolicy
@@ -110,15 +109,6 @@ from ipamd.wire import (
 from ipamd.wire.pod import POLICY_SEGMENT, PolicyRequest
 
 logger = logging.getLogger(__name__)
-
-
-class PodAddresses(Protocol):
-    """ADD and DEL as the API serves them: the engine's, plus the host's datapath when it is on
-    (`ipamd.hostnet.datapath.Datapath`)."""
-
-    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord: ...
-
-    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]: ...
 
 
 class EngineOnly:

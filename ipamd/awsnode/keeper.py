@@ -20,11 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from datastore.records import AllocationKey, AllocationRecord, Mutation
 from ipamd.awsnode.checkpoint import CheckpointFile, document, entries_of
-from ipamd.engine.engine import Engine
+from ipamd.engine.engine import Engine, PodAddresses
 from ipamd.model import PodRef
 
 logger = logging.getLogger(__name__)
@@ -123,19 +122,11 @@ class CheckpointKeeper:
         self._written = max(self._written, target)
 
 
-class PodAddressesLike(Protocol):
-    """What `CheckpointedPods` wraps: the API's `PodAddresses` (a layer above this one)."""
-
-    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord: ...
-
-    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]: ...
-
-
 class CheckpointedPods:
-    """ADD and DEL as the API serves them (`ipamd.api.app.PodAddresses`), an ADD answered only once
+    """ADD and DEL as the API serves them (`ipamd.engine.engine.PodAddresses`), an ADD answered only once
     the checkpoint holds it."""
 
-    def __init__(self, inner: PodAddressesLike, keeper: CheckpointKeeper) -> None:
+    def __init__(self, inner: PodAddresses, keeper: CheckpointKeeper) -> None:
         self._inner = inner
         self._keeper = keeper
 

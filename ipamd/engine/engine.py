@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from datastore.errors import StateFileError
 from datastore.records import (
@@ -79,6 +79,17 @@ INLINE_YIELDS = 2
 Decide = Callable[[NodeState, float], tuple[Mutation, T]]
 
 CommitListener = Callable[[Mutation, tuple[AllocationRecord, ...]], None]
+
+
+class PodAddresses(Protocol):
+    """ADD and DEL as the API serves them: the engine's (`ipamd.api.app.EngineOnly`), the host's
+    datapath's when it is on (`ipamd.hostnet.datapath.Datapath`), and the wrappers that follow each
+    with a write of their own (the aws-node checkpoint, the pod's annotation). Declared here, below
+    every layer that serves or wraps it."""
+
+    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord: ...
+
+    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]: ...
 
 
 class Engine:

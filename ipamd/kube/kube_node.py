@@ -32,6 +32,7 @@ from ipamd.config.eniconfig import EniConfig
 from ipamd.config.groups import CustomNetworkingSettings, KubeSettings
 from ipamd.config.kinds import Taint
 from ipamd.config.kubelet import KubeletConfig
+from ipamd.engine.engine import PodAddresses
 from ipamd.engine.state import NodeState
 from ipamd.errors import SettingUnusable
 from ipamd.kube.client import KubeApi, KubeError, KubeRefused, KubeUnavailable
@@ -263,7 +264,7 @@ class KubeNode:
         pool.expect_pods(coming)
         return watch
 
-    def annotating(self, pods: PodAddressesLike) -> PodAddressesLike:
+    def annotating(self, pods: PodAddresses) -> PodAddresses:
         """`pods` with ANNOTATE_POD_IP's writes after each ADD and DEL (`pods` itself when off)."""
         return Annotating(pods, self.objects) if self.settings.annotate_pod_ip else pods
 
@@ -290,21 +291,13 @@ class EngineLike(Protocol):
     def want_pool(self) -> None: ...
 
 
-class PodAddressesLike(Protocol):
-    """ADD and DEL as the API serves them (`ipamd.api.app.PodAddresses`, a layer above)."""
-
-    async def add(self, key: AllocationKey, pod: PodRef | None) -> AllocationRecord: ...
-
-    async def release(self, key: AllocationKey) -> tuple[AllocationRecord, ...]: ...
-
-
 class Annotating:
     """ADD and DEL, each followed by the pod's `vpc.amazonaws.com/pod-ips` write, in the
     background: the pod's answer never waits on the API server (whose retries can take seconds),
     and the writes of one pod happen in the order of its ADD and DEL. A failed write is logged
     (`kube.annotate_failed`) and the pod's answer stands."""
 
-    def __init__(self, inner: PodAddressesLike, objects: NodeObjects) -> None:
+    def __init__(self, inner: PodAddresses, objects: NodeObjects) -> None:
         self._inner = inner
         self._objects = objects
         self._last: dict[tuple[str, str], asyncio.Task[None]] = {}

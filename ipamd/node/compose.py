@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from cloud.ec2 import Boto3Ec2, client_config, make_client
 from cloud.errors import CloudError
 from cloud.imds import DEFAULT_BASE_URL, Imdsv2Client
-from ipamd.api.app import EngineOnly, PodAddresses, create_app
+from ipamd.api.app import EngineOnly, create_app
 from ipamd.api.server import App, Runner, serve_unix
 from ipamd.api.views import POD_GATEWAY
 from ipamd.awsnode.checkpoint import CheckpointFile
@@ -32,6 +32,7 @@ from ipamd.awsnode.keeper import CheckpointedPods
 from ipamd.clock import SystemClock
 from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config
+from ipamd.engine.engine import PodAddresses
 from ipamd.errors import SettingUnusable, StartupError, os_reason
 from ipamd.kube import kube_node
 from ipamd.kube.kube_node import KubeNode

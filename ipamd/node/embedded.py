@@ -39,10 +39,9 @@ from cloud.embedded.imds_sim import ImdsSimulator
 from cloud.embedded.world import World
 from cloud.embedded.world_layout import CNI_ROLE_TAG, Layout, LayoutError, SubnetSpec
 from datastore.records import AllocationKey, AllocationRecord
-from ipamd.api.app import PodAddresses
 from ipamd.config.kinds import HostPort
 from ipamd.config.settings import Config
-from ipamd.engine.engine import Engine
+from ipamd.engine.engine import Engine, PodAddresses
 from ipamd.errors import SettingUnusable, StateUnusable, os_reason
 from ipamd.model import PodRef
 from ipamd.runtime.embedded_cri import CriSandbox, to_ns
