@@ -246,7 +246,7 @@ def node_config(
 ) -> Config:
     """The configuration whose pool targets are `targets` (PoolTargets' defaults are the settings'),
     in prefix mode (with the fallback to secondary IPs) or not; `groups` replaces any other settings
-    group by its `Config` field (`pool=PoolParams(release_delay_s=0.0)`: a group's own defaults
+    group by its `Config` field (`pool=PoolSettings(release_delay_s=0.0)`: a group's own defaults
     but the values given)."""
     t = targets or PoolTargets()
     plain = Config()

@@ -170,19 +170,16 @@ def node_eni_config(config: Config, node: NodeFacts) -> EniConfig | None:
 
 
 def pool_params(config: Config) -> PoolParams:
-    """The pool manager's settings (where new ENIs go is the subnet catalogue's)."""
+    """The pool manager's parameters: its groups as they are, with the targets and unit strategy
+    the sizing group and the family decide (where new ENIs go is the subnet catalogue's)."""
     return PoolParams(
         targets=pool_targets(config),
         strategy=strategy(config),
         fallback_strategy=fallback_strategy(config),
-        subnet_scarcity_threshold=config.subnets.scarcity_threshold,
-        cluster_name=config.enis.cluster_name,
-        extra_tags=config.enis.additional_eni_tags,
-        subnet_exhausted_cooldown_s=config.subnets.exhausted_cooldown_s,
+        pool=config.pool,
+        subnets=config.subnets,
+        enis=config.enis,
         release_grace_s=config.reconcile.grace_s,
-        shrink_interval_s=config.pool.shrink_interval_s,
-        release_delay_s=config.pool.release_delay_s,
-        provisioning=not config.pool.disable_network_resource_provisioning,
     )
 
 

@@ -114,7 +114,7 @@ class Conditions:
         if self._growth_paused(now) and (plan.assign or plan.new_enis):
             plan = replace(plan, assign=(), new_enis=(), replace_units=())
         shrinking = bool(plan.release_units or plan.release_enis)
-        if shrinking and now - self.last_shrink_at < self._settings.shrink_interval_s:
+        if shrinking and now - self.last_shrink_at < self._settings.pool.shrink_interval_s:
             plan = replace(plan, release_units=(), release_enis=())
         elif shrinking:
             self.last_shrink_at = now
@@ -131,7 +131,7 @@ class Conditions:
         fallback left): nothing there is asked for again."""
         wanted = () if demand else plan.release_enis + plan.release_units
         self._spare_since = {k: self._spare_since.get(k, now) for k in wanted}
-        delay_s = self._settings.release_delay_s
+        delay_s = self._settings.pool.release_delay_s
         if not wanted or delay_s <= 0 or self.scarce:
             return plan
         idle = serves_no_pod(self._engine)
@@ -155,8 +155,8 @@ class Conditions:
         units), and the earliest time one of them may go (None: nothing waits)."""
         if not self._spare_since:
             return 0, None
-        at = min(self._spare_since.values()) + max(self._settings.release_delay_s, 0.0)
-        at = max(at, self.last_shrink_at + self._settings.shrink_interval_s)
+        at = min(self._spare_since.values()) + max(self._settings.pool.release_delay_s, 0.0)
+        at = max(at, self.last_shrink_at + self._settings.pool.shrink_interval_s)
         return len(self._spare_since), at
 
     # -- what happened -------------------------------------------------------------------------
@@ -172,14 +172,14 @@ class Conditions:
     def subnet_exhausted(self, err: SubnetExhausted) -> None:
         """A subnet had no room and no other can take over: growth pauses for the cooldown (or,
         with the fallback, grows /32s)."""
-        cooldown_s = self._settings.subnet_exhausted_cooldown_s
+        cooldown_s = self._settings.subnets.exhausted_cooldown_s
         self.subnet_exhausted_until = self._clock.now() + cooldown_s
         logger.warning("pool.subnet_exhausted error=%s cooldown_s=%s", err, cooldown_s)
 
     def observe_subnets(self) -> bool:
         """Take the latest reading of the subnets' free addresses and turn scarcity on or off
         around the threshold. Returns whether the subnets are scarce."""
-        threshold = self._settings.subnet_scarcity_threshold
+        threshold = self._settings.subnets.scarcity_threshold
         free = self._subnet_free()
         self.subnet_free = free
         scarce = scarce_after(self.scarce, free, threshold)
@@ -203,7 +203,7 @@ class Conditions:
         if not self.prefix_fallback:
             logger.info(
                 "pool.prefix_fallback on: secondary IPs for %.0f s, then prefixes",
-                self._settings.subnet_exhausted_cooldown_s,
+                self._settings.subnets.exhausted_cooldown_s,
             )
         self.prefix_fallback = True
 

@@ -211,10 +211,10 @@ class EniMaker:
             TAG_INSTANCE_ID: self._instance.instance_id,
             TAG_CREATED_AT: datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             TAG_MANAGED_BY: MANAGED_BY,
-            **dict(self._settings.extra_tags),
+            **dict(self._settings.enis.additional_eni_tags),
         }
-        if self._settings.cluster_name:
-            tags[TAG_CLUSTER_NAME] = self._settings.cluster_name
+        if self._settings.enis.cluster_name:
+            tags[TAG_CLUSTER_NAME] = self._settings.enis.cluster_name
         description = f"ipamd: pod addresses for {self._instance.instance_id}"
         return await self._subnets.create_eni(ec2, description, tags, kind=kind, count=count)
 

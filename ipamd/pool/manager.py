@@ -333,7 +333,7 @@ class PoolManager:
         if not isinstance(err, SubnetFragmented) or eni is None:
             return False
         elsewhere = self.subnets.no_prefixes(
-            eni.subnet_id, self._settings.subnet_exhausted_cooldown_s
+            eni.subnet_id, self._settings.subnets.exhausted_cooldown_s
         )
         engine, per_eni = self._engine, self._limits.units_per_eni
         primary_ok = engine.settings.pods_on_primary

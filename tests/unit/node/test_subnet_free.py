@@ -49,7 +49,7 @@ async def test_with_discovery_the_catalogues_view_is_what_scarcity_reads(tmp_pat
     # A /26: 59 usable addresses, the instance's own among them, below the threshold of 64.
     ec2 = FakeEc2(clock, subnet_cidr="10.0.0.0/26")
     config = _config(tmp_path)
-    assert pool_params(config).subnet_scarcity_threshold == 64
+    assert pool_params(config).subnets.scarcity_threshold == 64
     parts = await _open(config, ec2, clock)
     try:
         assert parts.subnet_free is None, "no reading of its own: the catalogue reads the subnets"

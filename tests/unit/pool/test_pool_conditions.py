@@ -13,6 +13,7 @@ import pytest
 from cloud.errors import SubnetExhausted
 from cloud.fakes import FakeEc2, FakeImds
 from ipamd.clock import FakeClock
+from ipamd.config.groups import PoolSettings, SubnetSettings
 from ipamd.config.settings import Config
 from ipamd.node.engine_parts import Parts, describe_node, open_parts
 from ipamd.pool.conditions import Conditions
@@ -59,7 +60,12 @@ def _conditions(
     parts: Parts, clock: FakeClock, free: list[int | None] | None = None, **settings: Any
 ) -> Conditions:
     """Conditions on `parts`' engine; `free` holds the subnets' free addresses as last read."""
-    base = PoolParams(PoolTargets(), SECONDARY_IPS, subnet_exhausted_cooldown_s=COOLDOWN_S)
+    base = PoolParams(
+        PoolTargets(),
+        SECONDARY_IPS,
+        pool=PoolSettings(shrink_interval_s=0.0, release_delay_s=0.0),
+        subnets=SubnetSettings(scarcity_threshold=0, exhausted_cooldown_s=COOLDOWN_S),
+    )
     reading = free if free is not None else [None]
     return Conditions(parts.engine, replace(base, **settings), clock, lambda: reading[0])
 
@@ -97,7 +103,9 @@ async def test_with_the_fallback_an_exhausted_subnet_grows_secondary_ips_instead
 
 
 async def test_two_shrinks_are_the_interval_apart(parts: Parts, clock: FakeClock) -> None:
-    conditions = _conditions(parts, clock, shrink_interval_s=60.0)
+    conditions = _conditions(
+        parts, clock, pool=PoolSettings(shrink_interval_s=60.0, release_delay_s=0.0)
+    )
     assert conditions.trim(PLAN, clock.now(), demand=False) == PLAN, "the first shrink goes"
     clock.advance(59.0)
     assert conditions.trim(PLAN, clock.now(), demand=False) == GROWTH, "too soon: growth only"
@@ -109,7 +117,13 @@ async def test_what_is_spare_goes_once_it_has_been_so_for_the_delay_without_a_br
     parts: Parts, clock: FakeClock
 ) -> None:
     free: list[int | None] = [100]
-    conditions = _conditions(parts, clock, free, release_delay_s=30.0, subnet_scarcity_threshold=10)
+    conditions = _conditions(
+        parts,
+        clock,
+        free,
+        pool=PoolSettings(shrink_interval_s=0.0, release_delay_s=30.0),
+        subnets=SubnetSettings(scarcity_threshold=10, exhausted_cooldown_s=COOLDOWN_S),
+    )
     assert not conditions.observe_subnets()
     assert conditions.trim(SHRINK, clock.now(), demand=False).is_empty()
     clock.advance(20.0)
