@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,6 +64,33 @@ def snat_rule_text(node: VpcNode) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if str(V4_EGRESS) in line)
 
 
+def egress_state(node: VpcNode, paths: list[str]) -> str:
+    """What the IPv4 egress path looked like when a pod's pings went unanswered, for the failure's
+    message: each pod's IPv4 routes and neighbours, the node's neighbours and IPv4 routes, and the
+    node's connection-tracking entries toward the internet host."""
+
+    def read(argv: list[str]) -> str:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        return (done.stdout + done.stderr).strip()
+
+    lines = []
+    for path in paths:
+        for what in (["ip", "-4", "route"], ["ip", "-4", "neigh"]):
+            lines.append(
+                f"pod {path}: {' '.join(what)}\n{read(['nsenter', f'--net={path}', *what])}"
+            )
+    for what in (["ip", "-4", "route", "show", "table", "all"], ["ip", "-4", "neigh"]):
+        lines.append(f"node: {' '.join(what)}\n{read(in_netns(node.ns.node, *what))}")
+    tracked = read(in_netns(node.ns.node, "cat", "/proc/net/nf_conntrack"))
+    lines.append(
+        "node: conntrack to "
+        + INET_HOST
+        + "\n"
+        + "\n".join(line for line in tracked.splitlines() if INET_HOST in line)
+    )
+    return "\n".join(lines)
+
+
 def assert_pods_reach_both(node: VpcNode, netns: dict[str, str], addresses: list[str]) -> None:
     """Each pod (`netns`: name → namespace path) pings the VPC host over IPv6 without a loss after
     its first second, and the IPv4 internet host through its IPv4 egress; the VPC host pings each
@@ -85,7 +113,9 @@ def assert_pods_reach_both(node: VpcNode, netns: dict[str, str], addresses: list
     lost = {k: v.lost_after(started + STEADY_AFTER_S) for k, v in outcome.items()}
     assert all(not v for v in lost.values()), f"IPv6 echo requests lost: {lost}"
     failed = [name for name, path in netns.items() if ping(path, INET_HOST, "-4", count=3) != 3]
-    assert not failed, f"no IPv4 egress from {failed}:\n{snat_rule_text(node)}"
+    assert not failed, f"no IPv4 egress from {failed}:\n{snat_rule_text(node)}\n" + egress_state(
+        node, [netns[name] for name in failed]
+    )
     vpchost = netns_path(node.ns.vpchost)
     unanswered = [a for a in addresses if ping(vpchost, a, count=3) != 3]
     assert not unanswered, f"the VPC host got no answer from {unanswered} (no SNAT for IPv6)"
