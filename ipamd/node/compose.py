@@ -184,7 +184,7 @@ async def run(
         ec2, imds_url, node = await _cloud(
             config, embedded, stack, recorders, own_runtime=own_runtime
         )
-        imds = Imdsv2Client(imds_url, ipv6_prefixes=config.family.enable_ipv6)
+        imds = Imdsv2Client(imds_url, ipv6_prefixes=family_of(config).imds_ipv6_prefixes)
         stack.push_async_callback(imds.close)
         runtime = GrpcCriRuntime(config.runtime.cri_socket_path)
         stack.push_async_callback(runtime.close)

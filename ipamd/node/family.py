@@ -43,6 +43,8 @@ class Ipv4:
     hostnet_off_lacks: str = "sending from secondary ENIs"
     makes_enis: bool = True
     """The pool makes secondary ENIs, so ENI GC has leaked ones to look for."""
+    imds_ipv6_prefixes: bool = False
+    """Whether the IMDS hint reads each interface's IPv6 prefixes too."""
 
     def in_force(self, targets: Callable[[], InForce]) -> InForce:
         """Which warm targets the pool follows: `targets()`, as the mode and settings say."""
@@ -84,6 +86,8 @@ class Ipv6:
     hostnet_off_lacks: str = "IPv4 egress"
     makes_enis: bool = False
     """The /80 is on the primary ENI: no ENI is made, so none can leak (VPC CNI runs no ENI GC)."""
+    imds_ipv6_prefixes: bool = True
+    """The IMDS hint compares the primary interface's /80 (`ipv6-prefix`) with the state's."""
 
     def in_force(self, targets: Callable[[], InForce]) -> InForce:
         """None of the warm targets: the /80 follows none."""
