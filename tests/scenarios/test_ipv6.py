@@ -2,7 +2,8 @@
 whose pool keeps one /80 on the primary ENI, wired by `open_parts` as the daemon wires it. ADD and DEL
 are idempotent, the /80 is reconciled with EC2 by content inside and outside the grace window, the
 leak GC releases what the runtime no longer lists, and the engine's invariants (and EC2 = ipamd)
-hold after each; a state file gone bad is rebuilt from EC2's /80 and the runtime's sandboxes (S9).
+hold after each. A state file gone bad is rebuilt from EC2's /80 and the runtime's sandboxes as on
+an IPv4 node (S9, `test_rebuild.py`, run on both families).
 
 What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
@@ -17,16 +18,11 @@ import pytest
 
 from cloud.embedded.ipv6_rules import eni_ipv6_prefixes
 from cloud.embedded.world import EmbeddedEc2
-from ipamd.engine.engine import Engine
 from ipamd.errors import DeleteIntentActive
 from ipamd.model import AddressState
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
-from ipamd.node.engine_parts import rebuild_drift
 from ipamd.pool.ipv6 import Ipv6Pool
 from ipamd.pool.manager import PoolManager
-from ipamd.reconcile.rebuild import gather_claims, rebuild_state
-from ipamd.runtime.cri import GrpcCriRuntime
-from tests.support.cri_server import FakeCriServer
 from tests.support.node import key
 
 
@@ -176,36 +172,4 @@ async def test_a_restart_reads_the_80_and_the_pods_back(node: CloudNode) -> None
     for name, addresses in pods.items():
         assert (await node.engine.assign(key(name))).addresses == addresses
     assert eni_ipv6_prefixes(_backend_eni(node, _primary(node))) == [prefix]
-    node.check()
-
-
-async def test_an_unusable_state_file_is_rebuilt_with_the_pods_128s(node: CloudNode) -> None:
-    """S9's way out on an IPv6 node: the /80 comes back from EC2 and each live sandbox's /128 from
-    the runtime, found in the /80 without listing it."""
-    pods = {
-        f"sandbox-{i}": (await node.engine.assign(key(f"sandbox-{i}"))).addresses for i in (0, 1)
-    }
-    await node.engine.close()
-    node.path.write_bytes(b"\0" * 4096)
-    async with FakeCriServer() as cri, GrpcCriRuntime(cri.endpoint) as runtime:
-        cri.add("sandbox-0", addresses=pods["sandbox-0"])
-        cri.add("elsewhere", addresses=("2001:db8::1",))
-        claims = await gather_claims(runtime, runtime)
-
-    async def open_engine(path: Path) -> Engine:
-        engine = await Engine.open(path, node.clock, node.engine.settings)
-        await engine.claim_instance(node.world.instance_id)
-        return engine
-
-    async def read_ec2(engine: Engine) -> None:
-        kinds = node.parts.kinds
-        await rebuild_drift(engine, node.api, node.world.instance_id, kinds, node.clock).run_once()
-
-    _, unfixable = await rebuild_state(node.path, claims, open_engine, read_ec2, node.clock)
-    await node.reopen()
-
-    assert unfixable == ["2001:db8::1 of sandbox elsewhere is not on this node per EC2"]
-    rebuilt = {k.container_id: a.addresses for k, a in node.engine.state.allocations().items()}
-    assert rebuilt == {"sandbox-0": pods["sandbox-0"]}
-    assert node.engine.state.owner_of(pods["sandbox-1"][0]) is None, "the gone sandbox's is free"
     node.check()

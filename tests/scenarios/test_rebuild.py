@@ -1,11 +1,13 @@
 """S9's way out: an unusable state file is moved aside and rebuilt from EC2's view and the addresses
-the runtime recorded for its live sandboxes (a real gRPC CRI double).
+the runtime recorded for its live sandboxes (a real gRPC CRI double), on a node of either family.
 
 What each scenario replays, and which tests prove it: docs/failure-scenarios.md."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from cloud.embedded.world import EmbeddedEc2
 from ipamd.engine.engine import Engine
@@ -18,10 +20,17 @@ from tests.support.cri_server import FakeCriServer
 from tests.support.node import key
 
 
+@pytest.mark.parametrize(
+    ("ipv6", "elsewhere"),
+    [(False, "192.168.9.9"), (True, "2001:db8::1")],
+    ids=["ipv4", "ipv6"],
+)
 async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
-    embedded: EmbeddedEc2, tmp_path: Path
+    embedded: EmbeddedEc2, tmp_path: Path, ipv6: bool, elsewhere: str
 ) -> None:
-    async with open_cloud_node(embedded, tmp_path) as node:
+    """On either family's node: an IPv6 node's /80 comes back from EC2, and each live sandbox's
+    /128 from the runtime, found in the /80 without listing it."""
+    async with open_cloud_node(embedded, tmp_path, ipv6=ipv6) as node:
         await node.settle()
         pods = {
             f"sandbox-{i}": (await node.engine.assign(key(f"sandbox-{i}"))).addresses
@@ -37,7 +46,7 @@ async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
                 "sandbox-2",
             ):  # sandbox-3 is gone with the node's reboot
                 cri.add(sid, addresses=pods[sid])
-            cri.add("elsewhere", addresses=("192.168.9.9",))  # an address not on this node per EC2
+            cri.add("elsewhere", addresses=(elsewhere,))  # an address not on this node per EC2
             plan = await gather_claims(runtime, runtime)
         assert set(plan.claims) == {"sandbox-0", "sandbox-1", "sandbox-2", "elsewhere"}
 
@@ -54,7 +63,7 @@ async def test_unusable_state_is_rebuilt_from_ec2_and_live_sandboxes(
 
         aside, unfixable = await rebuild_state(node.path, plan, open_engine, read_ec2, node.clock)
         assert aside.read_bytes() == b"\0" * 4096, "the unusable file is kept as it was"
-        assert unfixable == ["192.168.9.9 of sandbox elsewhere is not on this node per EC2"]
+        assert unfixable == [f"{elsewhere} of sandbox elsewhere is not on this node per EC2"]
 
         await node.reopen()
         assert node.engine.unavailable is None
