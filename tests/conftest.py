@@ -22,6 +22,7 @@ from hypothesis import settings
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import FakeClock
 from ipamd.engine.allocator import EngineParams
+from tests.support.families import FAMILIES, Family
 from tests.support.node import NodeFixture
 
 # The profile hypothesis picked (its `ci` one under CI: no database, no deadline), with the blob of
@@ -98,3 +99,10 @@ async def node(state_path: Path, clock: FakeClock) -> AsyncIterator[NodeFixture]
     fixture = NodeFixture(state_path, clock, EngineParams())
     yield fixture
     await fixture.close()
+
+
+@pytest.fixture(params=FAMILIES, ids=[f.name for f in FAMILIES])
+def family(request: pytest.FixtureRequest) -> Family:
+    """Each address family in turn, for a test of behaviour both share (`tests/support/families.py`)."""
+    chosen: Family = request.param
+    return chosen

@@ -17,6 +17,7 @@ from ipamd.reconcile.leaks import LeakGc, release_invalid_attachments
 from ipamd.runtime.cri import GrpcCriRuntime
 from ipamd.runtime.ports import RuntimeUnavailable
 from tests.support.cri_server import FakeCriServer
+from tests.support.families import Family, open_node
 from tests.support.node import NodeFixture, key
 
 GRACE_S = 120.0
@@ -35,10 +36,10 @@ async def runtime(cri: FakeCriServer) -> AsyncIterator[GrpcCriRuntime]:
 
 
 async def test_s11_restart_with_dead_sandboxes_releases_them_after_grace(
-    node: NodeFixture, cri: FakeCriServer, runtime: GrpcCriRuntime
+    node: NodeFixture, cri: FakeCriServer, runtime: GrpcCriRuntime, family: Family
 ) -> None:
-    engine = await node.open()
-    await node.seed(enis=1, per_eni=6)
+    """On a node of either family."""
+    engine = await open_node(node, family)
     for name in ("alive", "dead-1", "dead-2"):
         await engine.assign(key(name))
     cri.add("alive")  # only this sandbox survived the node's restart

@@ -8,66 +8,17 @@ it (`test_packing.py`, `test_ipv6_prefix.py`)."""
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-
 import pytest
 
-from datastore.records import EniRecord
-from ipamd.engine.allocator import Pick
-from ipamd.engine.engine import Engine
-from ipamd.engine.pick_v6 import pick_v6_addresses
 from ipamd.errors import DeleteIntentActive, MaxPodsReached
-from tests.support.node import NodeFixture, key, secondary_ips
-
-PREFIX = "2600:1f14:abc:d00:1234::/80"
-
-
-async def _ipv4_units(engine: Engine, now: float) -> None:
-    await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, now))
-    await engine.add_units("eni-0000", secondary_ips(0, 8), "ip")
-
-
-async def _ipv6_units(engine: Engine, now: float) -> None:
-    await engine.add_eni(EniRecord("eni-0000", 0, "subnet-1", True, now))
-    await engine.add_units("eni-0000", [PREFIX], "ipv6_prefix")
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    pick: Pick | None
-    """The family's pick, as `ipamd.node.family` gives the engine (None: the default)."""
-    hold: Callable[[Engine, float], Awaitable[None]]
-    """The node's units before its first pod, as the family's pool leaves them."""
-    nth: Callable[[int], str]
-    """The address the n-th pod on a fresh node gets (1 is the first)."""
-
-
-FAMILIES = (
-    Family("ipv4", None, _ipv4_units, lambda n: secondary_ips(0, 8)[n - 1].split("/")[0]),
-    Family("ipv6", pick_v6_addresses, _ipv6_units, lambda n: str(ipaddress.IPv6Network(PREFIX)[n])),
-)
-
-
-@pytest.fixture(params=FAMILIES, ids=[f.name for f in FAMILIES])
-def family(request: pytest.FixtureRequest) -> Family:
-    chosen: Family = request.param
-    return chosen
-
-
-async def _open(node: NodeFixture, family: Family, **params: float | int | None) -> Engine:
-    node.settings = replace(node.settings, pick=family.pick, **params)  # type: ignore[arg-type]
-    engine = await node.open()
-    await family.hold(engine, node.clock.now())
-    return engine
+from tests.support.families import Family, open_node
+from tests.support.node import NodeFixture, key
 
 
 async def test_pods_get_the_lowest_free_addresses_in_turn(
     node: NodeFixture, family: Family
 ) -> None:
-    engine = await _open(node, family)
+    engine = await open_node(node, family)
     records = [await engine.assign(key(f"pod-{n}")) for n in range(3)]
     assert [r.addresses for r in records] == [(family.nth(n),) for n in (1, 2, 3)]
     assert all(r.eni_id == "eni-0000" for r in records)
@@ -75,7 +26,7 @@ async def test_pods_get_the_lowest_free_addresses_in_turn(
 
 
 async def test_a_retried_add_returns_the_same_address(node: NodeFixture, family: Family) -> None:
-    engine = await _open(node, family)
+    engine = await open_node(node, family)
     first = await engine.assign(key("pod"))
     assert node.store is not None
     commits = node.store.commits
@@ -87,7 +38,7 @@ async def test_a_retried_add_returns_the_same_address(node: NodeFixture, family:
 async def test_a_del_records_its_intent_and_the_address_cools(
     node: NodeFixture, family: Family
 ) -> None:
-    engine = await _open(node, family)
+    engine = await open_node(node, family)
     a = await engine.assign(key("a"))
     b = await engine.assign(key("b"))
     (released,) = await engine.release(key("a"))
@@ -109,7 +60,7 @@ async def test_a_del_records_its_intent_and_the_address_cools(
 async def test_without_a_cooldown_a_released_address_is_reused_at_once(
     node: NodeFixture, family: Family
 ) -> None:
-    engine = await _open(node, family, cooldown_s=0.0)
+    engine = await open_node(node, family, cooldown_s=0.0)
     await engine.assign(key("a"))
     await engine.release(key("a"))
     assert (await engine.assign(key("b"))).addresses == (family.nth(1),)
@@ -117,7 +68,7 @@ async def test_without_a_cooldown_a_released_address_is_reused_at_once(
 
 
 async def test_max_pods_bounds_the_node(node: NodeFixture, family: Family) -> None:
-    engine = await _open(node, family, max_pods=2)
+    engine = await open_node(node, family, max_pods=2)
     await engine.assign(key("a"))
     await engine.assign(key("b"))
     with pytest.raises(MaxPodsReached):
@@ -131,7 +82,7 @@ async def test_max_pods_bounds_the_node(node: NodeFixture, family: Family) -> No
 async def test_restart_restores_the_allocations_and_what_is_cooling(
     node: NodeFixture, family: Family
 ) -> None:
-    engine = await _open(node, family)
+    engine = await open_node(node, family)
     for n in range(4):
         await engine.assign(key(f"pod-{n}"))
     await engine.release(key("pod-1"))
