@@ -30,7 +30,8 @@ from ipamd.config.groups import (
 )
 from ipamd.config.kinds import HostPort, render_settings_table
 from ipamd.config.kubelet import DEFAULT_KUBELET_CONFIG, read_kubelet_config
-from ipamd.config.settings import SETTINGS, Config, ConfigError
+from ipamd.config.rules import RULES, groups_read_by
+from ipamd.config.settings import SETTINGS, Config, ConfigError, settings_of
 
 TAGS = (("team", "net"), ("env", "x"))
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
@@ -664,3 +665,31 @@ def test_address_family_problems_come_with_every_other_problem() -> None:
 )
 def test_the_old_log_level_variable_is_still_read_as_its_successor(old: str, level: str) -> None:
     assert Config.from_env({"IPAMD_LOG_LEVEL": old}).logging.level == level
+
+
+def test_each_rule_reads_settings_of_the_groups_it_takes() -> None:
+    """A rule runs only once the variables it names parsed: each must be a setting of a group the
+    rule takes, or the rule could read a default standing in for a value that did not parse."""
+    for rule, reads in RULES:
+        taken = {s.env for group in groups_read_by(rule) for s in settings_of(group)}
+        assert reads and set(reads) <= taken, rule.__name__
+
+
+def test_a_rule_waits_for_the_settings_it_reads_and_no_others() -> None:
+    # The template does not parse: its group holds the default (none) in its place, which the rule
+    # between the two would call missing; the rule waits. The family's rule, which reads neither,
+    # runs.
+    problems = problems_of(
+        {
+            "IPAMD_CNI_CONF_DIR": "/etc/cni/net.d",
+            "IPAMD_CNI_CONFLIST_TEMPLATE": "relative.conflist",
+            "ENABLE_IPv4": "false",
+            "ENABLE_IPv6": "true",
+        }
+    )
+    assert [p.split("=")[0] for p in problems] == ["IPAMD_CNI_CONFLIST_TEMPLATE", "ENABLE_IPv6"]
+    assert "needs ENABLE_PREFIX_DELEGATION=true" in problems[1]
+    assert problems_of({"IPAMD_CNI_CONF_DIR": "/etc/cni/net.d"}) == (
+        "IPAMD_CNI_CONF_DIR='/etc/cni/net.d': needs IPAMD_CNI_CONFLIST_TEMPLATE, the conflist to "
+        "write",
+    ), "with the template unset, the rule runs"
