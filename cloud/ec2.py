@@ -6,7 +6,7 @@ exception into a `cloud.errors.CloudError` by AWS error code (never by message t
 which error is `cloud.ec2_codes`), the call budget
 and retries (`cloud.ratelimit.Retrier`: what is retried and why is written there), recording every
 attempt (`cloud.calls.CallRecorder`), and turning EC2's dictionaries into `cloud.models` values.
-An adapter makes its calls under one `cloud.ports.CallPolicy` (foreground when built); `with_policy`
+An adapter makes its calls under one `cloud.ports.CallUrgency` (foreground when built); `with_urgency`
 gives a view of it under another, sharing the client, the call slots, the token buckets, the limits
 cache and the ENI locks, so views of one adapter compete for one budget.
 It must not: keep any view of the inventory between calls, decide anything about pools, or let a
@@ -62,7 +62,7 @@ from cloud.ec2_codes import error_for_code
 from cloud.errors import CallTimeout, NotFound, Rejected, ServiceUnavailable
 from cloud.limits import FALLBACK_LIMITS, InstanceLimitsCache
 from cloud.models import InstanceLimits, Ipv4UnitKind, NetworkInterface, Subnet
-from cloud.ports import CallPolicy, Instance
+from cloud.ports import CallUrgency, Instance
 from cloud.ratelimit import (
     AttemptFailed,
     MonotonicClock,
@@ -159,14 +159,14 @@ class Boto3Ec2:
         )
         self._limits = InstanceLimitsCache(fallback_limits)
         self._eni_locks: dict[str, asyncio.Lock] = {}
-        self._policy = CallPolicy.FOREGROUND
+        self._urgency = CallUrgency.FOREGROUND
 
-    def with_policy(self, policy: CallPolicy) -> Boto3Ec2:
-        """This adapter with its calls made under `policy`: a shallow copy, so everything it holds
+    def with_urgency(self, urgency: CallUrgency) -> Boto3Ec2:
+        """This adapter with its calls made under `urgency`: a shallow copy, so everything it holds
         (the client, the call slots, the retrier and its buckets, the limits cache, the ENI locks)
         is the same object in both."""
         view = copy.copy(self)
-        view._policy = policy
+        view._urgency = urgency
         return view
 
     # -- Ec2Api ----------------------------------------------------------------------------------
@@ -360,7 +360,7 @@ class Boto3Ec2:
         mutating: bool = False,
         repeatable: bool = True,
     ) -> Response:
-        """One EC2 API call by name, with rate limiting, retries (as this view's policy allows) and
+        """One EC2 API call by name, with rate limiting, retries (as this view's urgency allows) and
         recording."""
         method: Callable[..., Response] = getattr(self._client, xform_name(operation))
 
@@ -368,7 +368,7 @@ class Boto3Ec2:
             return await self._attempt(operation, lambda: method(**params))
 
         return await self._retrier.run(
-            operation, attempt, mutating=mutating, repeatable=repeatable, call_policy=self._policy
+            operation, attempt, mutating=mutating, repeatable=repeatable, urgency=self._urgency
         )
 
     async def _attempt(self, operation: str, request: Callable[[], Response]) -> Response:

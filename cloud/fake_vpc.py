@@ -29,7 +29,7 @@ from cloud import fake_ipv6
 from cloud.errors import NotFound, SubnetExhausted, SubnetFragmented
 from cloud.fake_ipv6 import Ipv6Block
 from cloud.models import Ipv4UnitKind, NetworkInterface, Subnet
-from cloud.ports import CallPolicy
+from cloud.ports import CallUrgency
 
 PREFIX_SIZE = 16
 
@@ -212,8 +212,8 @@ class FakeVpc:
         self.enis: dict[str, FakeEni] = {}
         self.calls: Counter[str] = Counter()
         """Calls per port operation, as `FakeEc2` counts them."""
-        self.calls_under: Counter[tuple[str, CallPolicy]] = Counter()
-        """Calls per port operation and call policy, made through a view (`FakeEc2.with_policy`)."""
+        self.calls_under: Counter[tuple[str, CallUrgency]] = Counter()
+        """Calls per port operation and urgency, made through a view (`FakeEc2.with_urgency`)."""
         self.unassigned: list[tuple[float, str, str]] = []
         """(when, ENI, CIDR) of every unit that left an ENI: unassigned, or deleted with it."""
         self.last_eni: dict[str, str] = {}

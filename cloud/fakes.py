@@ -3,9 +3,9 @@ thousands of reconcile rounds: EC2 (`FakeEc2`, on the truth `cloud.fake_vpc.Fake
 instance metadata service (`FakeImds`).
 
 `FakeEc2.fail_next` makes the next call of an operation time out, before EC2 acted or after.
-`FakeEc2.with_policy` gives a view that passes each call to the fake as it is then (its knobs, a
-method a test replaced) and counts it under its call policy (`calls_under`); the fake has no
-retries, so the policy changes nothing else.
+`FakeEc2.with_urgency` gives a view that passes each call to the fake as it is then (its knobs, a
+method a test replaced) and counts it under its urgency (`calls_under`); the fake has no
+retries, so the urgency changes nothing else.
 
 `FakeImds` serves the truth through knobs that make it stale in both directions, per unit and for as
 long as a test likes (seed 001: IMDS was wrong for hours): `keep` a released unit listed, `hide` an
@@ -31,7 +31,7 @@ from cloud.errors import (
 )
 from cloud.fake_vpc import FakeEni, FakeSubnet, FakeVpc
 from cloud.models import InstanceLimits, Ipv4UnitKind, NetworkInterface, Subnet
-from cloud.ports import CallPolicy, ImdsIdentity, ImdsInterface, Instance
+from cloud.ports import CallUrgency, ImdsIdentity, ImdsInterface, Instance
 
 __all__ = ["FakeEc2", "FakeEc2View", "FakeEni", "FakeImds", "FakeSubnet"]
 
@@ -39,8 +39,8 @@ __all__ = ["FakeEc2", "FakeEc2View", "FakeEni", "FakeImds", "FakeSubnet"]
 class FakeEc2(FakeVpc):
     """`cloud.ports.Ec2Api` and `Ec2Catalog` for one instance, in memory."""
 
-    def with_policy(self, policy: CallPolicy) -> FakeEc2View:
-        return FakeEc2View(self, policy)
+    def with_urgency(self, urgency: CallUrgency) -> FakeEc2View:
+        return FakeEc2View(self, urgency)
 
     def fail_next(self, operation: str, after_acting: bool) -> None:
         """The next call of `operation` (a port method name) times out, before EC2 acted or after."""
@@ -261,17 +261,17 @@ class FakeEc2(FakeVpc):
 
 
 class FakeEc2View:
-    """A `FakeEc2` under a call policy: each call counted in `calls_under`, then passed on."""
+    """A `FakeEc2` under an urgency: each call counted in `calls_under`, then passed on."""
 
-    def __init__(self, fake: FakeEc2, policy: CallPolicy) -> None:
+    def __init__(self, fake: FakeEc2, urgency: CallUrgency) -> None:
         self.fake = fake
-        self.policy = policy
+        self.urgency = urgency
 
-    def with_policy(self, policy: CallPolicy) -> FakeEc2View:
-        return FakeEc2View(self.fake, policy)
+    def with_urgency(self, urgency: CallUrgency) -> FakeEc2View:
+        return FakeEc2View(self.fake, urgency)
 
     def _count(self, operation: str) -> FakeEc2:
-        self.fake.calls_under[(operation, self.policy)] += 1
+        self.fake.calls_under[(operation, self.urgency)] += 1
         return self.fake
 
     async def describe_enis(self, instance_id: str) -> tuple[NetworkInterface, ...]:

@@ -45,7 +45,7 @@ class InstanceLimitsCache:
     Concurrent first requests for one type share one fetch. When the fetch fails with a `CloudError`
     and the type is in the fallback table, the table's entry is returned (not cached); otherwise the
     error propagates. The fetch is the caller's, per request: each view of an adapter reads EC2
-    under its own call policy, into the one cache they share.
+    under its own urgency, into the one cache they share.
     """
 
     def __init__(self, fallback: Mapping[str, InstanceLimits] = FALLBACK_LIMITS) -> None:

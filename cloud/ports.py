@@ -3,8 +3,8 @@
 Adapters: `cloud.ec2.Boto3Ec2` (real EC2, or moto in tests and `--embedded`). Every method raises only
 `cloud.errors.CloudError` subclasses.
 
-Each EC2 port is used under a `CallPolicy`: `with_policy` gives a view of the same adapter whose calls
-follow another policy, and each consumer is handed the view it should use (the composition root and
+Each EC2 port is used under a `CallUrgency`: `with_urgency` gives a view of the same adapter whose calls
+have another urgency, and each consumer is handed the view it should use (the composition root and
 the pool manager decide, `cloud.ratelimit` applies it).
 """
 
@@ -26,7 +26,7 @@ TAG_MANAGED_BY = "ipamd.k8s.aws/managed-by"
 MANAGED_BY = "ipamd"
 
 
-class CallPolicy(enum.Enum):
+class CallUrgency(enum.Enum):
     """Whether something waits on an EC2 call, which decides what a throttle answer does to it."""
 
     FOREGROUND = "foreground"
@@ -53,9 +53,9 @@ class Instance:
 class Ec2Api(Protocol):
     """ENIs and their addresses."""
 
-    def with_policy(self, policy: CallPolicy) -> Ec2Api:
-        """This adapter, its calls made under `policy`: a view sharing all else (the client, the
-        token buckets, the locks); the adapter itself calls under `CallPolicy.FOREGROUND`."""
+    def with_urgency(self, urgency: CallUrgency) -> Ec2Api:
+        """This adapter, its calls made under `urgency`: a view sharing all else (the client, the
+        token buckets, the locks); the adapter itself calls under `CallUrgency.FOREGROUND`."""
         ...
 
     async def describe_enis(self, instance_id: str) -> tuple[NetworkInterface, ...]:
@@ -115,8 +115,8 @@ class Ec2Api(Protocol):
 class Ec2Catalog(Protocol):
     """Facts about the instance and its network that change rarely."""
 
-    def with_policy(self, policy: CallPolicy) -> Ec2Catalog:
-        """This adapter, its calls made under `policy` (`Ec2Api.with_policy`)."""
+    def with_urgency(self, urgency: CallUrgency) -> Ec2Catalog:
+        """This adapter, its calls made under `urgency` (`Ec2Api.with_urgency`)."""
         ...
 
     async def describe_instance(self, instance_id: str) -> Instance: ...

@@ -36,7 +36,7 @@ Whether a retryable error may be retried depends on the call:
   re-reads the ENI (DescribeNetworkInterfaces) before acting again, since the inventory changes only on
   evidence from EC2.
 
-A call made under `CallPolicy.BACKGROUND` (`cloud.ports`) is not retried on a throttle: no pod waits
+A call made under `CallUrgency.BACKGROUND` (`cloud.ports`) is not retried on a throttle: no pod waits
 on it, and the pool manager holds such work back itself while the account is throttled, so the calls
 a waiting pod needs get the tokens. The caller says which policy a call runs under (`Retrier.run`);
 nothing here guesses it from where the call came from.
@@ -59,7 +59,7 @@ from typing import TypeVar
 from cloud.backoff import Backoff
 from cloud.calls import OK, CallRecorder
 from cloud.errors import CloudError, Throttled
-from cloud.ports import CallPolicy
+from cloud.ports import CallUrgency
 
 logger = logging.getLogger(__name__)
 
@@ -211,13 +211,13 @@ class Retrier:
         *,
         mutating: bool,
         repeatable: bool,
-        call_policy: CallPolicy = CallPolicy.FOREGROUND,
+        urgency: CallUrgency = CallUrgency.FOREGROUND,
     ) -> T:
         """Call `attempt` until it succeeds or may not be retried; raises the last `CloudError`.
 
         `attempt` raises `AttemptFailed` for a failure; `mutating` picks the token bucket;
         `repeatable` says whether sending the request twice is harmless (module docstring);
-        `call_policy` whether a throttle answer is retried (only in the foreground).
+        `urgency` whether a throttle answer is retried (only in the foreground).
         """
         bucket = self.mutate_bucket if mutating else self.read_bucket
         for n in itertools.count(1):
@@ -231,7 +231,7 @@ class Retrier:
                 if isinstance(error, Throttled):
                     bucket.drain()
                 retry = may_retry(error, not_applied=failed.not_applied, repeatable=repeatable)
-                if isinstance(error, Throttled) and call_policy is CallPolicy.BACKGROUND:
+                if isinstance(error, Throttled) and urgency is CallUrgency.BACKGROUND:
                     retry = False
                 if not retry or n >= self.policy.max_attempts:
                     raise error from failed.__cause__

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cloud.backoff import Backoff
 from cloud.errors import CloudError
-from cloud.ports import CallPolicy, Imds, Instance
+from cloud.ports import CallUrgency, Imds, Instance
 from datastore.store import STATE_FILE_NAME
 from ipamd.awsnode.checkpoint import CheckpointFile
 from ipamd.awsnode.keeper import CheckpointKeeper
@@ -237,7 +237,7 @@ async def _describe_when_answered(
     a saturated account admits as many reads however often the nodes ask. Any other error is
     raised (`CloudError`)."""
     backoff = Backoff(1.0, START_RETRY_CAP_S, rng)
-    background = ec2.with_policy(CallPolicy.BACKGROUND)
+    background = ec2.with_urgency(CallUrgency.BACKGROUND)
     for attempt in itertools.count(1):
         try:
             return await describe_node(background, instance_id)
@@ -321,7 +321,7 @@ def _datapath(
     read the VPC's CIDRs) comes from the state, filled from EC2 by the first drift; a subnet's CIDR
     comes from `cidrs` (the subnet catalogue's) when it has it, else from DescribeSubnets, as
     background work (the datapath retries an ENI's set-up with a backoff of its own)."""
-    catalog = ec2.with_policy(CallPolicy.BACKGROUND)
+    catalog = ec2.with_urgency(CallUrgency.BACKGROUND)
 
     async def subnet_cidr(subnet_id: str) -> str:
         # From the subnet catalogue's view if it showed the subnet (a CIDR never changes).

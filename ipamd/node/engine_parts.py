@@ -9,7 +9,7 @@ one is a start-up error, before anything is opened. On that one engine it builds
 GC, and what the pool's scarcity mode reads of the subnets' free addresses (`subnet_reading`); the
 ENIs the pool manager is creating or attaching (`pending_enis`) are the same set the drift
 and ENI GC leave alone. The reconcilers and the subnet catalogue's reads call EC2 through the
-adapter's background view (`CallPolicy.BACKGROUND`: no pod waits on them, so a throttled call is
+adapter's background view (`CallUrgency.BACKGROUND`: no pod waits on them, so a throttled call is
 not retried); the pool manager picks a view per round.
 
 `ipamd.daemon.build_daemon` uses it, and so does every test, benchmark and simulation that runs a
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cloud.ports import CallPolicy, Ec2Api, Ec2Catalog, Imds, Instance
+from cloud.ports import CallUrgency, Ec2Api, Ec2Catalog, Imds, Instance
 from datastore.records import UnitKind
 from datastore.store import STATE_FILE_NAME
 from ipamd.clock import Clock
@@ -54,7 +54,7 @@ from ipamd.sizing.plan import compute_address_capacity, compute_pod_limit, enis_
 class Ec2(Ec2Api, Ec2Catalog, Protocol):
     """Both EC2 ports, as one adapter serves them."""
 
-    def with_policy(self, policy: CallPolicy) -> Ec2: ...
+    def with_urgency(self, urgency: CallUrgency) -> Ec2: ...
 
 
 EngineOpener = Callable[[Path, Clock, EngineParams], Awaitable[Engine]]
@@ -310,7 +310,7 @@ async def open_parts(
         # Background work: nothing waits on the view (the last one, or the node's subnet, serves
         # meanwhile), so a throttled read is not retried in the adapter; the catalogue waits
         # longer after each failure in a row instead.
-        view = ec2.with_policy(CallPolicy.BACKGROUND)
+        view = ec2.with_urgency(CallUrgency.BACKGROUND)
         source = view if isinstance(view, SubnetSource) else ec2
     # Where new ENIs go: the ENIConfig's subnet (custom networking), else subnet discovery
     # (ENABLE_SUBNET_DISCOVERY) or the node's subnet.
@@ -330,7 +330,7 @@ async def open_parts(
         engine, ec2, node.instance, node.limits, settings, catalogue, clock, rng, subnet_free=free
     )
     pending, foreign = pool.pending_enis, pool.foreign_enis
-    background = ec2.with_policy(CallPolicy.BACKGROUND)
+    background = ec2.with_urgency(CallUrgency.BACKGROUND)
     drift = Ec2Drift(
         engine,
         background,
@@ -385,7 +385,7 @@ def subnet_reading(
     does (the catalogue's view has them), the mode is off, or there is no catalog to read."""
     if catalogue.discovering or catalog is None or config.subnets.scarcity_threshold <= 0:
         return None
-    background = catalog.with_policy(CallPolicy.BACKGROUND)
+    background = catalog.with_urgency(CallUrgency.BACKGROUND)
     return SubnetFree(read_subnets(background, catalogue.candidates), clock)
 
 

@@ -1,6 +1,6 @@
 """The pool's conditions: what a pool round may do now, and until when.
 
-The policy (`ipamd.sizing.plan`) says what the pool should look like. The conditions say what this
+Sizing (`ipamd.sizing.plan`) says what the pool should look like. The conditions say what this
 round may do about it. They all live here, each with its deadline or its latest reading, and the
 pool manager asks this one object before it calls EC2:
 
@@ -21,7 +21,7 @@ pool manager asks this one object before it calls EC2:
   `release_delay_s` without a break (IPAMD_RELEASE_DELAY).
 
 Scarcity and the prefix fallback log a line at info each time they turn on or off; the metrics read
-them as they are. `trim` is the one place that cuts the policy's plan down to what a round applies.
+them as they are. `trim` is the one place that cuts the sizing plan down to what a round applies.
 """
 
 from __future__ import annotations

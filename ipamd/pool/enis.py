@@ -20,8 +20,8 @@ work is held. In a burst the account's tokens go to the ENIs pods wait for; an i
 meanwhile leaves the ENI detached, for ENI GC. Left unset (refused, throttled, the answer lost), it
 is set by the drift (`ipamd.reconcile.ec2_drift`).
 
-A new ENI's calls go through the view of the adapter the pool manager hands `make`, under the policy
-of its round; DeleteOnTermination is always background work (`CallPolicy.BACKGROUND`).
+A new ENI's calls go through the view of the adapter the pool manager hands `make`, under the urgency
+of its round; DeleteOnTermination is always background work (`CallUrgency.BACKGROUND`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from cloud.ports import (
     TAG_CREATED_AT,
     TAG_INSTANCE_ID,
     TAG_MANAGED_BY,
-    CallPolicy,
+    CallUrgency,
     Ec2Api,
     Instance,
 )
@@ -167,7 +167,7 @@ class EniMaker:
         if self._pace.held():  # a throttle on an earlier call of this sweep holds the rest
             return
         try:
-            background = self._ec2.with_policy(CallPolicy.BACKGROUND)
+            background = self._ec2.with_urgency(CallUrgency.BACKGROUND)
             await background.set_delete_on_termination(eni_id, attachment_id)
         except CloudError as err:
             if isinstance(err, Throttled):

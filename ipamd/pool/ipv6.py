@@ -160,7 +160,7 @@ class Ipv6Pool:
         if self.conditions.backing_off(now) or (not demand and self.conditions.held(now)):
             return NO_PLAN
         try:
-            await self._ensure_prefix(self._ec2.with_policy(self.pace.policy(demand)))
+            await self._ensure_prefix(self._ec2.with_urgency(self.pace.urgency(demand)))
         except (CloudError, StoreWriteFailed) as err:
             self.rounds.failed(err, demand)
             return NO_PLAN

@@ -1,4 +1,4 @@
-"""An IPv4 node's pool manager: it applies the policy's plan through the EC2 port, one round at a
+"""An IPv4 node's pool manager: it applies the sizing plan through the EC2 port, one round at a
 time (the rounds' conditions, pace, health and loop are `ipamd.pool.rounds.Rounds`).
 
 A round (`PoolManager.run_once`) goes through four hops:
@@ -8,11 +8,11 @@ A round (`PoolManager.run_once`) goes through four hops:
 2. The conditions: no round runs while a failed round's backoff lasts, and none without pods
    waiting while background work is held after a throttle answer (`Conditions`; `Pace` says which
    rounds pods wait for).
-3. The plan: the policy's plan for the node as it is now (`PoolManager.plan`, worked out again only
+3. The plan: the sizing plan for the node as it is now (`PoolManager.plan`, worked out again only
    when something it is made from changed), cut down to what this round may do (`Conditions.trim`:
    the release delay, a demand round's share, paused growth, the spacing of shrinks).
 4. EC2: the plan's calls, growing before shrinking (`PoolManager._apply`), through the adapter's
-   view for the round's call policy (`Pace.policy`: retried on a throttle only if pods wait).
+   view for the round's urgency (`Pace.urgency`: retried on a throttle only if pods wait).
 
 Growing fills the existing ENIs first, then creates new ones holding their units, tagged, attached
 and recorded (`ipamd.pool.enis`). Every unit enters the inventory from EC2's own answer.
@@ -253,7 +253,7 @@ class PoolManager:
         if plan.is_empty():
             return plan
         try:
-            await self._apply(plan, self._ec2.with_policy(self.pace.policy(demand)))
+            await self._apply(plan, self._ec2.with_urgency(self.pace.urgency(demand)))
         except (CloudError, StoreWriteFailed) as err:
             # A full or failing disk is a failed tick like a failed EC2 call: the change was not
             # recorded, so memory is unchanged; what EC2 did meanwhile the drift reconciles.
@@ -281,7 +281,7 @@ class PoolManager:
         self.rounds.on_failure(listener)
 
     async def _apply(self, plan: PoolPlan, ec2: Ec2Api) -> None:
-        """`plan`'s calls, through the view of the adapter for the round's policy."""
+        """`plan`'s calls, through the view of the adapter for the round's urgency."""
         logger.info("pool.apply plan=%s", plan)
         if plan.replace_units:
             # Leftover /32s make room for the prefixes `assign` puts in their slots.

@@ -21,7 +21,7 @@ answers, and it knows which of its own rounds a pod waits for.
   saturated cluster asks at about the same rate, and a node that starts to wait late does not
   overtake those that waited long.
 - **Background work** is everything else: warm targets, minimum targets, shrinking. Its calls are
-  not retried on a throttle (`cloud.ports.CallPolicy.BACKGROUND`).
+  not retried on a throttle (`cloud.ports.CallUrgency.BACKGROUND`).
   Each throttle answer the node sees, in any round, holds background work back for a while:
   jittered, between half and all of `WARM_HOLD_BASE_S` doubled per answer, up to
   `WARM_HOLD_CAP_S` (in a longer episode up to the episode's length, at most
@@ -38,7 +38,7 @@ import random
 
 from cloud.backoff import backoff_delay_s
 from cloud.errors import CloudError, NotFound, Rejected, Throttled
-from cloud.ports import CallPolicy
+from cloud.ports import CallUrgency
 from ipamd.clock import Clock
 from ipamd.engine.engine import Engine
 from ipamd.errors import StoreWriteFailed
@@ -124,12 +124,12 @@ class Pace:
         """Whether background work waits (a throttle answer was seen lately)."""
         return self._conditions.held(self._clock.now())
 
-    def policy(self, demand: bool) -> CallPolicy:
-        """The policy a round's EC2 calls run under: retried on throttles (foreground) only when
+    def urgency(self, demand: bool) -> CallUrgency:
+        """The urgency a round's EC2 calls run under: retried on throttles (foreground) only when
         pods wait and the account is not throttling this node (no throttle episode)."""
         if demand and not self.in_episode():
-            return CallPolicy.FOREGROUND
-        return CallPolicy.BACKGROUND
+            return CallUrgency.FOREGROUND
+        return CallUrgency.BACKGROUND
 
     def in_episode(self) -> bool:
         """Whether a throttle answer came within `EPISODE_GAP_S`."""

@@ -9,7 +9,7 @@ grace window. A refusal means EC2 did nothing: the units are free again.
 
 Every EC2 call here runs under the adapter's one deadline (`cloud.ec2.Boto3Ec2`): no answer in
 time is a `CallTimeout`, whose outcome is unknown. The calls go through the view of the adapter the
-pool manager hands each release, under the policy of its round (`ipamd.pool.pace.Pace.policy`).
+pool manager hands each release, under the urgency of its round (`ipamd.pool.pace.Pace.urgency`).
 """
 
 from __future__ import annotations

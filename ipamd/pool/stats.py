@@ -1,4 +1,4 @@
-"""The node state as the pool policy sees it: per ENI, per unit, how many addresses are assigned,
+"""The node state as pool sizing sees it: per ENI, per unit, how many addresses are assigned,
 cooling, or free — counted from one state at one instant."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ MATURITY_MARGIN_S = 1e-3
 
 
 def mature_enis(counted: Counted, now: float, targets: PoolTargets) -> frozenset[str]:
-    """The ENIs the pool policy counts as old enough to be released at `now` (`old_enough`)."""
+    """The ENIs pool sizing counts as old enough to be released at `now` (`old_enough`)."""
     return frozenset(eni.eni_id for eni, _ in counted if old_enough(now - eni.added_at, targets))
 
 

@@ -8,7 +8,7 @@ next time; any other exception is a bug: it is recorded in `fatal` and `failed` 
 daemon stops loudly instead of limping on.
 
 Every round is background work: no pod waits on it, so the reconcilers are handed the EC2 adapter's
-background view (`cloud.ports.CallPolicy.BACKGROUND`, in `ipamd.node.engine_parts.open_parts`), a
+background view (`cloud.ports.CallUrgency.BACKGROUND`, in `ipamd.node.engine_parts.open_parts`), a
 call EC2 throttles is not retried within the round, and the account's tokens go to the pool rounds
 pods wait for (docs/architecture.md §5.6).
 """

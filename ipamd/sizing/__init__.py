@@ -1,4 +1,4 @@
-"""Pool policy: pure functions that size the node's warm pool from the VPC CNI knobs.
+"""Pool sizing: pure functions that size the node's warm pool from the VPC CNI knobs.
 
 `plan_pool(stats, targets, limits, strategy)` says which units and ENIs to add or give back; the
 pool manager in `ipamd.engine` applies the plan through the EC2 port. The mode (secondary IPs or

@@ -1,10 +1,10 @@
-"""The pool policy's inputs, as plain values: what the node holds (per ENI, per unit), the knobs, and
+"""Pool sizing's inputs, as plain values: what the node holds (per ENI, per unit), the knobs, and
 the instance type's limits.
 
 The engine converts its state into `NodeStats` at one instant; `PoolTargets` comes from the
 configuration (`ipamd.node.engine_parts.pool_targets`), `NodeLimits` from the instance type's
 limits. This module must not import asyncio, do I/O, or know about the configuration, the engine,
-the datastore or the cloud adapters: the policy is a pure function of these values.
+the datastore or the cloud adapters: sizing is a pure function of these values.
 """
 
 from __future__ import annotations

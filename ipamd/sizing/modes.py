@@ -2,7 +2,7 @@
 
 This is the only place that knows a unit's size or which warm target a mode uses when no IP target
 is set (WARM_ENI_TARGET for secondary IPs, WARM_PREFIX_TARGET for prefixes). The mode is chosen
-once, at start (`strategy_for`); the rest of the policy computes in addresses and converts to units
+once, at start (`strategy_for`); the rest of sizing computes in addresses and converts to units
 through the strategy, and never branches on the mode.
 
 Pure; no asyncio, no I/O.

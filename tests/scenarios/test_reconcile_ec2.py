@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cloud.embedded.world import EmbeddedEc2
-from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, CallPolicy, Ec2Api
+from cloud.ports import MANAGED_BY, TAG_INSTANCE_ID, TAG_MANAGED_BY, CallUrgency, Ec2Api
 from ipamd.errors import NoAddressAvailable
 from ipamd.model import AddressState, PoolSnapshot
 from ipamd.node.cloud_node import CloudNode, open_cloud_node
@@ -148,8 +148,8 @@ class _SnapshottingEc2:
         self._inner = inner
         self.take: Callable[[], None] = lambda: None
 
-    def with_policy(self, policy: CallPolicy) -> _SnapshottingEc2:
-        view = _SnapshottingEc2(self._inner.with_policy(policy))
+    def with_urgency(self, policy: CallUrgency) -> _SnapshottingEc2:
+        view = _SnapshottingEc2(self._inner.with_urgency(policy))
 
         def take() -> None:
             self.take()  # this wrapper's, as the test sets it later

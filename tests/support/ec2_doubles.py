@@ -7,7 +7,7 @@ They keep state a test can read (who arrived at a gate, how many stale answers w
 of them records call sequences to assert on. Pass a class (or `retrying_on`'s result) to
 `open_cloud_node(api_wrapper=...)`.
 
-A double's view under a call policy (`with_policy`) is a shallow copy of it on the inner adapter's
+A double's view under an urgency (`with_urgency`) is a shallow copy of it on the inner adapter's
 view: it shares the double's state, so what a double keeps (gates, views, counts) it keeps in
 objects a copy shares, never in a plain number or flag it reassigns.
 """
@@ -23,7 +23,7 @@ from typing import Any, Self, TypeVar
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.faults import FaultInjector
 from cloud.models import Ipv4UnitKind, NetworkInterface
-from cloud.ports import CallPolicy, Ec2Api
+from cloud.ports import CallUrgency, Ec2Api
 from ipamd.engine.invariants import check_invariants
 from ipamd.node.cloud_node import FAST, CloudNode
 
@@ -36,9 +36,9 @@ class PassThroughEc2:
     def __init__(self, inner: Ec2Api) -> None:
         self.inner = inner
 
-    def with_policy(self, policy: CallPolicy) -> Self:
+    def with_urgency(self, urgency: CallUrgency) -> Self:
         view = copy.copy(self)
-        view.inner = self.inner.with_policy(policy)
+        view.inner = self.inner.with_urgency(urgency)
         return view
 
     async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:

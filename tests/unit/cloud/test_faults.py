@@ -11,7 +11,7 @@ from cloud.calls import OK, CallLog
 from cloud.ec2 import Boto3Ec2
 from cloud.embedded.faults import FaultInjector
 from cloud.errors import CallTimeout, Throttled
-from cloud.ports import CallPolicy
+from cloud.ports import CallUrgency
 from cloud.ratelimit import RetryPolicy
 from tests.unit.cloud.conftest import FakeTime, World
 
@@ -91,21 +91,21 @@ async def test_partial_failure_of_an_assign_is_not_retried(
 async def test_a_background_view_gives_a_throttled_call_up_that_the_adapter_retries(
     world: World, calls: CallLog, fake_time: FakeTime
 ) -> None:
-    """`with_policy`: the same adapter, its throttled calls tried once; other calls' answers (the
+    """`with_urgency`: the same adapter, its throttled calls tried once; other calls' answers (the
     limits cache) and the call log are the adapter's own."""
     faults = FaultInjector(seed=1)
     faults.throttle("DescribeSubnets")
     faults.attach(world.client)
     try:
         ec2 = _adapter(world, calls, fake_time, attempts=3)
-        background = ec2.with_policy(CallPolicy.BACKGROUND)
+        background = ec2.with_urgency(CallUrgency.BACKGROUND)
         with pytest.raises(Throttled):
             await background.subnet(world.subnet_id)
         assert calls.count("DescribeSubnets", "RequestLimitExceeded") == 1, "one attempt"
         with pytest.raises(Throttled):
             await ec2.subnet(world.subnet_id)
         assert calls.count("DescribeSubnets", "RequestLimitExceeded") == 4, "the adapter retried"
-        foreground = background.with_policy(CallPolicy.FOREGROUND)
+        foreground = background.with_urgency(CallUrgency.FOREGROUND)
         with pytest.raises(Throttled):
             await foreground.subnet(world.subnet_id)
         assert calls.count("DescribeSubnets", "RequestLimitExceeded") == 7

@@ -17,7 +17,7 @@ from cloud.errors import (
     ServiceUnavailable,
     Throttled,
 )
-from cloud.ports import CallPolicy
+from cloud.ports import CallUrgency
 from cloud.ratelimit import (
     AttemptFailed,
     RateLimits,
@@ -246,19 +246,19 @@ async def test_background_calls_are_not_retried_on_a_throttle_but_on_other_error
     """Background work gives a throttled call up at once (its caller holds off instead); an
     unavailable answer is retried as ever, and in the foreground a throttle is retried too."""
     retrier = _retrier(fake_time, calls)
-    background = CallPolicy.BACKGROUND
+    background = CallUrgency.BACKGROUND
 
     def throttled() -> list[AttemptFailed]:
         return [AttemptFailed(Throttled("Op", "RequestLimitExceeded"), not_applied=True)]
 
     with pytest.raises(Throttled):
         await retrier.run(
-            "Op", _failing(throttled()), mutating=True, repeatable=True, call_policy=background
+            "Op", _failing(throttled()), mutating=True, repeatable=True, urgency=background
         )
     assert calls.count("Op", "RequestLimitExceeded") == 1 and calls.retries == 0
     unavailable = [AttemptFailed(ServiceUnavailable("Op", "Unavailable"), not_applied=True)]
     assert await retrier.run(
-        "Op", _failing(unavailable), mutating=True, repeatable=True, call_policy=background
+        "Op", _failing(unavailable), mutating=True, repeatable=True, urgency=background
     )
     assert calls.retries == 1
     assert await retrier.run("Op", _failing(throttled()), mutating=True, repeatable=True)

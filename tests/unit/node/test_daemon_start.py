@@ -9,7 +9,7 @@ import pytest
 
 from cloud.errors import NotFound
 from cloud.fakes import FakeEc2
-from cloud.ports import CallPolicy, Instance
+from cloud.ports import CallUrgency, Instance
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
 from tests.support.daemons import fake_daemon
@@ -63,8 +63,8 @@ async def test_building_waits_out_an_instance_read_worth_retrying_one_attempt_a_
         assert len(waits) == 2, "one wait per failed try"
         assert all(0 <= w <= cap for w, cap in zip(waits, (1.0, 2.0), strict=True))
         under = ec2.calls_under
-        assert under[("describe_instance", CallPolicy.BACKGROUND)] == 3, "each try in background"
-        assert under[("describe_instance", CallPolicy.FOREGROUND)] == 0
+        assert under[("describe_instance", CallUrgency.BACKGROUND)] == 3, "each try in background"
+        assert under[("describe_instance", CallUrgency.FOREGROUND)] == 0
     finally:
         await daemon.close()
 
@@ -97,7 +97,7 @@ async def test_start_makes_one_attempt_per_call_in_each_try(tmp_path: Path) -> N
     try:
         await daemon.start()
         assert daemon.ready
-        background = ec2.calls_under[("describe_enis", CallPolicy.BACKGROUND)]
+        background = ec2.calls_under[("describe_enis", CallUrgency.BACKGROUND)]
         assert background == ec2.calls["describe_enis"] >= 1, "every listing in the background"
     finally:
         await daemon.close()

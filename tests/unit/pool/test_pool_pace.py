@@ -15,7 +15,7 @@ import pytest
 from cloud.calls import CallLog
 from cloud.errors import ServiceUnavailable, Throttled
 from cloud.fakes import FakeEc2, FakeImds
-from cloud.ports import CallPolicy
+from cloud.ports import CallUrgency
 from cloud.ratelimit import AttemptFailed, Retrier, RetryPolicy
 from ipamd.clock import FakeClock
 from ipamd.config.settings import Config
@@ -41,7 +41,7 @@ class ThrottledAccount(PassThroughEc2):
 
     def __init__(self, inner: FakeEc2) -> None:
         super().__init__(inner)
-        self._throttling = [False]  # shared with the views (`with_policy`)
+        self._throttling = [False]  # shared with the views (`with_urgency`)
         self.asked: Counter[str] = Counter()
         """Every call that reached EC2, by port method."""
         self.refused: Counter[str] = Counter()
@@ -257,8 +257,8 @@ async def test_a_throttled_round_pods_wait_for_is_tried_again_when_its_backoff_e
     assert pool.pace.next_wait_s(interval_s) >= interval_s
 
 
-async def _attempts_in(policy: CallPolicy) -> int:
-    """Attempts a real `Retrier` makes at one call EC2 keeps throttling, made under `policy`."""
+async def _attempts_in(urgency: CallUrgency) -> int:
+    """Attempts a real `Retrier` makes at one call EC2 keeps throttling, made under `urgency`."""
     made = 0
 
     async def attempt() -> None:
@@ -271,7 +271,7 @@ async def _attempts_in(policy: CallPolicy) -> int:
 
     retrier = Retrier(CallLog(), clock=lambda: 0.0, sleep=no_sleep, rng=random.Random(1))
     with pytest.raises(Throttled):
-        await retrier.run("Op", attempt, mutating=True, repeatable=True, call_policy=policy)
+        await retrier.run("Op", attempt, mutating=True, repeatable=True, urgency=urgency)
     return made
 
 
@@ -286,7 +286,7 @@ async def test_a_long_throttle_episode_paces_waiting_rounds_by_its_length(
     await _settle(parts, clock)
     for n in range(9):
         await engine.assign(key(f"pod-{n}"))
-    retried = await _attempts_in(pace.policy(demand=True))
+    retried = await _attempts_in(pace.urgency(demand=True))
     assert retried == RetryPolicy().max_attempts, "a waiting round retries in the adapter"
     account.throttling = True
     share_from_s = DEMAND_THROTTLE_CAP_S / DEMAND_EPISODE_SHARE  # the share passes the cap
@@ -300,7 +300,7 @@ async def test_a_long_throttle_episode_paces_waiting_rounds_by_its_length(
         left = pool.conditions.backoff_until - clock.now()
         assert 0 < left <= max(DEMAND_THROTTLE_CAP_S, DEMAND_EPISODE_SHARE * episode_s)
         waits.append((episode_s, left))
-        assert await _attempts_in(pace.policy(demand=True)) == 1, "one attempt a round"
+        assert await _attempts_in(pace.urgency(demand=True)) == 1, "one attempt a round"
         clock.advance(left)
     assert waits[0][0] == 0.0, "the episode began at the first throttle answer"
     assert max(w for e, w in waits if e < share_from_s) <= DEMAND_THROTTLE_CAP_S
@@ -311,5 +311,5 @@ async def test_a_long_throttle_episode_paces_waiting_rounds_by_its_length(
     account.throttling = False
     clock.advance(EPISODE_GAP_S + 1.0)  # no throttle answer for longer than the gap
     assert pace.episode_s() == 0.0 and pace.demand_cap_s() == DEMAND_THROTTLE_CAP_S
-    assert await _attempts_in(pace.policy(demand=True)) == retried
-    assert await _attempts_in(pace.policy(demand=False)) == 1, "background work: one attempt"
+    assert await _attempts_in(pace.urgency(demand=True)) == retried
+    assert await _attempts_in(pace.urgency(demand=False)) == 1, "background work: one attempt"

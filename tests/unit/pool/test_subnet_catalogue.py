@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.fakes import FakeEc2, FakeEc2View, FakeImds
-from cloud.ports import CallPolicy
+from cloud.ports import CallUrgency
 from ipamd.clock import FakeClock
 from ipamd.config.eniconfig import EniConfig
 from ipamd.config.groups import SubnetSettings
@@ -152,8 +152,8 @@ class OnlyEc2Api:
     def __init__(self, inner: FakeEc2 | FakeEc2View) -> None:
         self._inner = inner
 
-    def with_policy(self, policy: CallPolicy) -> OnlyEc2Api:
-        return OnlyEc2Api(self._inner.with_policy(policy))
+    def with_urgency(self, policy: CallUrgency) -> OnlyEc2Api:
+        return OnlyEc2Api(self._inner.with_urgency(policy))
 
     def __getattr__(self, name: str) -> Any:
         if name == "subnets_in":
