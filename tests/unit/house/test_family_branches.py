@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ALLOWED = ("ipamd/cni/",)
 STRATEGY_SUFFIXES = ("_v4.py", "_v6.py")
 CEILING = 8

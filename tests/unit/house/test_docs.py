@@ -12,7 +12,7 @@
 - docs/architecture.md §1.3 states each layers contract of `pyproject.toml` as it is there.
 - Every code name that the docs (docs/*.md) and the README cite exists: a path, a dotted name from a
   package, or a name with its module in parentheses, looked up in the module's syntax tree
-  (tests/unit/doc_citations.py says how).
+  (tests/unit/house/doc_citations.py says how).
 
 It only reads files: nothing of the code under test is imported.
 """
@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-from tests.unit.doc_citations import CITED_PATH, broken_citations
+from tests.unit.house.doc_citations import CITED_PATH, broken_citations
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCS = REPO / "docs"
 CATALOGUE = DOCS / "failure-scenarios.md"
 THIS = Path(__file__).resolve()
@@ -295,11 +295,11 @@ and `PoolManager.run` (`ipamd/pool/manager.py`) ticks; `ipamd.sizing.plan_pool` 
 and so is `Engine.close_subnets` (`ipamd/engine/engine.py`), a method of a base class of Engine.
 Broken: `ipamd/pool/nowhere.py`, `ipamd.pool.manager.PoolManager.no_such_method`,
 `ipamd.no_such_module.Thing`, `PoolManager.run` (`ipamd/engine/engine.py`),
-`tests/unit/test_docs.py::test_that_does_not_exist`.
+`tests/unit/house/test_docs.py::test_that_does_not_exist`.
 """
     assert broken_citations(sample) == [
         "`ipamd/pool/nowhere.py`",
-        "`tests/unit/test_docs.py::test_that_does_not_exist`",
+        "`tests/unit/house/test_docs.py::test_that_does_not_exist`",
         "`ipamd.pool.manager.PoolManager.no_such_method`",
         "`ipamd.no_such_module.Thing`",
         "`PoolManager.run` (`ipamd/engine/engine.py`)",

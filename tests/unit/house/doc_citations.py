@@ -1,5 +1,5 @@
 """Code names cited in the docs, looked up in the code without importing it (for
-tests/unit/test_docs.py).
+tests/unit/house/test_docs.py).
 
 Three forms are citations: a backticked path of the repository (`ipamd/pool/manager.py`,
 `ipamd/pool/`, `tests/....py::test_name`), a backticked dotted name that starts with a package
@@ -17,7 +17,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FENCED = re.compile(r"^```.*?^```$", re.MULTILINE | re.DOTALL)
 
 PACKAGES = ("ipamd", "cloud", "datastore", "bench", "chaos", "tests")

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHECKED = ("ipamd", "bench", "chaos", "tests")
 EXEMPT = ROOT / "ipamd" / "engine"
 ENGINE_NAMES = frozenset({"engine", "_engine"})

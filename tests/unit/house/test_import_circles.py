@@ -8,7 +8,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("ipamd", "cloud", "datastore", "bench", "chaos")
 
 

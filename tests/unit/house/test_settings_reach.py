@@ -11,7 +11,7 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = "ipamd.config.settings"
 COMPOSERS = ("ipamd/main.py", "ipamd/node/", "ipamd/config/")
 """Where the settings object may be read: `ipamd run`, the node's composition, its own package."""
